@@ -57,7 +57,7 @@ def tiny_model_factory():
     cache = {}
 
     def factory(**kwargs):
-        key = tuple(sorted(kwargs.items()))
+        key = repr(sorted(kwargs.items()))
         if key not in cache:
             cache[key] = build_model("tiny", **kwargs)
         import copy

@@ -519,12 +519,20 @@ def _required_base_files(folder: Path) -> list[Path]:
     weights = folder / "model.safetensors"
     if not weights.exists() and (folder / "model.safetensors.index.json").exists():
         weights = folder / "model.safetensors.index.json"
-    return [folder / "config.json", weights, folder / "tokenizer_config.json", folder / "preprocessor_config.json"]
+    return [folder / "config.json", weights, folder / "tokenizer_config.json", _processor_config(folder)]
+
+
+def _processor_config(folder: Path) -> Path:
+    """transformers 5 writes processor_config.json; hub folders of Qwen3-VL ship preprocessor_config.json."""
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        if (folder / name).exists():
+            return folder / name
+    return folder / "preprocessor_config.json"
 
 
 def _required_umind_files(folder: Path, config: UMindConfig, base_dir: Path) -> list[Path]:
     files = [folder / DECODER_FILE, folder / "processor" / "tokenizer_config.json",
-             folder / "processor" / "preprocessor_config.json"]
+             _processor_config(folder / "processor")]
     files += _required_base_files(base_dir)[:2]
     if config.lora is not None:
         files += [folder / "adapter" / "adapter_config.json", folder / "adapter" / "adapter_model.safetensors"]
@@ -547,9 +555,9 @@ def _save_clean_base(qwen: nn.Module, target: Path) -> None:
     """Save the base weights without LoRA or token-adapter tensors, under the base model's own names."""
     state = {}
     for name, tensor in qwen.state_dict().items():
-        if "lora_" in name or "token_adapter" in name or "trainable_tokens_" in name:
+        if "lora_" in name or "trainable_tokens_" in name:
             continue
-        state[name.replace(".base_layer.", ".")] = tensor
+        state[name.replace(".token_adapter.base_layer.", ".").replace(".base_layer.", ".")] = tensor
     qwen.save_pretrained(str(target), state_dict=state, safe_serialization=True)
 
 
