@@ -1,0 +1,35 @@
+"""The offline model builders: deterministic, the two sizes the project promises, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from umind_core.modeling import tiny
+
+
+def test_same_seed_same_weights_and_tokenizer():
+    a, b = tiny.build_model("tiny", seed=3), tiny.build_model("tiny", seed=3)
+    assert a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+    for (na, pa), (nb, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert na == nb
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0)
+    c = tiny.build_model("tiny", seed=4)
+    assert not torch.equal(a.mask_decoder.proj_img.weight, c.mask_decoder.proj_img.weight)
+
+
+def test_sizes():
+    counts = {size: tiny.build_model(size).parameter_counts() for size in ("tiny", "small")}
+    assert counts["tiny"]["total"] < 1_000_000
+    assert 2_000_000 < counts["small"]["total"] < 10_000_000
+    print(f"\nparameter counts: {counts}")
+
+
+def test_unknown_size_is_named():
+    with pytest.raises(ValueError, match="unknown model size 'huge'"):
+        tiny.build_model("huge")
+
+
+def test_processor_uses_qwen3_vl_image_settings():
+    ip = tiny.build_model("tiny").processor.image_processor
+    assert (ip.patch_size, ip.merge_size, list(ip.image_mean), list(ip.image_std)) == (16, 2, [0.5] * 3, [0.5] * 3)
