@@ -1,0 +1,320 @@
+"""The one answer type every layer speaks: parsed model output for one frame.
+
+Coordinates in a `GroundedObject` are pixels of the ORIGINAL frame (not the 0..1000 grid and
+not the resized model input), so that writers and Slicer need no knowledge of preprocessing.
+Millimetres are derived on demand by `Result.attach_geometry`, from the input's geometry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from .imageio import Frame, Geometry, frame_axes_lps, frame_spacing, pixel_to_physical
+
+__all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
+
+RESULT_FORMAT = "umind-result"
+RESULT_VERSION = 1
+MASK_FORMATS = ("png", "nrrd")
+
+
+class ResultFormatError(ValueError):
+    """A Result (or its JSON file and mask files) is inconsistent; the message says where."""
+
+
+def _floats(v: Sequence[float] | None, n: int, what: str) -> tuple[float, ...] | None:
+    if v is None:
+        return None
+    out = tuple(float(c) for c in v)
+    if len(out) != n:
+        raise ResultFormatError(f"{what} needs {n} numbers, got {len(out)}: {v!r}")
+    return out
+
+
+@dataclass(eq=False)
+class GroundedObject:
+    """One thing the model pointed at: any of a box, points, a line and a mask, plus a label."""
+
+    label: str | None = None
+    box: tuple[float, float, float, float] | None = None
+    points: list[tuple[float, float]] = field(default_factory=list)
+    line: tuple[float, float, float, float] | None = None
+    mask: np.ndarray | None = None
+    score: float | None = None
+    physical: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.box = _floats(self.box, 4, "box")  # type: ignore[assignment]
+        self.line = _floats(self.line, 4, "line")  # type: ignore[assignment]
+        self.points = [_floats(p, 2, "point") for p in (self.points or [])]  # type: ignore
+        if self.mask is not None:
+            m = np.asarray(self.mask)
+            if m.ndim != 2:
+                raise ResultFormatError(f"mask must be H x W, got shape {m.shape}")
+            self.mask = m.astype(bool, copy=False)
+        if self.score is not None:
+            self.score = float(self.score)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GroundedObject):
+            return NotImplemented
+        if (self.mask is None) != (other.mask is None):
+            return False
+        if self.mask is not None and not np.array_equal(self.mask, other.mask):
+            return False
+        same_score = self.score == other.score or (
+            self.score is not None and other.score is not None
+            and math.isnan(self.score) and math.isnan(other.score))
+        return (self.label, self.box, self.points, self.line, self.physical) == \
+            (other.label, other.box, other.points, other.line, other.physical) and same_score
+
+    def to_dict(self, mask_file: str | None = None) -> dict:
+        return {
+            "label": self.label,
+            "box": list(self.box) if self.box is not None else None,
+            "points": [list(p) for p in self.points],
+            "line": list(self.line) if self.line is not None else None,
+            "score": self.score,
+            "physical": self.physical,
+            "mask": None if self.mask is None else
+            {"shape": [int(s) for s in self.mask.shape], "file": mask_file,
+             "pixels": int(self.mask.sum())},
+        }
+
+
+@dataclass
+class Result:
+    """Everything one prediction produced for one frame."""
+
+    task: str
+    prompt: str = ""
+    text: str = ""
+    answer: str = ""
+    objects: list[GroundedObject] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    frame_index: int = 0
+    source: str | None = None
+    image_size: tuple[int, int] | None = None  # (W, H)
+
+    def __post_init__(self) -> None:
+        if self.image_size is not None:
+            self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
+        self.frame_index = int(self.frame_index)
+
+    # geometry ---------------------------------------------------------------------------
+
+    def attach_geometry(self, geometry_or_spacing: Geometry | Frame | Sequence[float] | None
+                        ) -> None:
+        """Fill each object's ``physical`` with millimetre measurements.
+
+        In-plane keys (``box_mm``, ``points_mm``, ``line_mm``: pixel coordinates times spacing,
+        from the frame's top-left; ``length_mm``, ``box_size_mm``, ``area_mm2``) need only the
+        spacing. With a `Geometry` the LPS positions (``points_lps``, ``line_lps``,
+        ``box_center_lps``) are added for the frame ``frame_index``. Unknown spacing (a PNG,
+        or None) clears ``physical``: pixel numbers are never reported as millimetres.
+        """
+        geometry = geometry_or_spacing if isinstance(geometry_or_spacing, Geometry) else None
+        if geometry is not None:
+            spacing = frame_spacing(geometry) if geometry.spacing_known else None
+        elif isinstance(geometry_or_spacing, Frame):
+            spacing = geometry_or_spacing.spacing
+        elif geometry_or_spacing is None:
+            spacing = None
+        else:
+            spacing = _floats(geometry_or_spacing, 2, "spacing")  # type: ignore[assignment]
+        for obj in self.objects:
+            obj.physical = {} if spacing is None else _physical(obj, spacing, geometry,
+                                                                self.frame_index)
+
+    def to_markups(self, geometry: Geometry) -> list[dict]:
+        """Markup dicts for `imageio.write_markups_json`, in LPS mm of ``geometry``, on the
+        frame ``frame_index``: points -> Fiducial, line -> Line, box -> ROI."""
+        out: list[dict] = []
+        k = self.frame_index
+        sx, sy = frame_spacing(geometry)
+        ex, ey, ez, through = frame_axes_lps(geometry)
+        for i, obj in enumerate(self.objects):
+            name = obj.label or f"{self.task} {i + 1}"
+            if obj.points:
+                out.append({"type": "Fiducial", "name": name, "points_lps": [
+                    list(pixel_to_physical(geometry, k, x, y)) for x, y in obj.points]})
+            if obj.line is not None:
+                x1, y1, x2, y2 = obj.line
+                out.append({"type": "Line", "name": name, "points_lps": [
+                    list(pixel_to_physical(geometry, k, x1, y1)),
+                    list(pixel_to_physical(geometry, k, x2, y2))]})
+            if obj.box is not None:
+                x1, y1, x2, y2 = obj.box
+                center = pixel_to_physical(geometry, k, (x1 + x2) / 2, (y1 + y2) / 2)
+                orientation = np.stack([ex, ey, ez], axis=1)  # columns = box axes
+                out.append({"type": "ROI", "name": name, "center": list(center),
+                            "size": [abs(x2 - x1) * sx, abs(y2 - y1) * sy, through],
+                            "orientation": [float(v) for v in orientation.ravel()]})
+        return out
+
+    def label_map(self) -> tuple[np.ndarray, dict[int, str]]:
+        """H x W uint8 map with one value per distinct label (in order of first appearance;
+        unlabelled objects get their own value); later objects paint over earlier ones."""
+        masked = [o for o in self.objects if o.mask is not None]
+        if masked:
+            shape = masked[0].mask.shape
+        elif self.image_size is not None:
+            shape = (self.image_size[1], self.image_size[0])
+        else:
+            raise ResultFormatError("label_map: no masks and no image_size to size an empty map")
+        out = np.zeros(shape, dtype=np.uint8)
+        names: dict[int, str] = {}
+        by_label: dict[str, int] = {}
+        for i, obj in enumerate(self.objects):
+            if obj.mask is None:
+                continue
+            if obj.mask.shape != shape:
+                raise ResultFormatError(f"label_map: mask {i} has shape {obj.mask.shape}, "
+                                        f"the first has {shape}")
+            key = obj.label if obj.label else f"object {i + 1}"
+            if key not in by_label:
+                if len(names) >= 255:
+                    raise ResultFormatError("label_map: more than 255 labels do not fit uint8")
+                by_label[key] = len(names) + 1
+                names[by_label[key]] = key
+            out[obj.mask] = by_label[key]
+        return out, names
+
+    # serialisation ------------------------------------------------------------------------
+
+    def to_dict(self, mask_files: dict[int, str] | None = None) -> dict:
+        """JSON-ready dict; masks appear as shape (+ file name once saved by `to_json`)."""
+        files = mask_files or {}
+        return {
+            "format": RESULT_FORMAT, "version": RESULT_VERSION,
+            "task": self.task, "prompt": self.prompt, "text": self.text, "answer": self.answer,
+            "objects": [o.to_dict(files.get(i)) for i, o in enumerate(self.objects)],
+            "warnings": list(self.warnings), "timings": dict(self.timings),
+            "frame_index": self.frame_index, "source": self.source,
+            "image_size": list(self.image_size) if self.image_size is not None else None,
+        }
+
+    def to_json(self, path: str | os.PathLike, mask_format: str = "png") -> Path:
+        """Write the JSON and one mask file per masked object next to it (``<stem>.maskN.png``
+        or ``.nrrd``, referenced by relative name). Every file is written atomically."""
+        if mask_format not in MASK_FORMATS:
+            raise ResultFormatError(f"mask_format must be one of {MASK_FORMATS}, "
+                                    f"got {mask_format!r}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stem = path.name[:-5] if path.name.lower().endswith(".json") else path.name
+        files: dict[int, str] = {}
+        for i, obj in enumerate(self.objects):
+            if obj.mask is None:
+                continue
+            fname = f"{stem}.mask{i}.{mask_format}"
+            _write_mask(obj.mask, path.parent / fname, mask_format)
+            files[i] = fname
+        text = json.dumps(self.to_dict(files), indent=2)
+        _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        return path
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "Result":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ResultFormatError(f"{path}: cannot read result JSON: {exc}") from exc
+        if not isinstance(d, dict) or d.get("format") != RESULT_FORMAT:
+            raise ResultFormatError(f"{path}: not a {RESULT_FORMAT} file")
+        objects = []
+        for i, od in enumerate(d.get("objects", [])):
+            mask = None
+            if od.get("mask"):
+                fname = od["mask"].get("file")
+                if not fname:
+                    raise ResultFormatError(f"{path}: object {i} has a mask but no mask file")
+                mask = _read_mask(path.parent / fname)
+                shape = tuple(od["mask"].get("shape", mask.shape))
+                if mask.shape != shape:
+                    raise ResultFormatError(f"{path}: mask file {fname} has shape {mask.shape},"
+                                            f" the JSON says {shape}")
+            objects.append(GroundedObject(
+                label=od.get("label"), box=od.get("box"), points=od.get("points") or [],
+                line=od.get("line"), mask=mask, score=od.get("score"),
+                physical=od.get("physical") or {}))
+        return cls(task=d["task"], prompt=d.get("prompt", ""), text=d.get("text", ""),
+                   answer=d.get("answer", ""), objects=objects,
+                   warnings=list(d.get("warnings", [])),
+                   timings={k: float(v) for k, v in (d.get("timings") or {}).items()},
+                   frame_index=int(d.get("frame_index", 0)), source=d.get("source"),
+                   image_size=d.get("image_size"))
+
+
+def _physical(obj: GroundedObject, spacing: Sequence[float], geometry: Geometry | None,
+              frame_index: int) -> dict:
+    sx, sy = float(spacing[0]), float(spacing[1])
+    phys: dict[str, Any] = {"spacing_mm": [sx, sy]}
+
+    def lps(x: float, y: float) -> list[float]:
+        return list(pixel_to_physical(geometry, frame_index, x, y))  # type: ignore[arg-type]
+
+    if obj.points:
+        phys["points_mm"] = [[x * sx, y * sy] for x, y in obj.points]
+        if geometry is not None:
+            phys["points_lps"] = [lps(x, y) for x, y in obj.points]
+    if obj.box is not None:
+        x1, y1, x2, y2 = obj.box
+        phys["box_mm"] = [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+        phys["box_size_mm"] = [abs(x2 - x1) * sx, abs(y2 - y1) * sy]
+        if geometry is not None:
+            phys["box_center_lps"] = lps((x1 + x2) / 2, (y1 + y2) / 2)
+    if obj.line is not None:
+        x1, y1, x2, y2 = obj.line
+        phys["line_mm"] = [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+        phys["length_mm"] = float(math.hypot((x2 - x1) * sx, (y2 - y1) * sy))
+        if geometry is not None:
+            phys["line_lps"] = [lps(x1, y1), lps(x2, y2)]
+    if obj.mask is not None:
+        phys["area_mm2"] = float(obj.mask.sum()) * sx * sy
+    return phys
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}-{path.name}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _write_mask(mask: np.ndarray, path: Path, fmt: str) -> None:
+    data = np.ascontiguousarray(mask.astype(np.uint8))
+    if fmt == "png":
+        _atomic_write(path, lambda tmp: Image.fromarray(data * 255, mode="L").save(
+            tmp, format="PNG"))
+    else:
+        import nrrd
+
+        _atomic_write(path, lambda tmp: nrrd.write(str(tmp), data, index_order="C"))
+
+
+def _read_mask(path: Path) -> np.ndarray:
+    try:
+        if path.name.lower().endswith(".nrrd"):
+            import nrrd
+
+            data, _ = nrrd.read(str(path), index_order="C")
+            return np.asarray(data) > 0
+        with Image.open(path) as im:
+            return np.asarray(im.convert("L")) > 127
+    except Exception as exc:
+        raise ResultFormatError(f"{path}: cannot read mask file: {exc}") from exc
