@@ -65,3 +65,62 @@ def tiny_model_factory():
         return copy.deepcopy(cache[key])
 
     return factory
+
+
+def task_answers(width: int = 256, height: int = 256) -> dict[str, tuple[str | None, str]]:
+    """One (prompt, answer) per task for the single-lesion image of make_image: what the trained fixture learns."""
+    from umind_core import grounding as g
+
+    (y0, y1, x0, x1), = lesion_boxes(height, width, 1)
+    box = g.box_to_grid(x0, y0, x1 - 1, y1 - 1, width, height)
+    centre = g.point_to_grid((x0 + x1) / 2, (y0 + y1) / 2, width, height)
+    line = g.line_to_grid(x0, (y0 + y1) / 2, x1 - 1, (y0 + y1) / 2, width, height)
+    return {
+        "segment": ("lesion", g.format_mask("lesion")),
+        "detect": ("lesion", g.format_box(box, "lesion")),
+        "keypoints": ("lesion centre", g.format_point(centre, "centre")),
+        "measure": ("lesion width", g.format_line(line, "width") + " Length: 85 px."),
+        "diagnose": (None, "Benign."),
+        "report": (None, "Site: breast. Finding: oval lesion."),
+        "ask": ("Is there a lesion?", "Yes, one lesion."),
+    }
+
+
+def train_on_tasks(model, steps: int = 120, lr: float = 5e-3, seed: int = 0):
+    """Teach the model the answers of task_answers on make_image(0): a few seconds on the tiny config."""
+    from umind_core import prompts
+
+    img = make_image(0)
+    (y0, y1, x0, x1), = lesion_boxes(256, 256, 1)
+    target = torch.zeros(1, 256, 256)
+    target[0, y0:y1, x0:x1] = 1
+    batches = []
+    for task, (prompt, answer) in task_answers().items():
+        text = prompts.chat_prompt(prompts.build_user_text(task, prompt))
+        full = text + answer + prompts.ASSISTANT_END
+        enc = dict(model.processor(images=[img], text=[full], return_tensors="pt"))
+        n_prompt = len(model.processor(images=[img], text=[text], return_tensors="pt")["input_ids"][0])
+        labels = enc["input_ids"].clone()
+        labels[:, :n_prompt] = -100
+        batches.append((enc, labels, [target] if task == "segment" else None))
+    torch.manual_seed(seed)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    for step in range(steps):
+        enc, labels, targets = batches[step % len(batches)]
+        loss = model(**enc, labels=labels, mask_targets=targets).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+@pytest.fixture(scope="session")
+def trained_tiny():
+    """A tiny model that has memorised one answer per task on make_image(0). Shared: do not modify it."""
+    from umind_core.modeling.tiny import build_model
+
+    # all weights train (as the demo model does): LoRA on a random tiny base memorises too slowly for a fixture
+    return train_on_tasks(build_model("tiny", lora=None), steps=210, lr=2e-3)

@@ -1,0 +1,199 @@
+"""The Predictor on a tiny model that has memorised one answer per task: every task, the cache, the one-forward
+mask path, batching, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import lesion_boxes, make_image, task_answers
+from umind_core.imageio import Frame
+from umind_core.predictor import Predictor, PredictorError
+from umind_core.prompts import PromptError
+from umind_core.results import GroundedObject, Result
+
+(Y0, Y1, X0, X1), = lesion_boxes(256, 256, 1)
+
+
+@pytest.fixture()
+def predictor(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64)
+    p.set_image(make_image(0))
+    return p
+
+
+def _upscaled(factor: int) -> np.ndarray:
+    return np.kron(make_image(0), np.ones((factor, factor, 1), dtype=np.uint8))
+
+
+def test_segment_returns_a_mask_at_the_frame_resolution(predictor):
+    res = predictor.predict("segment", "lesion")
+    assert isinstance(res, Result) and res.task == "segment" and res.image_size == (256, 256)
+    (obj,) = [o for o in res.objects if o.mask is not None]
+    assert isinstance(obj, GroundedObject) and obj.label == "lesion"
+    assert obj.mask.shape == (256, 256) and obj.mask.dtype == bool
+    truth = np.zeros((256, 256), bool)
+    truth[Y0:Y1, X0:X1] = True
+    iou = (obj.mask & truth).sum() / (obj.mask | truth).sum()
+    assert iou > 0.6, iou
+    assert 0.5 < obj.score <= 1.0
+
+
+def test_detect_keypoints_measure_return_pixel_coordinates(predictor):
+    box = predictor.predict("detect", "lesion").objects[0].box
+    assert box == pytest.approx((X0, Y0, X1 - 1, Y1 - 1), abs=3)
+    (pt,) = predictor.predict("keypoints", "lesion centre").objects[0].points
+    assert pt == pytest.approx(((X0 + X1) / 2, (Y0 + Y1) / 2), abs=3)
+    line = next(o.line for o in predictor.predict("measure", "lesion width").objects if o.line)
+    assert line == pytest.approx((X0, (Y0 + Y1) / 2, X1 - 1, (Y0 + Y1) / 2), abs=3)
+
+
+@pytest.mark.parametrize("task", ["diagnose", "report", "ask"])
+def test_text_tasks_answer_in_words(predictor, task):
+    prompt, answer = task_answers()[task]
+    res = predictor.predict(task, prompt)
+    assert res.answer == answer and res.objects == [] and res.text == answer
+
+
+def test_coordinates_and_masks_follow_the_original_image_size(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64)
+    p.set_image(_upscaled(2))
+    box = p.predict("detect", "lesion").objects[0].box
+    assert box == pytest.approx((2 * X0, 2 * Y0, 2 * (X1 - 1), 2 * (Y1 - 1)), abs=6)
+    mask = next(o.mask for o in p.predict("segment", "lesion").objects if o.mask is not None)
+    assert mask.shape == (512, 512)
+
+
+def test_spacing_gives_millimetres(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64)
+    p.set_image(Frame(pixels=make_image(0), spacing=(0.2, 0.2), index=3, source="scan.dcm"))
+    res = p.predict("measure", "lesion width")
+    obj = next(o for o in res.objects if o.line)
+    length_px = abs(obj.line[2] - obj.line[0])
+    assert obj.physical["length_mm"] == pytest.approx(0.2 * length_px, rel=1e-6)
+    assert res.frame_index == 3 and res.source == "scan.dcm"
+
+
+def test_second_prompt_on_cached_image_equals_cold_run_and_processes_fewer_tokens(trained_tiny):
+    warm = Predictor(trained_tiny, max_new_tokens=64)
+    warm.set_image(make_image(0))
+    prefix = warm.last_stats["prefix_tokens"]
+    warm.predict("detect", "lesion")
+    second = warm.predict("segment", "lesion")
+    cached_tokens = warm.last_stats["processed_tokens"]
+
+    cold = Predictor(trained_tiny, max_new_tokens=64)
+    cold.set_image(make_image(0))
+    first = cold.predict("segment", "lesion")
+    cold_tokens = prefix + cold.last_stats["processed_tokens"]
+
+    assert second.text == first.text
+    assert second.objects == first.objects
+    assert cached_tokens < cold_tokens
+    assert cached_tokens == cold.last_stats["processed_tokens"]
+
+
+def test_one_forward_masks_equal_token_by_token(trained_tiny):
+    results, queries = {}, {}
+    for mode in (True, False):
+        p = Predictor(trained_tiny, max_new_tokens=64, one_forward_masks=mode)
+        p.set_image(make_image(0))
+        results[mode] = p.predict("segment", "lesion")
+        state = p._state
+        suffix_ids = trained_tiny.tokenizer(
+            "Segment the lesion in this ultrasound image.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+        )["input_ids"]
+        out = p._forward(state, torch.tensor([suffix_ids]), state.prefix_len)
+        decoded, _ = p._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
+        extra = state.cache.get_seq_length() - state.prefix_len
+        state.cache.crop(-extra)
+        queries[mode] = torch.stack(decoded[0].mask_queries)
+    assert queries[True].shape == (1, 16, trained_tiny.qwen.config.text_config.hidden_size)
+    torch.testing.assert_close(queries[True], queries[False], rtol=1e-5, atol=1e-5)
+    assert results[True].objects == results[False].objects or all(
+        np.array_equal(a.mask, b.mask) for a, b in zip(results[True].objects, results[False].objects))
+    assert results[True].objects[0].score == pytest.approx(results[False].objects[0].score, abs=1e-5)
+
+
+def test_predict_batch_matches_single_frames_and_keeps_order(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64, batch_size=2)
+    frames = [make_image(0), _upscaled(2), make_image(0), make_image(0)]
+    batched = p.predict_batch(frames, "detect", "lesion")
+    assert [r.image_size for r in batched] == [(256, 256), (512, 512), (256, 256), (256, 256)]
+    for frame, res in zip(frames, batched):
+        p.set_image(frame)
+        single = p.predict("detect", "lesion")
+        assert res.text == single.text
+        assert res.objects[0].box == pytest.approx(single.objects[0].box, abs=1e-6)
+
+
+def test_predict_batch_leaves_the_set_image_alone(predictor):
+    before = predictor.predict("detect", "lesion")
+    predictor.predict_batch([_upscaled(2)], "segment", "lesion")
+    assert predictor.predict("detect", "lesion").objects == before.objects
+
+
+def test_bfloat16_predictions(trained_tiny, tmp_path):
+    from umind_core.modeling.umind import UMindVL
+
+    folder = trained_tiny.save_pretrained(tmp_path / "m")
+    model = UMindVL.from_pretrained(folder, dtype="bfloat16")
+    p = Predictor(model, max_new_tokens=64)
+    p.set_image(make_image(0))
+    res = p.predict("segment", "lesion")
+    assert any(o.mask is not None and o.mask.shape == (256, 256) for o in res.objects)
+
+
+def test_max_new_tokens_bounds_the_answer(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=3)
+    p.set_image(make_image(0))
+    res = p.predict("report")
+    assert any("max_new_tokens=3" in w for w in res.warnings)
+    assert p.last_stats["generated_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(task="paint"), PromptError, "unknown task"),
+        (dict(task="ask", prompt=""), PromptError, "needs a non-empty prompt"),
+        (dict(task="ask", prompt="x" * 10_000), PromptError, "10000"),
+        (dict(task="segment", box=(300, 300, 400, 400)), PredictorError, "outside the 256x256 image"),
+        (dict(task="segment", points=[(10, 10)]), PromptError, "label"),
+        (dict(task="segment", points=[(10, 999)], labels=[1]), PredictorError, "outside"),
+        (dict(task="segment", box=(1, 2, 3)), PredictorError, "box must be 4"),
+    ],
+)
+def test_bad_prompts_name_the_problem(predictor, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        predictor.predict(**kwargs)
+
+
+def test_partly_outside_box_is_clipped_with_a_warning(predictor):
+    res = predictor.predict("segment", box=(-20, 10, 100, 120))
+    assert any("clipped" in w for w in res.warnings)
+
+
+@pytest.mark.parametrize(
+    "image,message",
+    [
+        (np.zeros((1, 1, 3), np.uint8), "outside 8..16384"),
+        (np.full((64, 64), np.nan, np.float32), "non-finite"),
+        (np.zeros((4, 64, 64, 3), np.uint8), "must be H x W"),
+    ],
+)
+def test_bad_images_name_the_problem(trained_tiny, image, message):
+    with pytest.raises(PredictorError, match=message):
+        Predictor(trained_tiny).set_image(image)
+
+
+def test_predict_before_set_image(trained_tiny):
+    with pytest.raises(PredictorError, match="call set_image"):
+        Predictor(trained_tiny).predict("segment")
+
+
+def test_constant_and_grey_images_are_valid(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=8)
+    p.set_image(np.full((100, 120), 7, np.float64))
+    assert p.predict("report").image_size == (120, 100)

@@ -1,0 +1,453 @@
+"""The Predictor: set an image once, then answer many prompts on it cheaply (as Segment Anything's SamPredictor).
+
+Every caller (the CLI, the MONAI Label tasks, the evaluation) goes through this one code path; the task is data
+(a row of `prompts.TEMPLATES`), never a subclass.
+
+How the work is split:
+- `set_image` runs the vision encoder and the LLM over the image prefix (`<|im_start|>user\\n<|vision_start|>
+  <image tokens><|vision_end|>`) once and keeps the KV cache plus the last-layer states at the image tokens
+  (the mask decoder's image features).
+- `predict` feeds only the prompt tokens on that cache, decodes greedily, and crops the cache back to the prefix
+  afterwards, so the next prompt starts from the same image state.
+- When the model emits `<|seg_mask|>`, all N mask tokens are fed in one forward on the cache (not decoded one by
+  one); their states are the decoder's kernel queries, and the decoder turns them into a mask at the frame's
+  full resolution.
+- `predict_batch` runs frames of one size (a cine clip, the slices of a volume) as one batch through the same
+  loop; sequences that finish early are fed padding that nobody reads.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import grounding, prompts
+from .imageio import Frame
+from .results import GroundedObject, Result
+
+__all__ = ["Predictor", "PredictorError"]
+
+IMAGE_PREFIX = "<|im_start|>user\n" + prompts.IMAGE_PLACEHOLDER
+MIN_SIDE, MAX_SIDE = 8, 16384
+
+
+class PredictorError(ValueError):
+    """A bad image, visual prompt or call order; the message names the input and the problem."""
+
+
+@dataclass
+class _ImageState:
+    """What `set_image` keeps: the cache after the image prefix and the decoder's image features."""
+
+    frames: list[Frame]
+    cache: object
+    prefix_len: int
+    rope_delta: torch.Tensor  # (B, 1): M-RoPE position offset of text tokens after the image
+    image_states: list[torch.Tensor]  # per frame (H, W, D)
+    encode_s: float
+
+    @property
+    def batch(self) -> int:
+        return len(self.frames)
+
+
+@dataclass
+class _Decoded:
+    """Greedy decoding output of one sequence."""
+
+    token_ids: list[int] = field(default_factory=list)
+    token_probs: list[float] = field(default_factory=list)  # probability of each chosen token (1.0 when forced)
+    mask_queries: list[torch.Tensor] = field(default_factory=list)  # one (N, D) per mask group
+    truncated: bool = False
+
+
+class Predictor:
+    def __init__(
+        self,
+        model,
+        max_new_tokens: int = 256,
+        mask_threshold: float = 0.0,
+        one_forward_masks: bool = True,
+        batch_size: int = 8,
+    ):
+        if max_new_tokens < 1:
+            raise PredictorError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if batch_size < 1:
+            raise PredictorError(f"batch_size must be at least 1, got {batch_size}")
+        self.model = model
+        self.max_new_tokens = int(max_new_tokens)
+        self.mask_threshold = float(mask_threshold)
+        self.one_forward_masks = bool(one_forward_masks)
+        self.batch_size = int(batch_size)
+        tok = model.tokenizer
+        self._eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+        self._pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
+        self._state: _ImageState | None = None
+        self._lock = threading.RLock()
+        self.last_stats: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ image
+    @property
+    def is_image_set(self) -> bool:
+        return self._state is not None
+
+    def set_image(self, image: Frame | np.ndarray) -> None:
+        """Encode one frame and keep its cache; later `predict` calls reuse it."""
+        frame = _as_frame(image)
+        with self._lock:
+            self._state = None
+            self._state = self._encode([frame])
+            self.last_stats = {"prefix_tokens": self._state.prefix_len}
+
+    def reset_image(self) -> None:
+        with self._lock:
+            self._state = None
+
+    # ------------------------------------------------------------------ prompts
+    def predict(
+        self,
+        task: str,
+        prompt: str | None = None,
+        box: Sequence[float] | None = None,
+        points: Sequence[Sequence[float]] | None = None,
+        labels: Sequence[int] | None = None,
+    ) -> Result:
+        """Answer one prompt on the image given to `set_image`. Coordinates are pixels of that image."""
+        with self._lock:
+            if self._state is None:
+                raise PredictorError("no image set: call set_image(frame) before predict()")
+            frame = self._state.frames[0]
+            user_text, warnings = self._user_text(task, prompt, box, points, labels, frame)
+            return self._run(self._state, task, prompt, user_text, warnings)[0]
+
+    def predict_batch(
+        self,
+        frames: Iterable[Frame | np.ndarray],
+        task: str,
+        prompt: str | None = None,
+        box: Sequence[float] | None = None,
+        points: Sequence[Sequence[float]] | None = None,
+        labels: Sequence[int] | None = None,
+        progress: bool = False,
+    ) -> list[Result]:
+        """The same prompt on many frames, batched by frame size; results come back in input order.
+
+        The image set by `set_image` is left as it was.
+        """
+        items = [_as_frame(f) for f in frames]
+        if not items:
+            return []
+        results: list[Result | None] = [None] * len(items)
+        by_size: dict[tuple[int, int], list[int]] = {}
+        for i, frame in enumerate(items):
+            by_size.setdefault(frame.size, []).append(i)
+        chunks = [idx[s : s + self.batch_size] for idx in by_size.values() for s in range(0, len(idx), self.batch_size)]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(items), desc=f"umind {task}", unit="frame")
+        with self._lock:
+            try:
+                for chunk in chunks:
+                    user_text, warnings = self._user_text(task, prompt, box, points, labels, items[chunk[0]])
+                    state = self._encode([items[i] for i in chunk])
+                    for i, res in zip(chunk, self._run(state, task, prompt, user_text, warnings)):
+                        results[i] = res
+                    if bar is not None:
+                        bar.update(len(chunk))
+            finally:
+                if bar is not None:
+                    bar.close()
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ internals
+    def _user_text(self, task, prompt, box, points, labels, frame: Frame) -> tuple[str, list[str]]:
+        width, height = frame.size
+        warnings: list[str] = []
+        grid_box = None
+        if box is not None:
+            x1, y1, x2, y2 = _numbers(box, 4, "box")
+            x1, x2 = sorted((x1, x2))
+            y1, y2 = sorted((y1, y2))
+            if x2 <= 0 or y2 <= 0 or x1 >= width or y1 >= height:
+                raise PredictorError(
+                    f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the {width}x{height} image {frame.source}"
+                )
+            if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+                warnings.append(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) was clipped to the {width}x{height} image")
+            grid_box = grounding.box_to_grid(
+                max(x1, 0), max(y1, 0), min(x2, width), min(y2, height), width, height
+            )
+        grid_points = None
+        if points is not None:
+            grid_points = []
+            for p in points:
+                x, y = _numbers(p, 2, "point")
+                if not (0 <= x <= width and 0 <= y <= height):
+                    raise PredictorError(f"point ({x:g}, {y:g}) lies outside the {width}x{height} image {frame.source}")
+                grid_points.append(grounding.point_to_grid(x, y, width, height))
+        user_text = prompts.build_user_text(
+            task, prompt, box=grid_box, points=grid_points, labels=None if labels is None else list(labels)
+        )
+        return user_text, warnings
+
+    def _encode(self, frames: list[Frame]) -> _ImageState:
+        model = self.model
+        t0 = time.perf_counter()
+        enc = model.processor(
+            images=[f.pixels for f in frames], text=[IMAGE_PREFIX] * len(frames), return_tensors="pt"
+        )
+        enc = _to_device(enc, model.device, model.dtype)
+        position_ids, delta = model.qwen.model.get_rope_index(
+            enc["input_ids"], enc["mm_token_type_ids"], image_grid_thw=enc["image_grid_thw"]
+        )
+        with torch.no_grad():
+            out = model(
+                input_ids=enc["input_ids"],
+                pixel_values=enc["pixel_values"],
+                image_grid_thw=enc["image_grid_thw"],
+                mm_token_type_ids=enc["mm_token_type_ids"],
+                position_ids=position_ids,
+                use_cache=True,
+                decode_masks=False,
+            )
+        spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
+        image_states = [model.image_states(out.hidden_states[b], spans[b][0]) for b in range(len(frames))]
+        return _ImageState(
+            frames=frames,
+            cache=out.cache,
+            prefix_len=int(enc["input_ids"].shape[1]),
+            rope_delta=delta.to(model.device),
+            image_states=image_states,
+            encode_s=time.perf_counter() - t0,
+        )
+
+    def _forward(self, state: _ImageState, ids: torch.Tensor, start: int):
+        """Feed `ids` (B, k) at sequence positions start..start+k-1 on the cache."""
+        k = ids.shape[1]
+        pos = torch.arange(start, start + k, device=ids.device)[None, :] + state.rope_delta
+        position_ids = pos[None].expand(3, -1, -1)
+        with torch.no_grad():
+            return self.model(
+                input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
+            )
+
+    def _run(self, state: _ImageState, task, prompt, user_text, warnings) -> list[Result]:
+        model = self.model
+        t0 = time.perf_counter()
+        suffix = user_text + prompts.ASSISTANT_END + "\n<|im_start|>assistant\n"
+        suffix_ids = model.tokenizer(suffix, add_special_tokens=False)["input_ids"]
+        batch = state.batch
+        ids = torch.tensor([suffix_ids] * batch, device=model.device)
+        try:
+            out = self._forward(state, ids, state.prefix_len)
+            t1 = time.perf_counter()
+            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
+        finally:
+            extra = state.cache.get_seq_length() - state.prefix_len
+            if extra > 0:  # back to the image prefix for the next prompt
+                state.cache.crop(-extra)
+        t2 = time.perf_counter()
+        results = []
+        for b in range(batch):
+            res = self._result(state, b, decoded[b], task, prompt, list(warnings))
+            res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch,
+                               decode_s=(t2 - t1) / batch)
+            results.append(res)
+        self.last_stats = {
+            "prefix_tokens": state.prefix_len,
+            "prompt_tokens": len(suffix_ids),
+            "generated_tokens": max(len(d.token_ids) for d in decoded),
+            "processed_tokens": len(suffix_ids) + fed,
+        }
+        return results
+
+    def _decode(self, state: _ImageState, logits: torch.Tensor, start: int) -> tuple[list[_Decoded], int]:
+        """Greedy decoding on the cache; returns per-sequence output and the number of positions fed."""
+        model = self.model
+        n_mask, seg_id = model.num_mask_tokens, model.seg_mask_id
+        batch = state.batch
+        decoded = [_Decoded() for _ in range(batch)]
+        pending: list[list[int]] = [[] for _ in range(batch)]  # tokens chosen but not yet fed
+        groups: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # states of the mask group being fed
+        done = [False] * batch
+        cursor, fed = start, 0
+        while True:
+            for b in range(batch):
+                if done[b] or pending[b]:
+                    continue
+                if len(decoded[b].token_ids) >= self.max_new_tokens:
+                    decoded[b].truncated = True
+                    done[b] = True
+                    continue
+                probs = torch.softmax(logits[b].float(), dim=-1)
+                tok = int(torch.argmax(probs))
+                decoded[b].token_ids.append(tok)
+                decoded[b].token_probs.append(float(probs[tok]))
+                if tok in self._eos_ids:
+                    done[b] = True
+                elif tok == seg_id:
+                    # the model started a mask: the other N-1 mask tokens are forced
+                    pending[b] = [seg_id] * n_mask
+                    extra = n_mask - 1
+                    decoded[b].token_ids.extend([seg_id] * extra)
+                    decoded[b].token_probs.extend([1.0] * extra)
+                else:
+                    pending[b] = [tok]
+            active = [b for b in range(batch) if not done[b]]
+            if not active:
+                break
+            k = min(len(pending[b]) for b in active)
+            if not self.one_forward_masks:
+                k = 1
+            rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in range(batch)]
+            out = self._forward(state, torch.tensor(rows, device=model.device), cursor)
+            cursor += k
+            fed += k
+            for b in active:
+                for j, tok in enumerate(pending[b][:k]):
+                    if tok == seg_id:
+                        groups[b].append(out.hidden_states[b, j])
+                        if len(groups[b]) == n_mask:
+                            decoded[b].mask_queries.append(torch.stack(groups[b]))
+                            groups[b] = []
+                pending[b] = pending[b][k:]
+            logits = out.logits[:, -1]
+        return decoded, fed
+
+    def _result(self, state: _ImageState, b: int, dec: _Decoded, task, prompt, warnings) -> Result:
+        model, frame = self.model, state.frames[b]
+        width, height = frame.size
+        ids = [t for t in dec.token_ids if t not in self._eos_ids]
+        text = model.tokenizer.decode(ids, skip_special_tokens=False)
+        parsed = grounding.parse(text)
+        warnings.extend(parsed.warnings)
+        if dec.truncated:
+            warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
+        t0 = time.perf_counter()
+        masks, mask_scores = self._masks(state, b, dec, (height, width))
+        mask_s = time.perf_counter() - t0
+        offsets = _char_offsets(model.tokenizer, ids)
+        objects: list[GroundedObject] = []
+        for span in parsed.objects:
+            token_score = _span_score(span.char_span, offsets, dec.token_probs)
+            boxes = [grounding.box_from_grid(bx, width, height) for bx in span.boxes]
+            lines = [grounding.line_from_grid(ln, width, height) for ln in span.lines]
+            points = [grounding.point_from_grid(p, width, height) for p in span.points]
+            span_masks = [m.index for m in span.masks if m.index < len(masks)]
+            n = max(len(boxes), len(lines), len(span_masks), 1 if points else 0)
+            for i in range(n):
+                mask = masks[span_masks[i]] if i < len(span_masks) else None
+                score = mask_scores[span_masks[i]] if mask is not None else token_score
+                objects.append(GroundedObject(
+                    label=span.label,
+                    box=boxes[i] if i < len(boxes) else None,
+                    points=points if i == 0 else [],
+                    line=lines[i] if i < len(lines) else None,
+                    mask=mask,
+                    score=score,
+                ))
+        result = Result(
+            task=task,
+            prompt=prompt or "",
+            text=text,
+            answer=parsed.answer,
+            objects=objects,
+            warnings=warnings,
+            timings={"mask_s": mask_s},
+            frame_index=frame.index,
+            source=frame.source,
+            image_size=(width, height),
+        )
+        result.attach_geometry(frame)
+        return result
+
+    def _masks(self, state: _ImageState, b: int, dec: _Decoded, size: tuple[int, int]):
+        if not dec.mask_queries:
+            return [], []
+        with torch.no_grad():
+            logits = self.model.decode_masks(
+                [torch.stack(dec.mask_queries)], [state.image_states[b]], [size]
+            )[0].float()
+        probs = torch.sigmoid(logits)
+        masks = (logits > self.mask_threshold).cpu().numpy()
+        scores = []
+        for m, p in zip(masks, probs):
+            inside = p[torch.from_numpy(m).to(p.device)]
+            scores.append(float(inside.mean()) if inside.numel() else 0.0)
+        return list(masks), scores
+
+
+# ---------------------------------------------------------------------- helpers
+def _as_frame(image: Frame | np.ndarray) -> Frame:
+    """Accept the I/O layer's Frame or a plain array (grey, RGB or RGBA); check what the model can see."""
+    if isinstance(image, Frame):
+        pixels, frame = image.pixels, image
+    else:
+        pixels = np.asarray(image)
+        frame = None
+    source = frame.source if frame is not None else "<array>"
+    if pixels.ndim == 2:
+        pixels = np.repeat(pixels[..., None], 3, axis=2)
+    if pixels.ndim != 3 or pixels.shape[2] not in (1, 3, 4):
+        raise PredictorError(f"{source}: image must be H x W, H x W x 3 or H x W x 4, got shape {pixels.shape}")
+    if pixels.shape[2] == 1:
+        pixels = np.repeat(pixels, 3, axis=2)
+    if pixels.shape[2] == 4:
+        pixels = pixels[..., :3]
+    h, w = pixels.shape[:2]
+    if min(h, w) < MIN_SIDE or max(h, w) > MAX_SIDE:
+        raise PredictorError(f"{source}: image of {w}x{h} pixels is outside {MIN_SIDE}..{MAX_SIDE} per side")
+    if pixels.dtype != np.uint8:
+        if not np.issubdtype(pixels.dtype, np.number) or not np.isfinite(pixels).all():
+            raise PredictorError(f"{source}: image has non-finite or non-numeric values ({pixels.dtype})")
+        lo, hi = float(pixels.min()), float(pixels.max())
+        scale = 255.0 / (hi - lo) if hi > lo else 0.0
+        pixels = ((pixels - lo) * scale).astype(np.uint8)
+    pixels = np.ascontiguousarray(pixels)
+    if frame is not None:
+        return Frame(pixels=pixels, spacing=frame.spacing, index=frame.index, source=frame.source,
+                     scan_mask=frame.scan_mask)
+    return Frame(pixels=pixels, spacing=None, index=0, source=source)
+
+
+def _numbers(values, n: int, what: str) -> list[float]:
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise PredictorError(f"{what} must be {n} numbers, got {values!r}") from None
+    if len(out) != n or not all(math.isfinite(v) for v in out):
+        raise PredictorError(f"{what} must be {n} finite numbers, got {values!r}")
+    return out
+
+
+def _to_device(enc, device, dtype) -> dict:
+    out = {}
+    for key, value in dict(enc).items():
+        if torch.is_tensor(value):
+            value = value.to(device, dtype) if value.is_floating_point() else value.to(device)
+        out[key] = value
+    return out
+
+
+def _char_offsets(tokenizer, ids: list[int]) -> list[int]:
+    """End offset in the decoded text of each token (decoding prefixes keeps multi-byte characters whole)."""
+    return [len(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)) for i in range(len(ids))]
+
+
+def _span_score(char_span: tuple[int, int], offsets: list[int], probs: list[float]) -> float | None:
+    """Mean probability of the tokens that overlap a span of the text."""
+    start, end = char_span
+    chosen, prev = [], 0
+    for off, p in zip(offsets, probs):
+        if off > start and prev < end:
+            chosen.append(p)
+        prev = off
+    return float(np.mean(chosen)) if chosen else None
