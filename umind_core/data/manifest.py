@@ -25,7 +25,8 @@ Schema of one line (keys in this order when written; unknown top-level keys are 
        "measurements": {"lesion width mm": 12.3}},   # optional: name -> number
      "conversations": [                         # optional, default []: filled by the conversation builder
        {"task": "segment",
-        "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}],
+        "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}],
+        "mask_objects": [0]}],                  # optional: object index of each mask group in the answer
      "source": {"generator": "umind synthetic", "seed": 123}}  # example of an extra key, kept as is
 
 Coordinates are pixels of the image (x = column, y = row, pixel centres on integers, origin top-left);
@@ -223,11 +224,17 @@ class Annotations:
 
 @dataclass
 class Conversation:
+    """``mask_objects``: for each mask group of the assistant answer, in order, the index of the object
+    (in ``annotations.objects``) whose mask supervises it; written only when non-empty."""
     task: str
     messages: list[dict[str, Any]] = field(default_factory=list)
+    mask_objects: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"task": self.task, "messages": [dict(m) for m in self.messages]}
+        out: dict[str, Any] = {"task": self.task, "messages": [dict(m) for m in self.messages]}
+        if self.mask_objects:
+            out["mask_objects"] = list(self.mask_objects)
+        return out
 
     @staticmethod
     def from_json(obj: Any, where: str) -> "Conversation":
@@ -242,7 +249,12 @@ class Conversation:
             if not isinstance(content, str) and not (
                     isinstance(content, list) and all(isinstance(p, dict) for p in content)):
                 raise _Invalid(f"{w}.content must be a string or a list of objects, got {content!r}")
-        return Conversation(_str(obj.get("task"), f"{where}.task"), [dict(m) for m in messages])
+        mask_objects = _list(obj.get("mask_objects", []), f"{where}.mask_objects")
+        for i, k in enumerate(mask_objects):
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+                raise _Invalid(f"{where}.mask_objects[{i}] must be a non-negative object index, got {k!r}")
+        return Conversation(_str(obj.get("task"), f"{where}.task"), [dict(m) for m in messages],
+                            [int(k) for k in mask_objects])
 
 
 @dataclass
