@@ -13,6 +13,11 @@ _LAZY = {
     "UMindModelError": ("umind_core.modeling.umind", "UMindModelError"),
     "UMindConfig": ("umind_core.modeling.config", "UMindConfig"),
     "LoraSettings": ("umind_core.modeling.config", "LoraSettings"),
+    "Predictor": ("umind_core.predictor", "Predictor"),
+    "Result": ("umind_core.results", "Result"),
+    "GroundedObject": ("umind_core.results", "GroundedObject"),
+    "demo_model_dir": ("umind_core.demo", "demo_model_dir"),
+    "load_model": ("umind_core.demo", "load_model"),
 }
 
 __all__ = ["__version__", *_LAZY]
