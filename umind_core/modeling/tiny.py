@@ -47,8 +47,9 @@ class TinySpec:
 SIZES: dict[str, TinySpec] = {
     # unit tests: well under a million parameters, a forward in milliseconds
     "tiny": TinySpec(64, 2, 4, 2, 16, 128, (4, 2, 2), 2, 32, 2, 64, 700, 256),
-    # the demo model: a few million parameters, trainable on a CPU in about an hour
-    "small": TinySpec(256, 4, 4, 2, 64, 768, (16, 8, 8), 4, 128, 4, 256, 2000, 256),
+    # the demo model: a few million parameters, trainable on a CPU in about an hour; 512 px gives a 16x16
+    # token grid (256 px only 8x8, which caps mask quality)
+    "small": TinySpec(256, 4, 4, 2, 64, 768, (16, 8, 8), 4, 128, 4, 256, 2000, 512),
 }
 
 _SITES = ["breast", "thyroid", "kidney", "liver", "fetal head", "heart", "carotid", "lung", "prostate", "ovary"]
