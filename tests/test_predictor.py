@@ -197,3 +197,12 @@ def test_constant_and_grey_images_are_valid(trained_tiny):
     p = Predictor(trained_tiny, max_new_tokens=8)
     p.set_image(np.full((100, 120), 7, np.float64))
     assert p.predict("report").image_size == (120, 100)
+
+
+def test_results_carry_the_models_confidence(predictor, tmp_path):
+    seg = predictor.predict("segment", "lesion")
+    assert 0 < seg.confidence["token_prob_min"] <= seg.confidence["token_prob_mean"] <= 1
+    assert 0 <= seg.confidence["mask_entropy"] <= 1
+    assert "mask_entropy" not in predictor.predict("report").confidence
+    back = Result.from_json(seg.to_json(tmp_path / "r.json"))
+    assert back.confidence == seg.confidence

@@ -63,6 +63,7 @@ class _Decoded:
 
     token_ids: list[int] = field(default_factory=list)
     token_probs: list[float] = field(default_factory=list)  # probability of each chosen token (1.0 when forced)
+    forced: list[bool] = field(default_factory=list)  # True for the N-1 mask tokens appended without choosing
     mask_queries: list[torch.Tensor] = field(default_factory=list)  # one (N, D) per mask group
     truncated: bool = False
 
@@ -291,6 +292,7 @@ class Predictor:
                 tok = int(torch.argmax(probs))
                 decoded[b].token_ids.append(tok)
                 decoded[b].token_probs.append(float(probs[tok]))
+                decoded[b].forced.append(False)
                 if tok in self._eos_ids:
                     done[b] = True
                 elif tok == seg_id:
@@ -299,6 +301,7 @@ class Predictor:
                     extra = n_mask - 1
                     decoded[b].token_ids.extend([seg_id] * extra)
                     decoded[b].token_probs.extend([1.0] * extra)
+                    decoded[b].forced.extend([True] * extra)
                 else:
                     pending[b] = [tok]
             active = [b for b in range(batch) if not done[b]]
@@ -332,7 +335,7 @@ class Predictor:
         if dec.truncated:
             warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
         t0 = time.perf_counter()
-        masks, mask_scores = self._masks(state, b, dec, (height, width))
+        masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width))
         mask_s = time.perf_counter() - t0
         offsets = _char_offsets(model.tokenizer, ids)
         objects: list[GroundedObject] = []
@@ -365,13 +368,14 @@ class Predictor:
             frame_index=frame.index,
             source=frame.source,
             image_size=(width, height),
+            confidence=_confidence(dec, mask_entropy),
         )
         result.attach_geometry(frame)
         return result
 
     def _masks(self, state: _ImageState, b: int, dec: _Decoded, size: tuple[int, int]):
         if not dec.mask_queries:
-            return [], []
+            return [], [], None
         with torch.no_grad():
             logits = self.model.decode_masks(
                 [torch.stack(dec.mask_queries)], [state.image_states[b]], [size]
@@ -382,7 +386,9 @@ class Predictor:
         for m, p in zip(masks, probs):
             inside = p[torch.from_numpy(m).to(p.device)]
             scores.append(float(inside.mean()) if inside.numel() else 0.0)
-        return list(masks), scores
+        p = probs.clamp(1e-6, 1 - 1e-6)
+        entropy = float((-(p * p.log2() + (1 - p) * (1 - p).log2())).mean())  # bits per pixel, 0..1
+        return list(masks), scores, entropy
 
 
 # ---------------------------------------------------------------------- helpers
@@ -416,6 +422,19 @@ def _as_frame(image: Frame | np.ndarray) -> Frame:
         return Frame(pixels=pixels, spacing=frame.spacing, index=frame.index, source=frame.source,
                      scan_mask=frame.scan_mask)
     return Frame(pixels=pixels, spacing=None, index=0, source=source)
+
+
+def _confidence(dec: _Decoded, mask_entropy: float | None) -> dict[str, float]:
+    """Uncertainty signals of one answer: chosen-token probabilities (forced mask tokens excluded) and the
+    mean binary entropy of its mask pixels."""
+    chosen = [p for p, forced in zip(dec.token_probs, dec.forced) if not forced]
+    out = {}
+    if chosen:
+        out["token_prob_mean"] = float(np.mean(chosen))
+        out["token_prob_min"] = float(np.min(chosen))
+    if mask_entropy is not None:
+        out["mask_entropy"] = mask_entropy
+    return out
 
 
 def _numbers(values, n: int, what: str) -> list[float]:

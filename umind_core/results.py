@@ -105,6 +105,8 @@ class Result:
     frame_index: int = 0
     source: str | None = None
     image_size: tuple[int, int] | None = None  # (W, H)
+    # the model's own confidence (active learning reads it): token_prob_mean, token_prob_min, mask_entropy
+    confidence: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.image_size is not None:
@@ -202,6 +204,7 @@ class Result:
             "warnings": list(self.warnings), "timings": dict(self.timings),
             "frame_index": self.frame_index, "source": self.source,
             "image_size": list(self.image_size) if self.image_size is not None else None,
+            "confidence": dict(self.confidence),
         }
 
     def to_json(self, path: str | os.PathLike, mask_format: str = "png") -> Path:
@@ -254,7 +257,8 @@ class Result:
                    warnings=list(d.get("warnings", [])),
                    timings={k: float(v) for k, v in (d.get("timings") or {}).items()},
                    frame_index=int(d.get("frame_index", 0)), source=d.get("source"),
-                   image_size=d.get("image_size"))
+                   image_size=d.get("image_size"),
+                   confidence={k: float(v) for k, v in (d.get("confidence") or {}).items()})
 
 
 def _physical(obj: GroundedObject, spacing: Sequence[float], geometry: Geometry | None,
