@@ -1,0 +1,389 @@
+"""UMind: ultrasound vision-language assistant for 3D Slicer, talking to the UMind MONAI Label
+server. This file only wires the Qt panel to UMindLib; everything testable lives there."""
+
+import json
+import logging
+import os
+
+import qt
+import slicer
+import vtk
+from slicer.ScriptedLoadableModule import (ScriptedLoadableModule, ScriptedLoadableModuleLogic,
+                                           ScriptedLoadableModuleTest,
+                                           ScriptedLoadableModuleWidget)
+
+from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
+from UMindLib.geometry import GeometryError
+from UMindLib.labelfiles import LabelFileError
+from UMindLib.replies import ReplyError
+from UMindLib.requests import RequestError
+
+SETTINGS_URLS = "UMind/ServerUrlHistory"
+SETTINGS_PROMPTS = "UMind/PromptHistory"
+DEFAULT_URL = "http://127.0.0.1:8000"
+HISTORY_LENGTH = 12
+TRAIN_POLL_MS = 5000
+USER_ERRORS = (UMindServerError, RequestError, GeometryError, LabelFileError, ReplyError,
+               ValueError)
+
+
+class UMind(ScriptedLoadableModule):
+    def __init__(self, parent):
+        ScriptedLoadableModule.__init__(self, parent)
+        self.parent.title = "UMind"
+        self.parent.categories = ["Ultrasound"]
+        self.parent.dependencies = ["Sequences", "Segmentations", "Markups"]
+        self.parent.contributors = ["UMind contributors"]
+        self.parent.helpText = (
+            "Segment, detect, locate landmarks, measure and interpret ultrasound images with the "
+            "UMind vision-language model served by MONAI Label. Not for clinical use.")
+        self.parent.acknowledgementText = "Built on 3D Slicer, MONAI Label and Qwen3-VL."
+
+
+class UMindWidget(ScriptedLoadableModuleWidget):
+    """The panel. Each slot reads the UI, calls the logic, shows the outcome or the error."""
+
+    def __init__(self, parent=None):
+        ScriptedLoadableModuleWidget.__init__(self, parent)
+        self.logic = None
+        self.info = None
+        self.resultNodes = None
+        self.trainTimer = None
+
+    def setup(self):
+        ScriptedLoadableModuleWidget.setup(self)
+        uiWidget = slicer.util.loadUI(self.resourcePath("UI/UMind.ui"))
+        self.layout.addWidget(uiWidget)
+        self.ui = slicer.util.childWidgetVariables(uiWidget)
+        uiWidget.setMRMLScene(slicer.mrmlScene)
+        self.logic = UMindLogic()
+
+        self.ui.taskComboBox.clear()
+        for task in TASK_PRESETS:
+            self.ui.taskComboBox.addItem(task)
+        self._loadHistory(self.ui.serverUrlComboBox, SETTINGS_URLS, [DEFAULT_URL])
+        self._loadHistory(self.ui.promptComboBox, SETTINGS_PROMPTS, [])
+        self.ui.positivePointsPlaceWidget.setMRMLScene(slicer.mrmlScene)
+        self.ui.negativePointsPlaceWidget.setMRMLScene(slicer.mrmlScene)
+        self.ui.roiPlaceWidget.setMRMLScene(slicer.mrmlScene)
+        self.ui.trainProgressBar.setValue(0)
+
+        self.ui.connectButton.connect("clicked(bool)", self.onConnect)
+        self.ui.taskComboBox.connect("currentIndexChanged(int)", self.onTaskChanged)
+        self.ui.clearPromptsButton.connect("clicked(bool)", self.onClearPrompts)
+        self.ui.runButton.connect("clicked(bool)", lambda: self.onRun(allFrames=False))
+        self.ui.runAllFramesButton.connect("clicked(bool)", lambda: self.onRun(allFrames=True))
+        self.ui.submitButton.connect("clicked(bool)", self.onSubmit)
+        self.ui.nextSampleButton.connect("clicked(bool)", self.onNextSample)
+        self.ui.trainButton.connect("clicked(bool)", self.onTrain)
+        self.ui.stopTrainButton.connect("clicked(bool)", self.onStopTrain)
+
+        self.trainTimer = qt.QTimer()
+        self.trainTimer.setInterval(TRAIN_POLL_MS)
+        self.trainTimer.connect("timeout()", self.onPollTrain)
+        self._ensurePromptNodes()
+        self.onTaskChanged(0)
+        self._status("Not connected. Enter the server address and press Connect.")
+
+    def cleanup(self):
+        if self.trainTimer is not None:
+            self.trainTimer.stop()
+
+    # helpers ---------------------------------------------------------------------------
+
+    def _status(self, text, error=False):
+        self.ui.statusLabel.setText(text)
+        self.ui.statusLabel.setStyleSheet("color: #c0392b;" if error else "")
+        (logging.error if error else logging.info)("UMind: " + text)
+
+    def _guard(self, what, fn, *args, **kwargs):
+        """Run a slot body; every expected failure becomes a status message, none a traceback."""
+        try:
+            with slicer.util.WaitCursor():
+                return fn(*args, **kwargs)
+        except USER_ERRORS as exc:
+            message = exc.message if isinstance(exc, UMindServerError) else str(exc)
+            self._status(f"{what} failed: {message}", error=True)
+        return None
+
+    def _loadHistory(self, combo, key, default):
+        values = slicer.util.settingsValue(key, default, converter=lambda v: list(v or []))
+        combo.clear()
+        for v in values or default:
+            combo.addItem(v)
+
+    def _remember(self, combo, key, text):
+        if not text:
+            return
+        older = [combo.itemText(i) for i in range(combo.count)]
+        items = ([text] + [v for v in older if v != text])[:HISTORY_LENGTH]
+        combo.clear()
+        for v in items:
+            combo.addItem(v)
+        combo.setCurrentIndex(0)
+        qt.QSettings().setValue(key, items)
+
+    def _ensurePromptNodes(self):
+        scene = slicer.mrmlScene
+        for widget, cls, name, color in (
+                (self.ui.positivePointsPlaceWidget, "vtkMRMLMarkupsFiducialNode",
+                 "UMind positive", (0.2, 0.9, 0.2)),
+                (self.ui.negativePointsPlaceWidget, "vtkMRMLMarkupsFiducialNode",
+                 "UMind negative", (0.9, 0.2, 0.2)),
+                (self.ui.roiPlaceWidget, "vtkMRMLMarkupsROINode", "UMind ROI", (1.0, 0.8, 0.0))):
+            node = widget.currentNode()
+            if node is None:
+                node = scene.GetFirstNodeByName(name) or scene.AddNewNodeByClass(cls, name)
+                node.CreateDefaultDisplayNodes()
+                node.GetDisplayNode().SetSelectedColor(*color)
+                widget.setCurrentNode(node)
+
+    def _volumeAndBrowser(self):
+        volume = self.ui.inputVolumeSelector.currentNode()
+        browser = None
+        if volume is not None:
+            browser = slicer.modules.sequences.logic().GetFirstBrowserNodeForProxyNode(volume)
+        return volume, browser
+
+    def _currentSlice(self, volume):
+        """k of the red view's slice through the volume (the 'current frame' of a volume)."""
+        sliceNode = slicer.app.layoutManager().sliceWidget("Red").mrmlSliceNode()
+        m = sliceNode.GetSliceToRAS()
+        ras = [m.GetElement(0, 3), m.GetElement(1, 3), m.GetElement(2, 3), 1.0]
+        rasToIjk = vtk.vtkMatrix4x4()
+        volume.GetRASToIJKMatrix(rasToIjk)
+        k = int(round(rasToIjk.MultiplyPoint(ras)[2]))
+        dims = volume.GetImageData().GetDimensions()
+        return min(max(k, 0), dims[2] - 1)
+
+    # slots -----------------------------------------------------------------------------
+
+    def onConnect(self):
+        url = self.ui.serverUrlComboBox.currentText.strip()
+
+        def connect():
+            self.info = self.logic.connect(url)
+            self._remember(self.ui.serverUrlComboBox, SETTINGS_URLS, url)
+            self.ui.modelComboBox.clear()
+            self.ui.modelComboBox.addItem("(by task)")
+            for name, spec in self.info.models.items():
+                self.ui.modelComboBox.addItem(f"{name} ({spec.get('type', '?')})", name)
+            self.ui.strategyComboBox.clear()
+            for name in self.info.strategies:
+                self.ui.strategyComboBox.addItem(name)
+            self.ui.modelVersionLabel.setText(self.info.model_version or "unknown")
+            self._status(f"Connected to {self.info.name or url} (MONAI Label "
+                         f"{self.info.version}), {len(self.info.models)} models.")
+        self._guard("Connect", connect)
+
+    def onTaskChanged(self, index):
+        task = self.ui.taskComboBox.currentText
+        preset = TASK_PRESETS.get(task)
+        if preset is not None:
+            self.ui.promptComboBox.lineEdit().setPlaceholderText(
+                preset.prompt or "Type your question")
+
+    def onClearPrompts(self):
+        for widget in (self.ui.positivePointsPlaceWidget, self.ui.negativePointsPlaceWidget,
+                       self.ui.roiPlaceWidget):
+            node = widget.currentNode()
+            if node is not None:
+                node.RemoveAllControlPoints()
+
+    def onRun(self, allFrames=False):
+        def run():
+            if self.logic.session is None:
+                raise RequestError("connect to a server first")
+            volume, browser = self._volumeAndBrowser()
+            if volume is None:
+                raise RequestError("select an image first")
+            self._ensurePromptNodes()
+            prompt = self.ui.promptComboBox.currentText.strip()
+            model = self.ui.modelComboBox.currentData or ""
+            frame = browser.GetSelectedItemNumber() if browser else self._currentSlice(volume)
+            reply, nodes = self.logic.run(
+                volume, task=self.ui.taskComboBox.currentText, prompt=prompt, model=model,
+                positiveNode=self.ui.positivePointsPlaceWidget.currentNode(),
+                negativeNode=self.ui.negativePointsPlaceWidget.currentNode(),
+                roiNode=self.ui.roiPlaceWidget.currentNode()
+                if self.ui.useRoiCheckBox.checked else None,
+                currentFrame=frame, allFrames=allFrames, browser=browser,
+                replace=self.ui.replaceSegmentsCheckBox.checked,
+                previous=self.resultNodes,
+                availableModels=list(self.info.models) if self.info else [])
+            self.resultNodes = nodes
+            self._remember(self.ui.promptComboBox, SETTINGS_PROMPTS, prompt)
+            self.ui.answerTextEdit.setPlainText(reply.answer)
+            if reply.version:
+                self.ui.modelVersionLabel.setText(reply.version)
+            done = f"{len(reply.all_results)} frame(s)" if allFrames else f"frame {frame}"
+            warn = ("; warnings: " + "; ".join(reply.warnings)) if reply.warnings else ""
+            self._status(f"Done on {done}: {len(reply.label_names)} label(s), "
+                         f"{len(nodes.all_markups())} markup(s){warn}")
+        self._guard("Run", run)
+
+    def onSubmit(self):
+        def submit():
+            if self.logic.session is None:
+                raise RequestError("connect to a server first")
+            volume, browser = self._volumeAndBrowser()
+            answer = self.ui.answerTextEdit.toPlainText()
+            res = self.logic.submit(volume, self.resultNodes, answer, browser)
+            self._status(f"Label saved for {res.get('image', '?')}"
+                         + (f"; {res['train']}" if res.get("train") else "."))
+        self._guard("Submit", submit)
+
+    def onNextSample(self):
+        def nextSample():
+            strategy = self.ui.strategyComboBox.currentText
+            if not strategy:
+                raise RequestError("the server lists no active-learning strategy")
+            node = self.logic.loadNextSample(strategy)
+            self.ui.inputVolumeSelector.setCurrentNode(node)
+            self.resultNodes = None
+            self.ui.answerTextEdit.setPlainText("")
+            self._status(f"Loaded sample {node.GetName()} ({strategy}).")
+        self._guard("Next sample", nextSample)
+
+    def onTrain(self):
+        def train():
+            trainers = list(self.info.trainers) if self.info else []
+            res = self.logic.trainStart(trainers[0] if trainers else "umind_lora")
+            self.trainTimer.start()
+            self._status(f"Training started: {json.dumps(res)[:200]}")
+        self._guard("Train", train)
+
+    def onStopTrain(self):
+        def stop():
+            self.logic.trainStop()
+            self.trainTimer.stop()
+            self._status("Training stopped.")
+        self._guard("Stop training", stop)
+
+    def onPollTrain(self):
+        def poll():
+            status = self.logic.trainStatus()
+            state = str(status.get("status", "")) if isinstance(status, dict) else ""
+            self.ui.trainProgressBar.setValue(int(trainProgress(status)))
+            if state and state != "RUNNING":
+                self.trainTimer.stop()
+                self.info = self.logic.connect(self.logic.session.client.server_url)
+                self.ui.modelVersionLabel.setText(self.info.model_version or "unknown")
+                self._status(f"Training {state.lower()}; model version "
+                             f"{self.info.model_version}.")
+        self._guard("Training status", poll)
+
+
+def trainProgress(status):
+    """0..100 from a MONAI Label train status (``progress`` or epoch/total in ``details``)."""
+    if not isinstance(status, dict):
+        return 0
+    if "progress" in status:
+        return max(0.0, min(100.0, float(status["progress"])))
+    for line in reversed(status.get("details") or []):
+        text = str(line)
+        if "epoch" in text.lower() and "/" in text:
+            try:
+                frac = text.lower().split("epoch")[1].split()[0]
+                done, total = (float(v) for v in frac.strip(":").split("/"))
+                return 100.0 * done / total if total else 0.0
+            except (IndexError, ValueError):
+                continue
+    return 100.0 if status.get("status") == "DONE" else 0.0
+
+
+class UMindLogic(ScriptedLoadableModuleLogic):
+    """Holds the server session; hands slicer.mrmlScene to UMindLib."""
+
+    def __init__(self):
+        ScriptedLoadableModuleLogic.__init__(self)
+        self.session = None
+
+    def connect(self, url, timeout=60.0):
+        from UMindLib.workflow import UMindSession
+
+        self.session = UMindSession(slicer.mrmlScene, UMindClient(url, timeout=timeout))
+        return self.session.info()
+
+    def run(self, volume, task, prompt="", model="", positiveNode=None, negativeNode=None,
+            roiNode=None, currentFrame=0, allFrames=False, browser=None, replace=True,
+            previous=None, availableModels=()):
+        from UMindLib.workflow import markup_positions, roi_box
+
+        seg = previous.segmentation if previous is not None and not allFrames else None
+        if seg is not None and seg.IsA("vtkMRMLSequenceNode"):
+            seg = None
+        text = previous.text if previous is not None else None
+        reply, nodes = self.session.run(
+            volume, task, prompt, model, markup_positions(positiveNode),
+            markup_positions(negativeNode), roi_box(roiNode), currentFrame, allFrames,
+            browser, seg, replace, text,
+            available_models=() if model else list(availableModels))
+        if nodes.segmentation is not None and nodes.segmentation.IsA("vtkMRMLSegmentationNode"):
+            nodes.segmentation.SetReferenceImageGeometryParameterFromVolumeNode(volume)
+            slicer.util.setSliceViewerLayers(background=volume)
+        return reply, nodes
+
+    def submit(self, volume, resultNodes, answer="", browser=None):
+        if self.session is None:
+            raise RequestError("connect to a server first")
+        if volume is None:
+            raise RequestError("select an image first")
+        seg = resultNodes.segmentation if resultNodes is not None else None
+        if seg is not None and not seg.IsA("vtkMRMLSegmentationNode"):
+            raise RequestError("submit one frame at a time: select the frame's segmentation")
+        markups = resultNodes.all_markups() if resultNodes is not None else []
+        sequence = browser.GetMasterSequenceNode() if browser is not None else None
+        return self.session.submit(volume, seg, markups, answer, sequence)
+
+    def loadNextSample(self, strategy):
+        from UMindLib.mrml import IMAGE_ID_ATTRIBUTE
+
+        image_id, data, filename = self.session.next_sample(strategy)
+        path = os.path.join(slicer.app.temporaryPath, "UMind", filename)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        node = slicer.util.loadVolume(path, {"name": image_id})
+        node.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
+        return node
+
+    def trainStart(self, model="umind_lora", params=None):
+        return self.session.client.train_start(model, params)
+
+    def trainStop(self):
+        return self.session.client.train_stop()
+
+    def trainStatus(self):
+        return self.session.client.train_status()
+
+
+class UMindTest(ScriptedLoadableModuleTest):
+    """In-Slicer smoke test: builds result nodes from a canned reply (no server needed)."""
+
+    def setUp(self):
+        slicer.mrmlScene.Clear()
+
+    def runTest(self):
+        self.setUp()
+        self.test_result_nodes()
+
+    def test_result_nodes(self):
+        import numpy as np
+
+        from UMindLib.mrml import build_result_nodes
+        from UMindLib.replies import InferReply, ParsedReply
+
+        volume = slicer.util.addVolumeFromArray(np.zeros((1, 32, 48), np.uint8))
+        volume.SetSpacing(0.2, 0.2, 1.0)
+        labels = np.zeros((1, 32, 48), np.uint8)
+        labels[0, 4:12, 6:20] = 1
+        reply = InferReply.from_parsed(ParsedReply({
+            "label_names": {"nodule": 1}, "answer": "A nodule.",
+            "result": {"task": "measure", "objects": [
+                {"label": "nodule", "line": [6, 4, 20, 12], "physical": {"length_mm": 3.2249}}]}}))
+        nodes = build_result_nodes(slicer.mrmlScene, volume, reply, labels)
+        self.assertEqual(nodes.segmentation.GetSegmentation().GetNthSegment(0).GetName(), "nodule")
+        self.assertAlmostEqual(nodes.lines[0].GetLineLengthWorld(), 3.2249, places=3)
+        self.assertEqual(nodes.text.GetText(), "A nodule.")
+        self.delayDisplay("UMind result nodes OK")

@@ -1,0 +1,16 @@
+"""UMindLib: everything of the UMind Slicer module that needs no Qt and no running Slicer.
+
+Importing the package itself loads only the standard-library parts (client, replies, requests,
+geometry); `mrml` and `submit` import VTK/MRML and are imported where needed, so the HTTP client
+also works in a plain Python.
+"""
+
+from .client import MultipartFile, UMindClient, UMindServerError
+from .geometry import GeometryError
+from .replies import InferReply, ParsedReply, ReplyError, ServerObject, ServerResult
+from .requests import (TASK_PRESETS, InferRequest, RequestError, RoiBox, UIState,
+                       build_infer_request)
+
+__all__ = ["UMindClient", "UMindServerError", "MultipartFile", "GeometryError", "InferReply",
+           "ParsedReply", "ReplyError", "ServerObject", "ServerResult", "TASK_PRESETS",
+           "InferRequest", "RequestError", "RoiBox", "UIState", "build_infer_request"]

@@ -1,0 +1,221 @@
+"""Server replies -> plain objects: multipart or JSON-only bodies, then the UMind params.
+
+MONAI Label answers /infer with multipart/form-data (a ``params`` JSON part and a label-map file
+part), with the file alone (output=image) or with JSON alone (output=json). The stock Slicer
+client chokes on the JSON-only form; here all three come out as one `ParsedReply`, and
+`InferReply.from_parsed` reads the UMind params (results of `umind_core.results.Result.to_dict`)
+without importing umind_core, which is not installed inside Slicer.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.parser
+import email.policy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply",
+           "parse_reply", "filename_from_disposition"]
+
+
+class ReplyError(ValueError):
+    """A reply body or its params do not have the expected shape; the message says where."""
+
+
+@dataclass
+class ParsedReply:
+    """What came back: the params dict (may be empty) and the label-map file, if any."""
+
+    params: dict
+    label_bytes: bytes | None = field(default=None, repr=False)
+    label_filename: str | None = None
+
+
+def filename_from_disposition(disposition: str) -> str | None:
+    if not disposition:
+        return None
+    msg = email.message.EmailMessage(policy=email.policy.HTTP)
+    msg["Content-Disposition"] = disposition
+    name = msg.get_filename()
+    return name.replace("\\", "/").rsplit("/", 1)[-1] if name else None
+
+
+def parse_reply(body: bytes, content_type: str, content_disposition: str = "") -> ParsedReply:
+    """Decode one /infer reply body according to its Content-Type."""
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    if ctype.startswith("multipart/"):
+        return _parse_multipart(body, content_type)
+    if ctype in ("application/json", "text/json") or (not ctype and body[:1] in (b"{", b"[")):
+        return ParsedReply(_json_params(body, "reply"))
+    if not body:
+        return ParsedReply({})
+    return ParsedReply({}, body, filename_from_disposition(content_disposition) or "label")
+
+
+def _json_params(data: bytes, where: str) -> dict:
+    try:
+        d = json.loads(data.decode("utf-8") or "{}")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ReplyError(f"{where}: invalid JSON: {exc}") from exc
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise ReplyError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _parse_multipart(body: bytes, content_type: str) -> ParsedReply:
+    if "boundary=" not in content_type:
+        raise ReplyError("multipart reply without a boundary in its Content-Type")
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    if not msg.is_multipart():
+        raise ReplyError("multipart reply could not be split into parts")
+    params: dict = {}
+    label, label_name = None, None
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        filename = part.get_filename()
+        payload = part.get_payload(decode=True) or b""
+        if filename:
+            if label is not None:
+                raise ReplyError(f"multipart reply has two files: {label_name!r}, {filename!r}")
+            label, label_name = payload, filename.replace("\\", "/").rsplit("/", 1)[-1]
+        elif name == "params":
+            params = _json_params(payload, "params part")
+    return ParsedReply(params, label, label_name)
+
+
+def _opt_floats(v: Any, n: int, where: str) -> tuple[float, ...] | None:
+    if v is None:
+        return None
+    try:
+        out = tuple(float(c) for c in v)
+    except (TypeError, ValueError) as exc:
+        raise ReplyError(f"{where}: expected {n} numbers, got {v!r}") from exc
+    if len(out) != n:
+        raise ReplyError(f"{where}: expected {n} numbers, got {len(out)}")
+    return out
+
+
+@dataclass
+class ServerObject:
+    """One grounded object, in pixel coordinates of its frame (x right, y down)."""
+
+    label: str | None = None
+    box: tuple[float, float, float, float] | None = None
+    points: list[tuple[float, float]] = field(default_factory=list)
+    line: tuple[float, float, float, float] | None = None
+    score: float | None = None
+    mask: dict | None = None
+    physical: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> "ServerObject":
+        if not isinstance(d, dict):
+            raise ReplyError(f"{where}: expected an object dict, got {type(d).__name__}")
+        pts = d.get("points") or []
+        if not isinstance(pts, list):
+            raise ReplyError(f"{where}.points: expected a list, got {pts!r}")
+        score = d.get("score")
+        return cls(label=d.get("label") or None,
+                   box=_opt_floats(d.get("box"), 4, f"{where}.box"),  # type: ignore[arg-type]
+                   points=[_opt_floats(p, 2, f"{where}.points[{i}]")  # type: ignore[misc]
+                           for i, p in enumerate(pts)],
+                   line=_opt_floats(d.get("line"), 4, f"{where}.line"),  # type: ignore[arg-type]
+                   score=None if score is None else float(score),
+                   mask=d.get("mask") if isinstance(d.get("mask"), dict) else None,
+                   physical=d.get("physical") if isinstance(d.get("physical"), dict) else {})
+
+
+@dataclass
+class ServerResult:
+    """One frame's result (the dict form of umind_core's Result)."""
+
+    task: str = ""
+    prompt: str = ""
+    text: str = ""
+    answer: str = ""
+    objects: list[ServerObject] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    frame_index: int = 0
+    image_size: tuple[int, int] | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "result") -> "ServerResult":
+        if not isinstance(d, dict):
+            raise ReplyError(f"{where}: expected a dict, got {type(d).__name__}")
+        objs = d.get("objects") or []
+        if not isinstance(objs, list):
+            raise ReplyError(f"{where}.objects: expected a list")
+        size = d.get("image_size")
+        try:
+            frame = int(d.get("frame_index") or 0)
+        except (TypeError, ValueError) as exc:
+            raise ReplyError(f"{where}.frame_index: not an integer: "
+                             f"{d.get('frame_index')!r}") from exc
+        return cls(task=str(d.get("task") or ""), prompt=str(d.get("prompt") or ""),
+                   text=str(d.get("text") or ""), answer=str(d.get("answer") or ""),
+                   objects=[ServerObject.from_dict(o, f"{where}.objects[{i}]")
+                            for i, o in enumerate(objs)],
+                   warnings=[str(w) for w in d.get("warnings") or []],
+                   timings=dict(d.get("timings") or {}), frame_index=frame,
+                   image_size=None if size is None else  # type: ignore[arg-type]
+                   tuple(int(v) for v in _opt_floats(size, 2, f"{where}.image_size")))
+
+
+@dataclass
+class InferReply:
+    """Everything the widget shows after one /infer call."""
+
+    label_names: dict[str, int] = field(default_factory=dict)
+    result: ServerResult | None = None
+    results: list[ServerResult] = field(default_factory=list)
+    markups: dict | None = None
+    answer: str = ""
+    version: str = ""
+    label_bytes: bytes | None = field(default=None, repr=False)
+    label_filename: str | None = None
+    params: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def all_results(self) -> list[ServerResult]:
+        """Per-frame results when there are several, else the single one."""
+        if self.results:
+            return self.results
+        return [self.result] if self.result is not None else []
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.all_results for w in r.warnings]
+
+    @classmethod
+    def from_parsed(cls, parsed: ParsedReply) -> "InferReply":
+        p = parsed.params or {}
+        names = p.get("label_names") or {}
+        if not isinstance(names, dict):
+            raise ReplyError(f"label_names: expected a dict, got {type(names).__name__}")
+        try:
+            label_names = {str(k): int(v) for k, v in names.items()}
+        except (TypeError, ValueError) as exc:
+            raise ReplyError(f"label_names: values must be integers: {names!r}") from exc
+        result = ServerResult.from_dict(p["result"]) if p.get("result") else None
+        results_raw = p.get("results") or []
+        if not isinstance(results_raw, list):
+            raise ReplyError("results: expected a list of per-frame results")
+        results = [ServerResult.from_dict(r, f"results[{i}]") for i, r in enumerate(results_raw)]
+        markups = p.get("markups")
+        if markups is not None and not isinstance(markups, dict):
+            raise ReplyError(f"markups: expected a Slicer mrk.json dict, got "
+                             f"{type(markups).__name__}")
+        answer = p.get("answer")
+        if not answer:
+            first = result or (results[0] if results else None)
+            answer = first.answer if first else ""
+        return cls(label_names=label_names, result=result, results=results, markups=markups,
+                   answer=str(answer or ""), version=str(p.get("version") or ""),
+                   label_bytes=parsed.label_bytes, label_filename=parsed.label_filename,
+                   params=p)

@@ -1,0 +1,173 @@
+"""UI state -> one /infer request (model, image id, params), with no Qt in sight.
+
+The server reads visual prompts as voxel indices of ITS copy of the image, as the stock MONAI
+Label module sends them: ``foreground`` / ``background`` [[i, j, k], ...], ``roi``
+[i0, i1, j0, j1, k0, k1]; the frame selection is ``frames`` ("current" | "all" | "a-b") plus
+``slice`` = the current frame. Slicer places markups in RAS, so every point passes through the
+volume's RAS->IJK matrix here, and a click outside the image is refused instead of clipped.
+(Named ``requests`` after the job, not the PyPI package, which the Lib never imports.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
+
+__all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "UIState", "InferRequest",
+           "build_infer_request", "parse_frames", "model_for_task"]
+
+
+class RequestError(ValueError):
+    """The UI state cannot make a valid request; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class TaskPreset:
+    """A task the prompt box offers: which server model runs it and what it asks by default."""
+
+    task: str
+    model: str
+    prompt: str
+    output: str  # "all" when a label map can come back, "json" for text answers
+    needs_prompt: bool = False
+
+
+TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
+    TaskPreset("segment", "umind_segment", "Segment the lesion.", "all"),
+    TaskPreset("detect", "umind_detect", "Detect every lesion.", "all"),
+    TaskPreset("landmarks", "umind_landmarks", "Locate the anatomical landmarks.", "json"),
+    TaskPreset("measure", "umind_landmarks", "Measure the lesion's longest diameter.", "json"),
+    TaskPreset("diagnose", "umind_interpret", "What is the diagnosis?", "json"),
+    TaskPreset("report", "umind_interpret", "Write an ultrasound report for this image.",
+               "json"),
+    TaskPreset("ask", "umind_interpret", "", "json", needs_prompt=True),
+]}
+INTERACTIVE_MODEL = "umind_interactive"
+
+
+def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str] = ()) -> str:
+    """The server model for a task: clicks/ROI on a segmentation go to the DEEPGROW model;
+    when the server lacks the preferred one, fall back to the segmentation model."""
+    if task not in TASK_PRESETS:
+        raise RequestError(f"unknown task {task!r}; choose one of {', '.join(TASK_PRESETS)}")
+    model = TASK_PRESETS[task].model
+    if task == "segment" and has_visual_prompts:
+        model = INTERACTIVE_MODEL
+    if available and model not in available:
+        for alt in [TASK_PRESETS[task].model] + (["umind_segment"] if task == "segment" else []):
+            if alt in available:
+                return alt
+        raise RequestError(f"the server offers no model for task {task!r} "
+                           f"(has: {', '.join(available)})")
+    return model
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+
+
+def parse_frames(frames: str, n_frames: int | None = None) -> str:
+    """Validate the frame selection: "current", "all", "k" or "a-b" (inclusive, 0-based)."""
+    f = (frames or "current").strip().lower()
+    if f in ("current", "all"):
+        return f
+    m = _RANGE.match(f)
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+    elif f.isdigit():
+        a = b = int(f)
+    else:
+        raise RequestError(f"frames {frames!r}: use current, all, a frame number or a-b")
+    if a > b:
+        raise RequestError(f"frames {frames!r}: the range starts after it ends")
+    if n_frames is not None and b >= n_frames:
+        raise RequestError(f"frames {frames!r}: the clip has frames 0..{n_frames - 1}")
+    return f"{a}-{b}"
+
+
+@dataclass
+class RoiBox:
+    """A Slicer ROI in RAS: centre, full size along its axes, and the axes (unit columns)."""
+
+    center: Sequence[float]
+    size: Sequence[float]
+    axes: Sequence[Sequence[float]] | None = None  # 3x3, columns = ROI x, y, z in RAS
+
+    def corners(self) -> np.ndarray:
+        c = np.asarray(self.center, dtype=np.float64)
+        half = np.asarray(self.size, dtype=np.float64) / 2.0
+        if c.shape != (3,) or half.shape != (3,) or np.any(half < 0):
+            raise RequestError(f"ROI needs a 3D centre and a non-negative size, got "
+                               f"{list(self.center)} / {list(self.size)}")
+        ax = np.eye(3) if self.axes is None else np.asarray(self.axes, dtype=np.float64)
+        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+        return c[None, :] + (signs * half[None, :]) @ ax.T
+
+
+@dataclass
+class UIState:
+    """What the widget knows when Run is pressed (all positions in RAS)."""
+
+    task: str
+    prompt: str = ""
+    image_id: str = ""
+    ras_to_ijk: Any = None  # 4x4 of the image volume (vtkMatrix4x4 or array)
+    dims: Sequence[int] = (0, 0, 0)  # volume dimensions (I, J, K)
+    foreground: list[Sequence[float]] = field(default_factory=list)
+    background: list[Sequence[float]] = field(default_factory=list)
+    roi: RoiBox | None = None
+    frames: str = "current"
+    current_frame: int = 0
+    n_frames: int | None = None
+    model: str = ""  # empty: chosen from the task
+    available_models: Sequence[str] = ()
+    options: dict = field(default_factory=dict)  # extra task config from /info
+
+
+@dataclass
+class InferRequest:
+    model: str
+    image_id: str
+    params: dict
+    output: str = "all"
+
+
+def build_infer_request(state: UIState) -> InferRequest:
+    """Turn the UI state into the request; every problem is a `RequestError` for the user."""
+    if state.task not in TASK_PRESETS:
+        raise RequestError(f"unknown task {state.task!r}; choose one of "
+                           f"{', '.join(TASK_PRESETS)}")
+    preset = TASK_PRESETS[state.task]
+    prompt = (state.prompt or "").strip() or preset.prompt
+    if preset.needs_prompt and not prompt:
+        raise RequestError(f"task {state.task!r} needs a question in the prompt box")
+    has_visual = bool(state.foreground or state.background or state.roi is not None)
+    model = state.model or model_for_task(state.task, has_visual, state.available_models)
+    frames = parse_frames(state.frames, state.n_frames)
+    dims = [int(d) for d in state.dims]
+    if len(dims) != 3 or min(dims) < 1:
+        raise RequestError(f"the image has invalid dimensions {list(state.dims)}")
+    k = int(state.current_frame)
+    if not 0 <= k < (state.n_frames or dims[2] or 1) and frames == "current":
+        raise RequestError(f"current frame {k} is outside the clip")
+    params: dict[str, Any] = dict(state.options)
+    params.update({"prompt": prompt, "task": state.task, "frames": frames, "slice": k})
+    if has_visual:
+        if state.ras_to_ijk is None:
+            raise RequestError("points or ROI were placed but the image geometry is unknown")
+        try:
+            m = as_matrix(state.ras_to_ijk, "RAS->IJK matrix")
+            params["foreground"] = [ijk_index(ras_to_ijk(m, p), dims, "positive point")
+                                    for p in state.foreground]
+            params["background"] = [ijk_index(ras_to_ijk(m, p), dims, "negative point")
+                                    for p in state.background]
+            if state.roi is not None:
+                params["roi"] = box_ras_to_ijk_extent(m, state.roi.corners(), dims)
+        except GeometryError as exc:
+            raise RequestError(str(exc)) from exc
+    return InferRequest(model=model, image_id=state.image_id, params=params,
+                        output=preset.output)

@@ -1,0 +1,204 @@
+"""One user action = one method: the glue between client, request building and MRML builders.
+
+Lives in the Lib (not in UMind.py) so that a whole Run / Submit round trip is testable against a
+stub server and a headless scene; the Slicer Logic class only hands in ``slicer.mrmlScene``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from dataclasses import replace as replace_
+from typing import Any, Sequence
+
+import numpy as np
+
+from .client import MultipartFile, UMindClient
+from .labelfiles import decode_label_file, encode_image_nrrd
+from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result_nodes,
+                   sequence_frames, segmentation_sequence, volume_array, volume_geometry)
+from .replies import InferReply
+from .requests import RequestError, RoiBox, UIState, build_infer_request
+from .submit import prepare_submission
+
+__all__ = ["ServerInfo", "UMindSession", "markup_positions", "roi_box"]
+
+
+@dataclass
+class ServerInfo:
+    """The parts of /info/ the widget shows."""
+
+    name: str = ""
+    version: str = ""
+    models: dict = field(default_factory=dict)
+    trainers: dict = field(default_factory=dict)
+    strategies: dict = field(default_factory=dict)
+    model_version: str = ""
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ServerInfo":
+        if not isinstance(d, dict):
+            raise ValueError(f"/info/ returned {type(d).__name__}, not a JSON object")
+        umind = d.get("umind") if isinstance(d.get("umind"), dict) else {}
+        return cls(name=str(d.get("name", "")), version=str(d.get("version", "")),
+                   models=dict(d.get("models") or {}), trainers=dict(d.get("trainers") or {}),
+                   strategies=dict(d.get("strategies") or {}),
+                   model_version=str(umind.get("version", "")), raw=d)
+
+
+def markup_positions(node: Any) -> list[list[float]]:
+    """RAS positions of a fiducial node's defined control points (none for a missing node)."""
+    if node is None:
+        return []
+    out = []
+    for i in range(node.GetNumberOfControlPoints()):
+        if hasattr(node, "GetNthControlPointPositionStatus") and \
+                node.GetNthControlPointPositionStatus(i) != 2:  # 2 = PositionDefined
+            continue
+        out.append([float(v) for v in node.GetNthControlPointPositionVector(i)])
+    return out
+
+
+def roi_box(node: Any) -> RoiBox | None:
+    """An ROI markup -> `RoiBox` in RAS (None when absent or not placed yet)."""
+    if node is None or node.GetNumberOfControlPoints() == 0:
+        return None
+    center = [0.0, 0.0, 0.0]
+    node.GetCenter(center)
+    axes = np.zeros((3, 3))
+    for c, getter in enumerate((node.GetXAxis, node.GetYAxis, node.GetZAxis)):
+        v = [0.0, 0.0, 0.0]
+        getter(v)
+        axes[:, c] = v
+    return RoiBox(center, list(node.GetSize()), axes)
+
+
+class UMindSession:
+    """A scene and a server client. Stateless apart from the node attributes it sets."""
+
+    def __init__(self, scene: Any, client: UMindClient) -> None:
+        self.scene = scene
+        self.client = client
+
+    def info(self) -> ServerInfo:
+        return ServerInfo.from_dict(self.client.info())
+
+    # images ------------------------------------------------------------------------------
+
+    def image_file(self, volume_node: Any, sequence_node: Any = None) -> MultipartFile:
+        """The image as an upload: a volume as it is, a cine sequence stacked to (W, H, N)."""
+        if sequence_node is not None:
+            frames, geometry = sequence_frames(sequence_node)
+            data, name = frames, sequence_node.GetName()
+            m = geometry.ijk_to_ras
+        else:
+            data, name = volume_array(volume_node), volume_node.GetName()
+            m = volume_geometry(volume_node).ijk_to_ras
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "image"
+        return MultipartFile(f"{safe}.nrrd", encode_image_nrrd(data, m))
+
+    def ensure_image_id(self, volume_node: Any, sequence_node: Any = None) -> str:
+        """The server id of the image; uploaded once (id kept as a node attribute)."""
+        holder = sequence_node if sequence_node is not None else volume_node
+        image_id = holder.GetAttribute(IMAGE_ID_ATTRIBUTE)
+        if image_id:
+            return image_id
+        upload = self.image_file(volume_node, sequence_node)
+        image_id = self.client.upload_image(upload, upload.filename[:-len(".nrrd")])
+        holder.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
+        if holder is not volume_node:
+            volume_node.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
+        return image_id
+
+    # inference ---------------------------------------------------------------------------
+
+    def run(self, volume_node: Any, task: str, prompt: str = "", model: str = "",
+            foreground: Sequence[Sequence[float]] = (), background: Sequence[Sequence[float]] = (),
+            roi: RoiBox | None = None, current_frame: int = 0, all_frames: bool = False,
+            browser_node: Any = None, segmentation_node: Any = None, replace: bool = True,
+            text_node: Any = None, options: dict | None = None,
+            available_models: Sequence[str] = ()) -> tuple[InferReply, ResultNodes]:
+        """Run on the current frame (or all frames) and put the results into the scene."""
+        if volume_node is None:
+            raise RequestError("select an image first")
+        sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
+        g = volume_geometry(volume_node)
+        n_frames = sequence.GetNumberOfDataNodes() if sequence is not None else g.dims[2]
+        if sequence is not None:
+            current_frame = browser_node.GetSelectedItemNumber()
+        image_id = self.ensure_image_id(volume_node, sequence)
+        state = UIState(task=task, prompt=prompt, image_id=image_id, ras_to_ijk=g.ras_to_ijk,
+                        dims=g.dims, foreground=list(foreground), background=list(background),
+                        roi=roi, frames="all" if all_frames else "current",
+                        current_frame=current_frame if sequence is None else 0,
+                        n_frames=None if sequence is not None else n_frames, model=model,
+                        available_models=available_models, options=dict(options or {}))
+        req = build_infer_request(state)
+        if sequence is not None:  # the server's image is the whole clip: k is the frame
+            req.params["slice"] = int(current_frame)
+            for key in ("foreground", "background"):
+                if key in req.params:
+                    req.params[key] = [[i, j, int(current_frame)] for i, j, _ in req.params[key]]
+            if "roi" in req.params:
+                r = req.params["roi"]
+                req.params["roi"] = r[:4] + [int(current_frame), int(current_frame)]
+        reply = InferReply.from_parsed(
+            self.client.infer(req.model, req.image_id, req.params, output=req.output))
+        labels = None
+        if reply.label_bytes:
+            labels = decode_label_file(reply.label_bytes, reply.label_filename or "label").array
+        if sequence is not None:
+            return reply, self._place_on_clip(volume_node, browser_node, reply, labels,
+                                              all_frames, current_frame, segmentation_node,
+                                              replace, text_node)
+        nodes = build_result_nodes(self.scene, volume_node, reply, labels, segmentation_node,
+                                   replace, text_node)
+        return reply, nodes
+
+    def _place_on_clip(self, volume_node: Any, browser_node: Any, reply: InferReply,
+                       labels: np.ndarray | None, all_frames: bool, current_frame: int,
+                       segmentation_node: Any, replace: bool, text_node: Any) -> ResultNodes:
+        """Cine: all frames -> a segmentation sequence; one frame -> nodes on the proxy."""
+        if all_frames and labels is not None:
+            if labels.shape[0] != browser_node.GetMasterSequenceNode().GetNumberOfDataNodes():
+                raise MRMLBuildError(f"the server returned {labels.shape[0]} label frames for "
+                                     f"a clip of {browser_node.GetNumberOfItems()}")
+            plain = InferReply(answer=reply.answer, markups=None,
+                               result=reply.results[current_frame]
+                               if current_frame < len(reply.results) else reply.result)
+            nodes = build_result_nodes(self.scene, volume_node, plain, None, None, replace,
+                                       text_node)
+            nodes.segmentation = segmentation_sequence(self.scene, browser_node, labels,
+                                                       reply.label_names)
+            return nodes
+        if labels is not None and labels.shape[0] > 1:
+            labels = labels[current_frame]
+        result = _frame_result(reply, current_frame)
+        one = InferReply(label_names=reply.label_names, answer=reply.answer,
+                         markups=reply.markups,  # the proxy volume holds just this frame: k = 0
+                         result=None if result is None else replace_(result, frame_index=0))
+        return build_result_nodes(self.scene, volume_node, one, labels, segmentation_node,
+                                  replace, text_node)
+
+    # labels and learning -------------------------------------------------------------------
+
+    def submit(self, volume_node: Any, segmentation_node: Any = None,
+               markup_nodes: Sequence[Any] = (), answer: str = "",
+               sequence_node: Any = None) -> dict:
+        image_id = self.ensure_image_id(volume_node, sequence_node)
+        sub = prepare_submission(self.scene, volume_node, image_id, segmentation_node,
+                                 markup_nodes, answer)
+        return self.client.save_label(sub.image_id, sub.file, sub.info)
+
+    def next_sample(self, strategy: str) -> tuple[str, bytes, str]:
+        """(image id, file bytes, file name) of the sample the strategy picks."""
+        sample = self.client.next_sample(strategy)
+        data, name = self.client.download_image(str(sample["id"]))
+        return str(sample["id"]), data, name
+
+
+def _frame_result(reply: InferReply, frame: int):
+    for r in reply.results:
+        if r.frame_index == frame:
+            return r
+    return reply.result

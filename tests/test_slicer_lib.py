@@ -1,0 +1,675 @@
+"""UMindLib under pytest: headless MRML from slicer-core, a stub HTTP server on 127.0.0.1.
+
+The stub replays the replies the UMind MONAI Label server sends (multipart params + label file,
+JSON only, FastAPI errors); it is not the real server (end-to-end tests run that)."""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import io
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+
+slicer = pytest.importorskip("slicer")
+vtk = pytest.importorskip("vtk")
+if not hasattr(slicer, "vtkMRMLScene"):
+    pytest.skip("slicer-core (headless MRML) is not installed", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"))
+
+from UMindLib import geometry as geo  # noqa: E402
+from UMindLib import labelfiles as lf  # noqa: E402
+from UMindLib import mrml, submit  # noqa: E402
+from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
+from UMindLib.replies import InferReply, ParsedReply, ReplyError, ServerResult, parse_reply  # noqa: E402
+from UMindLib.requests import (RequestError, RoiBox, UIState, build_infer_request,  # noqa: E402
+                               model_for_task, parse_frames)
+from UMindLib.workflow import UMindSession, markup_positions, roi_box  # noqa: E402
+
+SPACING = (0.5, 0.25, 2.0)
+ORIGIN = (10.0, 20.0, 30.0)
+DIMS = (60, 40, 3)  # I, J, K
+
+
+@pytest.fixture
+def scene():
+    s = slicer.vtkMRMLScene()
+    mrml.ensure_node_classes(s)
+    s.AddNewNodeByClass("vtkMRMLSelectionNode")  # quiets the unit look-ups of measurements
+    return s
+
+
+def make_volume(scene, dims=DIMS, spacing=SPACING, origin=ORIGIN, name="img", values=None):
+    vol = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", name)
+    img = vtk.vtkImageData()
+    img.SetDimensions(*dims)
+    from vtk.util import numpy_support
+
+    arr = values if values is not None else \
+        (np.arange(np.prod(dims)) % 251).astype(np.uint8).reshape(dims[::-1])
+    img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(arr.ravel(), deep=True))
+    vol.SetAndObserveImageData(img)
+    vol.SetSpacing(*spacing)
+    vol.SetOrigin(*origin)
+    vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)  # a file in LPS, as Slicer loads it
+    return vol
+
+
+@pytest.fixture
+def volume(scene):
+    return make_volume(scene)
+
+
+def frame_labels():
+    lab = np.zeros(DIMS[1::-1], np.uint8)
+    lab[5:10, 5:20] = 1
+    lab[20:30, 30:50] = 2
+    return lab
+
+
+def server_result_dict(frame_index=1, spacing=SPACING[:2]):
+    """A Result dict exactly as umind_core writes it (its to_dict), with physical filled."""
+    from umind_core.results import GroundedObject, Result
+
+    mask = np.zeros(DIMS[1::-1], bool)
+    mask[5:10, 5:20] = True
+    res = Result(task="measure", prompt="Measure the nodule.", answer="A 9 mm nodule.",
+                 frame_index=frame_index, image_size=DIMS[:2], objects=[
+                     GroundedObject(label="nodule", box=(5, 5, 20, 10), points=[(7, 6), (18, 9)],
+                                    line=(5, 5, 20, 10), mask=mask, score=0.9),
+                     GroundedObject(label="cyst", points=[(40, 25)])])
+    res.attach_geometry(spacing)
+    return res.to_dict({0: "r.mask0.png"})
+
+
+# geometry -------------------------------------------------------------------------------
+
+def test_ras_ijk_round_trip_and_lps_flip(volume):
+    g = mrml.volume_geometry(volume)
+    ras = geo.ijk_to_ras(g.ijk_to_ras, (4, 6, 2))
+    assert np.allclose(ras, [10 - 4 * 0.5, 20 - 6 * 0.25, 30 + 2 * 2.0])
+    assert np.allclose(geo.ras_to_ijk(g.ras_to_ijk, ras), (4, 6, 2))
+    assert geo.ras_to_lps([1, 2, 3]) == [-1, -2, 3] and geo.lps_to_ras([-1, -2, 3]) == [1, 2, 3]
+    assert np.allclose(g.spacing, SPACING)
+    with pytest.raises(geo.GeometryError, match="outside the image"):
+        geo.ijk_index((60.2, 0, 0), DIMS)
+    with pytest.raises(geo.GeometryError, match="4x4"):
+        geo.as_matrix(np.eye(3))
+
+
+def test_roi_extent_is_clipped_and_refuses_boxes_outside(volume):
+    g = mrml.volume_geometry(volume)
+    corners = [geo.ijk_to_ras(g.ijk_to_ras, c) for c in [(-5, 3, 0), (10, 12, 1)]]
+    assert geo.box_ras_to_ijk_extent(g.ras_to_ijk, corners, DIMS) == [0, 10, 3, 12, 0, 1]
+    far = [geo.ijk_to_ras(g.ijk_to_ras, c) for c in [(100, 3, 0), (120, 12, 1)]]
+    with pytest.raises(geo.GeometryError, match="outside the image"):
+        geo.box_ras_to_ijk_extent(g.ras_to_ijk, far, DIMS)
+
+
+# label files ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ext", [".nrrd", ".nii.gz", ".nii"])
+def test_decodes_label_maps_written_by_simpleitk(tmp_path, ext):
+    sitk = pytest.importorskip("SimpleITK")
+    v = (np.arange(3 * 7 * 12).reshape(3, 7, 12) % 4).astype(np.uint8)
+    img = sitk.GetImageFromArray(v)
+    img.SetSpacing((0.5, 0.3, 2.0))
+    sitk.WriteImage(img, str(tmp_path / f"x{ext}"), True)
+    out = lf.decode_label_file((tmp_path / f"x{ext}").read_bytes(), f"x{ext}")
+    assert out.array.dtype == np.uint8 and np.array_equal(out.array, v)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_decodes_png_label_maps_written_by_pillow(optimize):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 6, (37, 53)).astype(np.uint8)
+    a[:, :10] = np.arange(10)  # smooth rows make Pillow choose Sub/Paeth filters
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="PNG", optimize=optimize)
+    out = lf.decode_label_file(buf.getvalue(), "x.png")
+    assert out.array.shape == (1, 37, 53) and np.array_equal(out.array[0], a)  # row 0 on top
+
+
+def test_own_encoders_read_back_by_simpleitk(tmp_path):
+    sitk = pytest.importorskip("SimpleITK")
+    v = (np.arange(3 * 7 * 12).reshape(3, 7, 12) % 5).astype(np.uint8)
+    m = geo.ijk_to_ras_matrix(ORIGIN, SPACING, np.diag([-1.0, -1.0, 1.0]))
+    (tmp_path / "o.nrrd").write_bytes(lf.encode_nrrd(v, m))
+    img = sitk.ReadImage(str(tmp_path / "o.nrrd"))
+    assert np.array_equal(sitk.GetArrayFromImage(img), v)
+    assert np.allclose(img.GetSpacing(), SPACING)
+    assert np.allclose(img.GetOrigin(), [-10, -20, 30])  # LPS on disk
+    assert np.array_equal(lf.decode_label_file(lf.encode_png(v[1])).array[0], v[1])
+    rgb = np.random.default_rng(1).integers(0, 255, (1, 7, 12, 3)).astype(np.uint8)
+    (tmp_path / "rgb.nrrd").write_bytes(lf.encode_image_nrrd(rgb, m))
+    img = sitk.ReadImage(str(tmp_path / "rgb.nrrd"))
+    assert img.GetNumberOfComponentsPerPixel() == 3
+    assert np.array_equal(sitk.GetArrayFromImage(img), rgb)
+
+
+def test_bad_label_files_raise_clear_errors():
+    with pytest.raises(lf.LabelFileError, match="empty"):
+        lf.decode_label_file(b"", "a.nrrd")
+    with pytest.raises(lf.LabelFileError, match="not a NRRD"):
+        lf.decode_label_file(b"hello world", "a.bin")
+    with pytest.raises(lf.LabelFileError, match="need"):
+        lf.decode_label_file(b"NRRD0004\ntype: uchar\ndimension: 2\nsizes: 4 4\n"
+                             b"encoding: raw\n\n\x00\x01", "short.nrrd")
+    with pytest.raises(lf.LabelFileError, match="0..255"):
+        lf.encode_png(np.full((2, 2), 300, np.uint16))
+
+
+# replies --------------------------------------------------------------------------------
+
+def test_parses_the_servers_multipart_reply():
+    from requests_toolbelt import MultipartEncoder  # what MONAI Label 0.8.5 answers with
+
+    params = {"label_names": {"nodule": 1}, "result": server_result_dict(), "version": "v3"}
+    enc = MultipartEncoder(fields={
+        "params": (None, json.dumps(params), "application/json"),
+        "image": ("/tmp/tmpab12.png", io.BytesIO(lf.encode_png(frame_labels())), "image/png")})
+    parsed = parse_reply(enc.to_string(), enc.content_type)
+    assert parsed.params == params and parsed.label_filename == "tmpab12.png"
+    assert np.array_equal(lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
+    reply = InferReply.from_parsed(parsed)
+    assert reply.label_names == {"nodule": 1} and reply.version == "v3"
+    assert reply.answer == "A 9 mm nodule."  # taken from the result when params lack one
+    obj = reply.result.objects[0]
+    assert obj.label == "nodule" and obj.box == (5, 5, 20, 10) and obj.points[1] == (18, 9)
+    assert obj.physical["length_mm"] == pytest.approx(np.hypot(15 * 0.5, 5 * 0.25))
+
+
+def test_json_only_and_file_only_replies():
+    parsed = parse_reply(b'{"answer": "benign", "label_names": {}}', "application/json")
+    assert parsed.label_bytes is None and InferReply.from_parsed(parsed).answer == "benign"
+    parsed = parse_reply(b"\x89PNG...", "image/png", 'attachment; filename="lab.png"')
+    assert parsed.params == {} and parsed.label_filename == "lab.png"
+    with pytest.raises(ReplyError, match="invalid JSON"):
+        parse_reply(b"{nope", "application/json")
+    with pytest.raises(ReplyError, match="label_names"):
+        InferReply.from_parsed(ParsedReply({"label_names": {"a": "x"}}))
+    with pytest.raises(ReplyError, match=r"objects\[0\]\.box"):
+        ServerResult.from_dict({"objects": [{"box": [1, 2, 3]}]})
+
+
+# requests -------------------------------------------------------------------------------
+
+def test_request_converts_clicks_and_roi_from_ras_to_voxels(volume):
+    g = mrml.volume_geometry(volume)
+    fg = geo.ijk_to_ras(g.ijk_to_ras, (12, 7, 1))
+    bg = geo.ijk_to_ras(g.ijk_to_ras, (40.3, 30.4, 1))
+    roi = RoiBox(center=geo.ijk_to_ras(g.ijk_to_ras, (20, 15, 1)), size=(10 * 0.5, 8 * 0.25, 2.0))
+    req = build_infer_request(UIState(task="segment", prompt="segment the nodule", image_id="im1",
+                                      ras_to_ijk=g.ras_to_ijk, dims=g.dims, foreground=[fg],
+                                      background=[bg], roi=roi, current_frame=1))
+    assert req.model == "umind_interactive" and req.output == "all" and req.image_id == "im1"
+    p = req.params
+    assert p["foreground"] == [[12, 7, 1]] and p["background"] == [[40, 30, 1]]
+    assert p["roi"] == [15, 25, 11, 19, 1, 1]
+    assert (p["prompt"], p["task"], p["frames"], p["slice"]) == \
+        ("segment the nodule", "segment", "current", 1)
+
+
+def test_request_presets_and_errors(volume):
+    g = mrml.volume_geometry(volume)
+    base = dict(ras_to_ijk=g.ras_to_ijk, dims=g.dims)
+    req = build_infer_request(UIState(task="report", **base))
+    assert req.model == "umind_interpret" and req.output == "json"
+    assert req.params["prompt"].startswith("Write an ultrasound report")
+    assert "foreground" not in req.params
+    with pytest.raises(RequestError, match="needs a question"):
+        build_infer_request(UIState(task="ask", **base))
+    with pytest.raises(RequestError, match="unknown task"):
+        build_infer_request(UIState(task="paint", **base))
+    outside = geo.ijk_to_ras(g.ijk_to_ras, (70, 1, 0))
+    with pytest.raises(RequestError, match="positive point .* outside"):
+        build_infer_request(UIState(task="segment", foreground=[outside], **base))
+    assert parse_frames(" 3 - 10 ", 20) == "3-10" and parse_frames("4") == "4-4"
+    with pytest.raises(RequestError, match="0..4"):
+        parse_frames("2-7", 5)
+    assert model_for_task("segment", True, ["umind_segment"]) == "umind_segment"
+    with pytest.raises(RequestError, match="no model"):
+        model_for_task("detect", False, ["umind_segment"])
+
+
+# MRML builders --------------------------------------------------------------------------
+
+def test_label_map_becomes_named_segments_on_the_volume_geometry(scene, volume):
+    seg = mrml.label_map_to_segmentation(scene, volume, frame_labels(), {"nodule": 1, "cyst": 2},
+                                         frame_index=1)
+    s = seg.GetSegmentation()
+    names = [s.GetNthSegment(i).GetName() for i in range(s.GetNumberOfSegments())]
+    colors = {s.GetNthSegment(i).GetColor() for i in range(s.GetNumberOfSegments())}
+    assert names == ["nodule", "cyst"] and len(colors) == 2
+    for i, value in enumerate((1, 2)):
+        a = mrml.segment_array(scene, seg, s.GetNthSegmentID(i), volume)
+        assert a.shape == DIMS[::-1]
+        assert np.array_equal(a[1], frame_labels() == value) and a[0].sum() == a[2].sum() == 0
+    # one labelmap voxel sits exactly on the volume's voxel: same IJK->RAS
+    img = s.GetNthSegment(0).GetRepresentation("Binary labelmap")
+    m = vtk.vtkMatrix4x4()
+    img.GetImageToWorldMatrix(m)
+    assert np.allclose(geo.as_matrix(m), mrml.volume_geometry(volume).ijk_to_ras)
+
+
+def test_replace_or_add_segments(scene, volume):
+    seg = mrml.label_map_to_segmentation(scene, volume, frame_labels(), {"nodule": 1, "cyst": 2})
+    first_colors = {seg.GetSegmentation().GetNthSegment(i).GetColor() for i in range(2)}
+    lab = np.zeros_like(frame_labels())
+    lab[0:3, 0:3] = 1
+    mrml.label_map_to_segmentation(scene, volume, lab, {"nodule": 1}, seg, replace=False)
+    s = seg.GetSegmentation()
+    names = [s.GetNthSegment(i).GetName() for i in range(s.GetNumberOfSegments())]
+    assert names == ["nodule", "cyst", "nodule 2"]
+    assert s.GetNthSegment(2).GetColor() not in first_colors
+    mrml.label_map_to_segmentation(scene, volume, lab, {"vessel": 1}, seg, replace=True)
+    assert seg.GetSegmentation().GetNumberOfSegments() == 1
+    assert seg.GetSegmentation().GetNthSegment(0).GetName() == "vessel"
+    with pytest.raises(mrml.MRMLBuildError, match="fits neither"):
+        mrml.label_map_to_segmentation(scene, volume, np.zeros((5, 5), np.uint8), {"a": 1})
+
+
+def test_segmentation_saved_as_seg_nrrd_reads_back_identical(scene, volume, tmp_path):
+    seg = mrml.label_map_to_segmentation(scene, volume, frame_labels(), {"nodule": 1, "cyst": 2},
+                                         frame_index=2)
+    storage = scene.AddNewNodeByClass("vtkMRMLSegmentationStorageNode")
+    storage.SetFileName(str(tmp_path / "umind.seg.nrrd"))
+    assert storage.WriteData(seg)
+    seg2 = scene.AddNewNodeByClass("vtkMRMLSegmentationNode")
+    reader = scene.AddNewNodeByClass("vtkMRMLSegmentationStorageNode")
+    reader.SetFileName(str(tmp_path / "umind.seg.nrrd"))
+    assert reader.ReadData(seg2)
+    a, b = seg.GetSegmentation(), seg2.GetSegmentation()
+    assert b.GetNumberOfSegments() == 2
+    for i in range(2):
+        assert b.GetNthSegment(i).GetName() == a.GetNthSegment(i).GetName()
+        assert np.allclose(b.GetNthSegment(i).GetColor(), a.GetNthSegment(i).GetColor(), atol=1e-5)
+        assert np.array_equal(mrml.segment_array(scene, seg2, b.GetNthSegmentID(i), volume),
+                              mrml.segment_array(scene, seg, a.GetNthSegmentID(i), volume))
+
+
+def test_points_lines_rois_and_answer_nodes(scene, volume):
+    res = ServerResult.from_dict(server_result_dict(frame_index=2))
+    g = mrml.volume_geometry(volume)
+    fid = mrml.add_fiducials(scene, volume, res)
+    assert fid.GetNumberOfControlPoints() == 3
+    assert [fid.GetNthControlPointLabel(i) for i in range(3)] == ["nodule", "nodule", "cyst"]
+    assert np.allclose(fid.GetNthControlPointPositionVector(0), geo.ijk_to_ras(g.ijk_to_ras, (7, 6, 2)))
+    (line,) = mrml.add_lines(scene, volume, res)
+    assert line.GetName() == "nodule"
+    assert line.GetLineLengthWorld() == pytest.approx(res.objects[0].physical["length_mm"], rel=1e-9)
+    (roi,) = mrml.add_rois(scene, volume, res)
+    center = [0.0, 0.0, 0.0]
+    roi.GetCenter(center)
+    assert np.allclose(center, geo.ijk_to_ras(g.ijk_to_ras, (12.5, 7.5, 2)))
+    assert np.allclose(roi.GetSize(), (15 * 0.5, 5 * 0.25, 2.0))
+    assert np.allclose(roi.GetSize()[:2], res.objects[0].physical["box_size_mm"])
+    text = mrml.set_answer_text(scene, res.answer)
+    assert text.GetText() == "A 9 mm nodule."
+    assert mrml.set_answer_text(scene, "edited", text) is text and text.GetText() == "edited"
+    single = make_volume(scene, dims=(60, 40, 1), name="frame")
+    assert mrml.add_fiducials(scene, single, res).GetNthControlPointPositionVector(0)[2] == \
+        pytest.approx(ORIGIN[2])  # a one-frame volume: the result sits on its only slice
+
+
+def test_markups_saved_as_mrk_json_are_lps_and_read_back_identical(scene, volume, tmp_path):
+    res = ServerResult.from_dict(server_result_dict())
+    nodes = [mrml.add_fiducials(scene, volume, res)] + mrml.add_lines(scene, volume, res) + \
+        mrml.add_rois(scene, volume, res)
+    for i, node in enumerate(nodes):
+        path = tmp_path / f"n{i}.mrk.json"
+        storage = node.CreateDefaultStorageNode()
+        storage.SetFileName(str(path))
+        assert storage.WriteData(node)
+        doc = json.loads(path.read_text())
+        m = doc["markups"][0]
+        assert m["coordinateSystem"] == "LPS"
+        p0 = node.GetNthControlPointPositionVector(0)
+        assert np.allclose(m["controlPoints"][0]["position"], geo.ras_to_lps(p0))
+        back = scene.AddNewNodeByClass(node.GetClassName())
+        reader = back.CreateDefaultStorageNode()
+        reader.SetFileName(str(path))
+        assert reader.ReadData(back)
+        assert back.GetNumberOfControlPoints() == node.GetNumberOfControlPoints()
+        for k in range(node.GetNumberOfControlPoints()):
+            assert np.allclose(back.GetNthControlPointPositionVector(k),
+                               node.GetNthControlPointPositionVector(k))
+            assert back.GetNthControlPointLabel(k) == node.GetNthControlPointLabel(k)
+    assert back.GetSize() == pytest.approx(nodes[-1].GetSize())
+
+
+def test_server_markups_json_becomes_nodes(scene, volume, tmp_path):
+    from umind_core.imageio import write_markups_json
+
+    write_markups_json([{"type": "Fiducial", "name": "landmarks",
+                         "points_lps": [[-8.0, -18.0, 32.0], [-1.0, -2.0, 3.0]]},
+                        {"type": "Line", "name": "diameter",
+                         "points_lps": [[0.0, 0.0, 30.0], [3.0, 4.0, 30.0]]}],
+                       tmp_path / "m.mrk.json")
+    nodes = mrml.markups_dict_to_nodes(scene, json.loads((tmp_path / "m.mrk.json").read_text()))
+    assert [n.GetName() for n in nodes] == ["landmarks", "diameter"]
+    assert np.allclose(nodes[0].GetNthControlPointPositionVector(0), [8.0, 18.0, 32.0])  # RAS
+    assert nodes[1].GetLineLengthWorld() == pytest.approx(5.0)
+    with pytest.raises(mrml.MRMLBuildError, match="unsupported type"):
+        mrml.markups_dict_to_nodes(scene, {"markups": [{"type": "Hologram"}]})
+
+
+# submitting -----------------------------------------------------------------------------
+
+def test_segments_to_label_map_round_trip(scene, volume):
+    full = np.zeros(DIMS[::-1], np.uint8)
+    full[1] = frame_labels()
+    full[2, 30:35, 2:8] = 3
+    names = {"nodule": 1, "cyst": 2, "vessel": 3}
+    seg = mrml.label_map_to_segmentation(scene, volume, full, names)
+    labels, back = submit.segmentation_to_label_map(scene, seg, volume)
+    assert back == names and np.array_equal(labels, full)
+    seg2 = mrml.label_map_to_segmentation(scene, volume, labels, back)
+    labels2, _ = submit.segmentation_to_label_map(scene, seg2, volume)
+    assert np.array_equal(labels2, full)
+
+
+def test_markups_json_and_label_info_round_trip(scene, volume):
+    res = ServerResult.from_dict(server_result_dict())
+    nodes = [mrml.add_fiducials(scene, volume, res)] + mrml.add_lines(scene, volume, res)
+    doc = submit.markups_to_json(scene, nodes)
+    assert [m["type"] for m in doc["markups"]] == ["Fiducial", "Line"]
+    assert all(m["coordinateSystem"] == "LPS" for m in doc["markups"])
+    again = mrml.markups_dict_to_nodes(scene, doc)
+    for a, b in zip(nodes, again):
+        assert b.GetNumberOfControlPoints() == a.GetNumberOfControlPoints()
+        assert np.allclose(b.GetNthControlPointPositionVector(0), a.GetNthControlPointPositionVector(0))
+    info = submit.label_info({"nodule": 1}, "Corrected: benign.", doc)
+    assert json.loads(json.dumps(info)) == {"label_names": {"nodule": 1},
+                                            "answer": "Corrected: benign.", "markups": doc}
+    assert submit.markups_to_json(scene, []) is None
+
+
+def test_prepare_submission_files_and_errors(scene, volume):
+    single = make_volume(scene, dims=(60, 40, 1), name="frame")
+    seg = mrml.label_map_to_segmentation(scene, single, frame_labels(), {"nodule": 1, "cyst": 2})
+    sub = submit.prepare_submission(scene, single, "img7", seg, answer=" benign ")
+    assert sub.file.filename == "img7.png" and sub.info["answer"] == "benign"
+    assert np.array_equal(lf.decode_label_file(sub.file.data).array[0], frame_labels())
+    seg3 = mrml.label_map_to_segmentation(scene, volume, frame_labels(), {"nodule": 1}, frame_index=1)
+    sub3 = submit.prepare_submission(scene, volume, "vol", seg3)
+    assert sub3.file.filename == "vol.nrrd"
+    assert np.array_equal(lf.decode_label_file(sub3.file.data).array[1], frame_labels())
+    assert sub3.info["label_names"] == {"nodule": 1, "label 2": 2}  # unnamed values keep a name
+    with pytest.raises(submit.SubmitError, match="no server id"):
+        submit.prepare_submission(scene, single, "", seg)
+    with pytest.raises(submit.SubmitError, match="nothing to submit"):
+        submit.prepare_submission(scene, single, "img7")
+
+
+# HTTP client against a stub -------------------------------------------------------------
+
+class Stub:
+    """Records requests; answers from a {(method, path): handler} table."""
+
+    def __init__(self):
+        self.requests = []
+        self.routes = {}
+
+
+def _handler(stub):
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _do(self):
+            url = urlsplit(self.path)
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            stub.requests.append({"method": self.command, "path": url.path,
+                                  "query": {k: v[0] for k, v in parse_qs(url.query).items()},
+                                  "headers": dict(self.headers), "body": body})
+            fn = stub.routes.get((self.command, url.path))
+            if fn is None:
+                status, ctype, out = 404, "application/json", b'{"detail": "Not Found"}'
+            else:
+                status, ctype, out = fn(stub.requests[-1])
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _do
+    return H
+
+
+@pytest.fixture
+def stub():
+    s = Stub()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(s))
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    s.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield s
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def js(d, status=200):
+    return lambda req: (status, "application/json", json.dumps(d).encode())
+
+
+def multipart_fields(req):
+    head = f"Content-Type: {req['headers']['Content-Type']}\r\n\r\n".encode()
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + req["body"])
+    return {p.get_param("name", header="content-disposition"): (p.get_filename(), p.get_payload(decode=True))
+            for p in msg.iter_parts()}
+
+
+INFO = {"name": "UMind", "version": "0.8.5",
+        "models": {"umind_segment": {"type": "segmentation", "labels": {"lesion": 1}},
+                   "umind_interactive": {"type": "deepgrow"}, "umind_detect": {"type": "detection"},
+                   "umind_landmarks": {"type": "others"}, "umind_interpret": {"type": "others"}},
+        "trainers": {"umind_lora": {}}, "strategies": {"umind_uncertainty": {}},
+        "umind": {"version": "v3", "history": ["v1", "v2", "v3"]}}
+
+
+def infer_reply(labels, params):
+    from requests_toolbelt import MultipartEncoder
+
+    def fn(req):
+        enc = MultipartEncoder(fields={
+            "params": (None, json.dumps(params), "application/json"),
+            "image": ("label.png", io.BytesIO(lf.encode_png(labels)), "image/png")})
+        return 200, enc.content_type, enc.to_string()
+    return fn
+
+
+def test_client_info_infer_and_errors_verbatim(stub):
+    stub.routes[("GET", "/info/")] = js(INFO)
+    params = {"label_names": {"nodule": 1}, "result": server_result_dict(0)}
+    stub.routes[("POST", "/infer/umind_segment")] = infer_reply(frame_labels(), params)
+    stub.routes[("POST", "/infer/umind_interpret")] = js({"answer": "benign"})
+    stub.routes[("POST", "/infer/umind_detect")] = js({"detail": "Image 'x' not found"}, 404)
+    c = UMindClient(stub.url.replace("http://", ""), timeout=5)
+    assert c.info()["umind"]["version"] == "v3"
+    parsed = c.infer("umind_segment", "img 1", {"prompt": "Segment.", "foreground": [[1, 2, 0]]})
+    assert parsed.params == params and np.array_equal(
+        lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
+    req = stub.requests[-1]
+    assert req["query"] == {"image": "img 1", "output": "all"}
+    assert json.loads(multipart_fields(req)["params"][1]) == {"prompt": "Segment.",
+                                                              "foreground": [[1, 2, 0]]}
+    assert c.infer("umind_interpret", "img", output="json").params == {"answer": "benign"}
+    with pytest.raises(UMindServerError) as err:
+        c.infer("umind_detect", "x")
+    assert err.value.status == 404 and err.value.message == "Image 'x' not found"
+    with pytest.raises(ValueError, match="not an http"):
+        UMindClient("ftp://host")
+
+
+def test_client_server_down_and_timeout(stub):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    with pytest.raises(UMindServerError) as err:
+        UMindClient(f"http://127.0.0.1:{port}", timeout=2).info()
+    assert err.value.status is None and "cannot reach the server" in err.value.message
+
+    def slow(req):
+        time.sleep(1.5)
+        return 200, "application/json", b"{}"
+    stub.routes[("GET", "/info/")] = slow
+    with pytest.raises(UMindServerError, match="did not answer within 0.3 s"):
+        UMindClient(stub.url, timeout=0.3).info()
+
+
+def test_client_labels_samples_and_training(stub):
+    stub.routes[("PUT", "/datastore/label")] = js({"image": "im1", "label": "im1", "train": "queued"})
+    stub.routes[("POST", "/activelearning/umind_uncertainty")] = js({"id": "im2", "weight": 1})
+    stub.routes[("POST", "/activelearning/random")] = js({})
+    stub.routes[("GET", "/datastore/image")] = lambda req: (200, "application/octet-stream", b"IMG")
+    stub.routes[("POST", "/train/umind_lora")] = js({"id": "t1", "status": "SUBMITTED"})
+    stub.routes[("DELETE", "/train/")] = js({"id": "t1", "status": "STOPPED"})
+    c = UMindClient(stub.url, timeout=5)
+    res = c.save_label("im1", MultipartFile("im1.png", b"PNGDATA", "image/png"),
+                       {"label_names": {"nodule": 1}, "answer": "benign"})
+    assert res["train"] == "queued"
+    req = stub.requests[-1]
+    assert req["query"] == {"image": "im1", "tag": "final"}
+    fields = multipart_fields(req)
+    assert fields["label"] == ("im1.png", b"PNGDATA")
+    assert json.loads(fields["params"][1]) == {"label_names": {"nodule": 1}, "answer": "benign"}
+    assert c.next_sample("umind_uncertainty")["id"] == "im2"
+    with pytest.raises(UMindServerError, match="no sample"):
+        c.next_sample("random")
+    assert c.download_image("im2") == (b"IMG", "im2")
+    assert c.train_start(params={"epochs": 1})["status"] == "SUBMITTED"
+    assert json.loads(stub.requests[-1]["body"]) == {"epochs": 1}
+    assert c.train_status() == {}  # 404 "no train task" is an answer
+    stub.routes[("GET", "/train/")] = js({"id": "t1", "status": "RUNNING"})
+    assert c.train_status()["status"] == "RUNNING" and c.train_status(check_if_running=True)
+    assert c.train_stop()["status"] == "STOPPED"
+
+
+# workflow: whole round trips ----------------------------------------------------------
+
+def test_session_run_and_submit_round_trip(stub, scene):
+    single = make_volume(scene, dims=(60, 40, 1), name="us frame")
+    stub.routes[("GET", "/info/")] = js(INFO)
+    stub.routes[("PUT", "/datastore/image")] = js({"image": "us_frame"})
+    params = {"label_names": {"nodule": 1, "cyst": 2}, "result": server_result_dict(0),
+              "answer": "Two lesions.", "version": "v3"}
+    stub.routes[("POST", "/infer/umind_interactive")] = infer_reply(frame_labels(), params)
+    stub.routes[("PUT", "/datastore/label")] = js({"image": "us_frame", "label": "us_frame"})
+    session = UMindSession(scene, UMindClient(stub.url, timeout=5))
+    info = session.info()
+    assert info.model_version == "v3" and "umind_lora" in info.trainers
+    pos = scene.AddNewNodeByClass("vtkMRMLMarkupsFiducialNode")
+    g = mrml.volume_geometry(single)
+    pos.AddControlPoint(vtk.vtkVector3d(*geo.ijk_to_ras(g.ijk_to_ras, (10, 7, 0))))
+    reply, nodes = session.run(single, "segment", foreground=markup_positions(pos),
+                               available_models=list(info.models))
+    upload = stub.requests[1]
+    assert upload["path"] == "/datastore/image" and multipart_fields(upload)["file"][0] == "us_frame.nrrd"
+    sent = json.loads(multipart_fields(stub.requests[2])["params"][1])
+    assert sent["foreground"] == [[10, 7, 0]] and sent["task"] == "segment"
+    assert stub.requests[2]["query"]["image"] == "us_frame"
+    assert reply.answer == "Two lesions." and nodes.text.GetText() == "Two lesions."
+    s = nodes.segmentation.GetSegmentation()
+    assert [s.GetNthSegment(i).GetName() for i in range(2)] == ["nodule", "cyst"]
+    assert len(nodes.lines) == 1 and len(nodes.rois) == 1 and len(nodes.fiducials) == 1
+    session.run(single, "segment", available_models=list(info.models), model="umind_interactive")
+    assert sum(r["path"] == "/datastore/image" for r in stub.requests) == 1  # uploaded once
+    session.submit(single, nodes.segmentation, nodes.all_markups(), "One lesion, benign.")
+    fields = multipart_fields(stub.requests[-1])
+    info_sent = json.loads(fields["params"][1])
+    assert info_sent["label_names"] == {"nodule": 1, "cyst": 2}
+    assert info_sent["answer"] == "One lesion, benign."
+    assert [m["type"] for m in info_sent["markups"]["markups"]] == ["Fiducial", "Line", "ROI"]
+    assert np.array_equal(lf.decode_label_file(fields["label"][1]).array[0], frame_labels())
+
+
+def _clip(scene, n=3):
+    seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "clip")
+    seq.SetIndexName("frame")
+    seq.SetIndexType(seq.NumericIndex)
+    for f in range(n):
+        tmp = slicer.vtkMRMLScene()
+        vol = make_volume(tmp, dims=(60, 40, 1), values=np.full((1, 40, 60), f * 10, np.uint8))
+        seq.SetDataNodeAtValue(vol, str(f))
+    browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", "clip browser")
+    browser.SetAndObserveMasterSequenceNodeID(seq.GetID())
+    proxy = make_volume(scene, dims=(60, 40, 1), name="clip proxy")
+    browser.AddProxyNode(proxy, seq, False)
+    return seq, browser, proxy
+
+
+def test_cine_clip_frames_and_segmentation_sequence(scene):
+    seq, browser, proxy = _clip(scene)
+    frames, g = mrml.sequence_frames(seq)
+    assert frames.shape == (3, 40, 60) and [int(frames[f, 0, 0]) for f in range(3)] == [0, 10, 20]
+    assert np.allclose(g.spacing, SPACING)
+    labels = np.stack([frame_labels() * (f % 2) for f in range(3)])
+    seg_seq = mrml.segmentation_sequence(scene, browser, labels, {"nodule": 1, "cyst": 2})
+    assert seg_seq.GetNumberOfDataNodes() == 3 and browser.IsSynchronizedSequenceNode(seg_seq)
+    item = seg_seq.GetDataNodeAtValue("1")
+    assert item.GetSegmentation().GetNumberOfSegments() == 2
+    assert item.GetSegmentation().GetNthSegment(0).GetName() == "nodule"
+    assert scene.GetFirstNodeByName("__umind_frame__") is None
+    with pytest.raises(mrml.MRMLBuildError, match="2 label frames for 3"):
+        mrml.segmentation_sequence(scene, browser, labels[:2], {"nodule": 1})
+
+
+def test_session_runs_on_all_frames_of_a_clip(stub, scene):
+    seq, browser, proxy = _clip(scene)
+    browser.SetSelectedItemNumber(1)
+    stack = np.stack([frame_labels() * (f != 0) for f in range(3)])
+    params = {"label_names": {"nodule": 1, "cyst": 2},
+              "results": [server_result_dict(f) for f in range(3)]}
+
+    def reply(req):
+        from requests_toolbelt import MultipartEncoder
+
+        enc = MultipartEncoder(fields={
+            "params": (None, json.dumps(params), "application/json"),
+            "image": ("label.nrrd", io.BytesIO(lf.encode_nrrd(stack)), "application/octet-stream")})
+        return 200, enc.content_type, enc.to_string()
+    stub.routes[("PUT", "/datastore/image")] = js({"image": "clip"})
+    stub.routes[("POST", "/infer/umind_segment")] = reply
+    session = UMindSession(scene, UMindClient(stub.url, timeout=5))
+    _, nodes = session.run(proxy, "segment", browser_node=browser, all_frames=True)
+    uploaded = lf.decode_label_file(multipart_fields(stub.requests[0])["file"][1])  # reads NRRD
+    assert uploaded.array.shape == (3, 40, 60) and int(uploaded.array[2, 0, 0]) == 20
+    sent = json.loads(multipart_fields(stub.requests[1])["params"][1])
+    assert sent["frames"] == "all" and sent["slice"] == 1
+    assert nodes.segmentation.IsA("vtkMRMLSequenceNode")
+    assert nodes.segmentation.GetNumberOfDataNodes() == 3
+    assert len(nodes.lines) == 1 and nodes.lines[0].GetNthControlPointPositionVector(0)[2] == \
+        pytest.approx(ORIGIN[2])
+    _, one = session.run(proxy, "segment", browser_node=browser)
+    sent = json.loads(multipart_fields(stub.requests[-1])["params"][1])
+    assert sent["frames"] == "current" and sent["slice"] == 1
+    assert one.segmentation.IsA("vtkMRMLSegmentationNode")
+    a = mrml.segment_array(scene, one.segmentation,
+                           one.segmentation.GetSegmentation().GetNthSegmentID(0), proxy)
+    assert np.array_equal(a[0], frame_labels() == 1)
+
+
+def test_markup_helpers(scene):
+    assert markup_positions(None) == [] and roi_box(None) is None
+    roi = scene.AddNewNodeByClass("vtkMRMLMarkupsROINode")
+    roi.SetCenter(1, 2, 3)
+    roi.SetSize(4, 6, 8)
+    box = roi_box(roi)
+    assert np.allclose(box.center, (1, 2, 3)) and np.allclose(box.size, (4, 6, 8))
+    c = box.corners()
+    assert np.allclose(c.min(axis=0), (-1, -1, -1)) and np.allclose(c.max(axis=0), (3, 5, 7))

@@ -1,0 +1,185 @@
+"""UMind.py imports and wires up outside Slicer: qt, ctk and slicer.ScriptedLoadableModule are
+stand-ins made here; the .ui file is well-formed and holds every widget the code looks up."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import re
+import sys
+import threading
+import types
+import xml.etree.ElementTree as ET
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+
+MODULE_DIR = Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"
+UI_FILE = MODULE_DIR / "Resources" / "UI" / "UMind.ui"
+SOURCE = (MODULE_DIR / "UMind.py").read_text(encoding="utf-8")
+
+
+def ui_widget_names() -> set[str]:
+    root = ET.parse(UI_FILE).getroot()
+    return {w.get("name") for w in root.iter("widget")}
+
+
+def code_widget_names() -> set[str]:
+    return set(re.findall(r"self\.ui\.(\w+)", SOURCE))
+
+
+class _Base:
+    def __init__(self, parent=None):
+        self.parent = parent if parent is not None else MagicMock()
+
+    def setup(self):
+        self.layout = MagicMock()
+
+    def resourcePath(self, rel):
+        return str(MODULE_DIR / "Resources" / rel)
+
+
+class _Test(_Base):
+    def delayDisplay(self, msg):
+        pass
+
+
+def _standins() -> dict[str, types.ModuleType]:
+    slm = types.ModuleType("slicer.ScriptedLoadableModule")
+    slm.ScriptedLoadableModule = type("ScriptedLoadableModule", (_Base,), {})
+    slm.ScriptedLoadableModuleWidget = type("ScriptedLoadableModuleWidget", (_Base,), {})
+    slm.ScriptedLoadableModuleLogic = type("ScriptedLoadableModuleLogic", (), {})
+    slm.ScriptedLoadableModuleTest = type("ScriptedLoadableModuleTest", (_Test,), {})
+    qt = types.ModuleType("qt")
+    qt.QTimer = MagicMock(name="QTimer")
+    qt.QSettings = MagicMock(name="QSettings")
+    ctk = types.ModuleType("ctk")
+    return {"slicer.ScriptedLoadableModule": slm, "qt": qt, "ctk": ctk}
+
+
+@pytest.fixture
+def umind(monkeypatch):
+    slicer = pytest.importorskip("slicer")
+    for name, mod in _standins().items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.syspath_prepend(str(MODULE_DIR))
+    for name in [n for n in sys.modules if n == "UMind" or n.startswith("UMindLib")]:
+        monkeypatch.delitem(sys.modules, name)
+    import UMind
+
+    scene = slicer.vtkMRMLScene() if hasattr(slicer, "vtkMRMLScene") else MagicMock()
+    monkeypatch.setattr(slicer, "mrmlScene", scene, raising=False)
+    util = slicer.util
+    monkeypatch.setattr(util, "loadUI", lambda path: MagicMock(name=f"ui:{path}"))
+    monkeypatch.setattr(util, "WaitCursor", contextlib.nullcontext)
+    monkeypatch.setattr(util, "settingsValue", lambda key, default, converter=None: default)
+    yield UMind
+    sys.modules.pop("UMind", None)
+
+
+def make_widget(UMind, monkeypatch):
+    names = ui_widget_names()
+    ui = types.SimpleNamespace(**{n: MagicMock(name=n) for n in names})  # unknown names fail
+    monkeypatch.setattr(UMind.slicer.util, "childWidgetVariables", lambda w: ui)
+    widget = UMind.UMindWidget(MagicMock())
+    widget.setup()
+    return widget, ui
+
+
+def test_ui_file_is_well_formed_and_has_every_widget_the_code_uses():
+    root = ET.parse(UI_FILE).getroot()
+    assert root.tag == "ui" and root.find("class").text == "UMind"
+    used = code_widget_names()
+    assert {"runButton", "runAllFramesButton", "submitButton", "nextSampleButton", "trainButton",
+            "stopTrainButton", "answerTextEdit", "promptComboBox", "serverUrlComboBox"} <= used
+    missing = used - ui_widget_names()
+    assert not missing, f"widgets used in UMind.py but absent from UMind.ui: {sorted(missing)}"
+    customs = {c.find("class").text for c in root.iter("customwidget")}
+    classes = {w.get("class") for w in root.iter("widget")}
+    assert {c for c in classes if not c.startswith("Q")} <= customs
+
+
+def test_module_imports_with_standins_and_declares_itself(umind):
+    assert "UMindLib" in sys.modules and "requests" not in dir(umind)  # no PyPI requests
+    parent = MagicMock()
+    umind.UMind(parent)
+    assert parent.title == "UMind" and parent.categories == ["Ultrasound"]
+    assert issubclass(umind.UMindTest, sys.modules["slicer.ScriptedLoadableModule"]
+                      .ScriptedLoadableModuleTest)
+
+
+def test_lib_imports_no_qt_ctk_or_slicer_app():
+    banned_modules = {"qt", "ctk", "requests", "cgi", "slicer.util", "slicer.ScriptedLoadableModule"}
+    banned_attrs = {"app", "mrmlScene", "util", "modules"}
+    for path in sorted((MODULE_DIR / "UMindLib").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = {node.module or ""}
+            else:
+                names = set()
+            assert not names & banned_modules, f"{path.name} imports {names & banned_modules}"
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "slicer":
+                assert node.attr not in banned_attrs, f"{path.name} uses slicer.{node.attr}"
+
+
+def test_widget_setup_fills_tasks_and_errors_become_status_messages(umind, monkeypatch):
+    widget, ui = make_widget(umind, monkeypatch)
+    tasks = [c.args[0] for c in ui.taskComboBox.addItem.call_args_list]
+    assert tasks == ["segment", "detect", "landmarks", "measure", "diagnose", "report", "ask"]
+    ui.serverUrlComboBox.addItem.assert_called_with(umind.DEFAULT_URL)
+    connected = {c.args[0] for c in ui.runButton.connect.call_args_list}
+    assert connected == {"clicked(bool)"}
+    widget.onRun()
+    ui.statusLabel.setText.assert_called_with("Run failed: connect to a server first")
+    widget.onSubmit()
+    ui.statusLabel.setText.assert_called_with("Submit failed: connect to a server first")
+    assert umind.trainProgress({"status": "RUNNING", "details": ["Epoch 3/12 loss 0.1"]}) == 25.0
+    assert umind.trainProgress({"progress": 140}) == 100.0 and umind.trainProgress(None) == 0
+
+
+def test_connect_fills_models_strategies_and_version(umind, monkeypatch):
+    info = {"name": "UMind", "version": "0.8.5", "strategies": {"umind_uncertainty": {}},
+            "models": {"umind_segment": {"type": "segmentation"},
+                       "umind_interpret": {"type": "others"}},
+            "trainers": {"umind_lora": {}}, "umind": {"version": "v3"}}
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(info).encode() if self.path == "/info/" else \
+                b'{"detail": "Not Found"}'
+            self.send_response(200 if self.path == "/info/" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        widget, ui = make_widget(umind, monkeypatch)
+        ui.serverUrlComboBox.currentText = f"http://127.0.0.1:{httpd.server_address[1]}"
+        ui.serverUrlComboBox.count = 0
+        widget.onConnect()
+        models = [c.args for c in ui.modelComboBox.addItem.call_args_list]
+        assert models[0] == ("(by task)",)
+        assert ("umind_segment (segmentation)", "umind_segment") in models
+        ui.strategyComboBox.addItem.assert_called_with("umind_uncertainty")
+        ui.modelVersionLabel.setText.assert_called_with("v3")
+        assert "Connected to UMind" in ui.statusLabel.setText.call_args.args[0]
+        ui.serverUrlComboBox.currentText = "http://127.0.0.1:1"
+        widget.onConnect()
+        msg = ui.statusLabel.setText.call_args.args[0]
+        assert msg.startswith("Connect failed: cannot reach the server at http://127.0.0.1:1")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
