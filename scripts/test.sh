@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: sets up .venv when missing (scripts/env.sh), then runs the whole suite.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k grounding).
+# Arguments go to pytest (e.g. scripts/test.sh tests/test_grounding.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/env.sh"
 cd "$ROOT"
-exec python -m pytest tests -q -p no:cacheprovider --timeout=900 "$@"
+# with no arguments the whole suite; arguments that name tests or options replace the default path
+[ $# -gt 0 ] || set -- tests
+exec python -m pytest -q -p no:cacheprovider --timeout=900 "$@"

@@ -1,0 +1,64 @@
+"""Evaluate a model on a held-out manifest: the report's metrics, report.md, metrics.json and overlays."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+NAME = "eval"
+HELP = "score a model on a manifest (mIoU, detection F1, keypoint/measurement error, diagnosis, refusal)"
+
+
+def _count(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="a UMind folder (default: the bundled demo model)")
+    parser.add_argument("--manifest", required=True, help="held-out manifest.jsonl")
+    parser.add_argument("--out", required=True, help="output folder for report.md, metrics.json, overlays/")
+    parser.add_argument("--tasks", default=None,
+                        help="comma-separated subset of segment,detect,keypoints,measure,diagnose,refusal")
+    parser.add_argument("--limit", type=lambda t: _count(t, 1), default=None, help="only the first N records")
+    parser.add_argument("--batch-size", type=lambda t: _count(t, 1), default=8, help="images per forward")
+    parser.add_argument("--overlays", type=lambda t: _count(t, 0), default=4,
+                        help="best and worst K overlays per spatial task (0: none)")
+    parser.add_argument("--max-new-tokens", type=lambda t: _count(t, 1), default=256)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+
+
+def _model_name(path: str | None) -> str:
+    from .. import demo
+
+    if path:
+        return Path(path).resolve().name
+    return "UMind demo" if demo.has_demo_model() else "untrained tiny"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import demo
+    from ..evaluation.runner import evaluate, write_eval
+
+    manifest = Path(args.manifest)
+    if not manifest.is_file():
+        raise FileNotFoundError(f"--manifest {manifest} does not exist or is not a file")
+    t0 = time.perf_counter()
+    model = demo.load_model(args.model, device=args.device, dtype=args.dtype)
+    name = _model_name(args.model)
+    report = evaluate(model, manifest, tasks=args.tasks, limit=args.limit, batch_size=args.batch_size,
+                      progress=True, max_new_tokens=args.max_new_tokens, model_name=name)
+    paths = write_eval(report, args.out, overlays=args.overlays)
+    summary = report.metrics["summary"]
+    shown = " ".join(f"{k}={v:.4g}" for k, v in summary.items() if v is not None)
+    print(f"umind eval: {name}: {len(report.samples)} samples in {time.perf_counter() - t0:.1f} s; {shown}")
+    print(f"umind eval: wrote {paths['report']} and {paths['metrics']}", file=sys.stderr)
+    return 0

@@ -1,0 +1,677 @@
+"""The evaluation loop: a model's answers on a held-out manifest, scored with the report's metrics.
+
+Three pure steps and one impure one, so the scoring can be tested without a model:
+
+1. `build_queries(records, tasks)`: what to ask about each image. Every prompt is the trainer's own user text
+   (`prompts.build_user_text`, canonical wording, via the Predictor) naming the annotated object's label, so the
+   evaluation asks what the model was taught to answer.
+2. `evaluate` runs the Predictor on every distinct (image, task, prompt) once, batching images that share a
+   prompt (a dataset has few distinct labels, so batches fill up).
+3. `score(query, result, record, masks)`: one per-sample record (a plain dict) from a Result and the truth.
+4. `aggregate(samples)`: the metrics, all computed by `umind_core.evaluation.metrics`.
+
+Matching rules. Segmentation: the union of every mask in the answer against the mask of each ground-truth object
+of the prompted label (no mask is IoU 0). Detection: every box in the answer against every ground-truth box of the
+prompted label in that image, one-to-one at IoU 0.5 (detection boxes carry no labels worth trusting: the prompt
+already names the target). Keypoints: by name when the model labels a point with the landmark's name, the rest by
+nearest distance. Measurement: the answer's line measured with the record's spacing, else a "... mm" number in the
+text. Diagnosis: benign vs malignant images only (the report's Table 5); an answer naming neither class, or
+"normal", is wrong. Refusal: for every image of a known site one question about anatomy foreign to it (should be
+refused) and one about what is there (should be answered), in the same task, so the pair differs in the target only.
+
+Keys starting with "_" in a sample (masks, the record) are for overlays and aggregation in memory; `write_eval`
+leaves them out of metrics.json.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import metrics as M
+
+__all__ = [
+    "EVAL_TASKS",
+    "DIAGNOSIS_LABELS",
+    "SUMMARY_KEYS",
+    "EvalError",
+    "EvalReport",
+    "Query",
+    "build_queries",
+    "parse_diagnosis",
+    "match_keypoints",
+    "score",
+    "aggregate",
+    "evaluate",
+    "write_eval",
+    "summary_table",
+]
+
+EVAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "refusal")
+SPATIAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
+DIAGNOSIS_LABELS: tuple[str, ...] = ("benign", "malignant")
+IOU_THRESHOLD = 0.5
+#: The headline numbers; `aggregate` always fills every key (None when the task was not run or had no data).
+SUMMARY_KEYS: tuple[str, ...] = (
+    "segmentation_miou",
+    "detection_precision", "detection_recall", "detection_f1",
+    "keypoint_error_px", "keypoint_error_mm", "keypoint_error_rel_width",
+    "measurement_rel_error",
+    "diagnosis_accuracy", "diagnosis_macro_f1",
+    "refusal_accuracy", "refusal_out_of_scope_accuracy", "refusal_in_scope_accuracy",
+)
+#: Refusal questions use the templates the conversation builder trains refusals with (segment, detect, ask).
+REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")
+REFUSAL_QUESTION = "Where is the {target} in this image?"
+SITE_QUESTION = "What site does this ultrasound image show?"
+_CHUNK_RECORDS = 64  # records whose images are held in memory at once
+_DIAGNOSIS_RE = re.compile(r"\b(malignan\w*|benign|normal)\b", re.I)
+_MM_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*mm\b", re.I)
+
+
+class EvalError(ValueError):
+    """Bad arguments to the evaluation, or a prediction that cannot be scored; the message names it."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """One question about one record.
+
+    `task` is the evaluation task (one of EVAL_TASKS); `predict_task` is the Predictor task that asks it (refusal
+    questions are asked as segment, detect or ask). `target` holds what the truth is looked up by: "objects"
+    (indices into the record's annotations.objects), "line", "diagnosis", "target", "should_refuse".
+    """
+
+    record: int
+    task: str
+    predict_task: str
+    prompt: str | None
+    target: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[int, str, str | None]:
+        """Queries with the same key share one prediction."""
+        return self.record, self.predict_task, self.prompt
+
+
+@dataclass
+class EvalReport:
+    metrics: dict
+    samples: list[dict]
+    model_name: str = "UMind"
+    manifest: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------ queries
+
+def _check_tasks(tasks: Sequence[str] | str | None) -> tuple[str, ...]:
+    if tasks is None:
+        return EVAL_TASKS
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    tasks = tuple(dict.fromkeys(tasks))
+    if not tasks:
+        raise EvalError(f"tasks must not be empty; choose from {', '.join(EVAL_TASKS)}")
+    bad = [t for t in tasks if t not in EVAL_TASKS]
+    if bad:
+        raise EvalError(f"tasks {bad} are not evaluation tasks; choose from {', '.join(EVAL_TASKS)}")
+    return tasks
+
+
+def _by_label(objects, keep) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = {}
+    for i, obj in enumerate(objects):
+        if keep(obj):
+            groups.setdefault(obj.label, []).append(i)
+    return groups
+
+
+def _record_diagnosis(rec) -> str | None:
+    ann = rec.annotations
+    return ann.diagnosis or next((o.diagnosis for o in ann.objects if o.diagnosis), None)
+
+
+def _refusal_queries(i: int, rec) -> list[Query]:
+    from ..data.conversations import FOREIGN_ANATOMY, SITE_ANATOMY
+
+    if rec.site not in SITE_ANATOMY:
+        return []  # for an unknown site nothing is known to be absent
+    labels = [o.label for o in rec.annotations.objects]
+    present = set(SITE_ANATOMY[rec.site]) | set(labels)
+    absent = [t for t in FOREIGN_ANATOMY if t not in present]
+    if not absent:
+        return []
+    rng = random.Random(f"umind-eval-refusal:{rec.id}")  # stable per record, whatever else is in the set
+    target = absent[rng.randrange(len(absent))]
+    task = REFUSAL_TASKS[rng.randrange(len(REFUSAL_TASKS))]
+    if task == "ask" or not labels:
+        task = "ask"
+        out_prompt, in_prompt, in_target = REFUSAL_QUESTION.format(target=target), SITE_QUESTION, rec.site
+    else:
+        out_prompt, in_prompt, in_target = target, labels[0], labels[0]
+    return [Query(i, "refusal", task, out_prompt, {"target": target, "should_refuse": True}),
+            Query(i, "refusal", task, in_prompt, {"target": in_target, "should_refuse": False})]
+
+
+def build_queries(records: Sequence, tasks: Sequence[str] | str | None = None) -> list[Query]:
+    """Every question the records' annotations can score, in record order then task order."""
+    tasks = _check_tasks(tasks)
+    out: list[Query] = []
+    for i, rec in enumerate(records):
+        objects = rec.annotations.objects
+        if "segment" in tasks:
+            for label, idx in _by_label(objects, lambda o: o.mask is not None).items():
+                out.append(Query(i, "segment", "segment", label, {"objects": idx}))
+        if "detect" in tasks:
+            for label, idx in _by_label(objects, lambda o: o.box is not None).items():
+                out.append(Query(i, "detect", "detect", label, {"objects": idx}))
+        if "keypoints" in tasks:
+            for j, obj in enumerate(objects):
+                if obj.keypoints:
+                    out.append(Query(i, "keypoints", "keypoints", obj.label, {"objects": [j]}))
+        if "measure" in tasks:
+            for j, obj in enumerate(objects):
+                for k, line in enumerate(obj.lines):
+                    if line.length_mm is not None and line.length_mm > 0:
+                        out.append(Query(i, "measure", "measure", line.name, {"objects": [j], "line": k}))
+        if "diagnose" in tasks:
+            diagnosis = _record_diagnosis(rec)
+            if diagnosis is not None and diagnosis.strip().lower() in DIAGNOSIS_LABELS:
+                out.append(Query(i, "diagnose", "diagnose", None, {"diagnosis": diagnosis.strip().lower()}))
+        if "refusal" in tasks:
+            out += _refusal_queries(i, rec)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+
+def parse_diagnosis(text: str) -> str | None:
+    """The first class word of an answer ("Benign. Oval ..." -> "benign"); None when it names none."""
+    m = _DIAGNOSIS_RE.search(text or "")
+    if m is None:
+        return None
+    word = m.group(1).lower()
+    return "malignant" if word.startswith("malignan") else word
+
+
+def match_keypoints(names: Sequence[str], gt_xy: Sequence[Sequence[float]],
+                    predicted: Sequence[tuple[str | None, Sequence[float]]]) -> list[tuple[float, float] | None]:
+    """For each ground-truth keypoint the predicted point scored against it, or None.
+
+    A predicted point labelled with a landmark's name goes to that landmark; the remaining landmarks take the
+    remaining points, closest pairs first, so an unlabelled answer is not punished for the order of its points.
+    """
+    out: list[tuple[float, float] | None] = [None] * len(names)
+    used: set[int] = set()
+    for g, name in enumerate(names):
+        key = name.strip().lower()
+        for p, (label, _) in enumerate(predicted):
+            if p not in used and label is not None and label.strip().lower() == key:
+                out[g] = (float(predicted[p][1][0]), float(predicted[p][1][1]))
+                used.add(p)
+                break
+    pairs = sorted(
+        (math.hypot(float(xy[0]) - float(gt_xy[g][0]), float(xy[1]) - float(gt_xy[g][1])), g, p)
+        for g in range(len(names)) if out[g] is None
+        for p, (_, xy) in enumerate(predicted) if p not in used)
+    for _, g, p in pairs:
+        if out[g] is None and p not in used:
+            out[g] = (float(predicted[p][1][0]), float(predicted[p][1][1]))
+            used.add(p)
+    return out
+
+
+def _gt_box(obj, mask: np.ndarray | None) -> list[float] | None:
+    if obj.box is not None:
+        return [float(v) for v in obj.box]
+    if mask is not None and mask.any():
+        rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+        return [float(cols[0]), float(rows[0]), float(cols[-1]), float(rows[-1])]
+    return None
+
+
+def _line_mm(line: Sequence[float], spacing: Sequence[float] | None) -> float | None:
+    if spacing is None:
+        return None
+    x1, y1, x2, y2 = (float(v) for v in line)
+    return math.hypot((x2 - x1) * float(spacing[0]), (y2 - y1) * float(spacing[1]))
+
+
+def _text_mm(text: str) -> float | None:
+    m = _MM_RE.search(text or "")
+    return float(m.group(1)) if m else None
+
+
+def score(query: Query, result, record, masks: Sequence[np.ndarray | None] | None = None) -> dict:
+    """One per-sample record from the model's Result and the ground truth of `record`.
+
+    `masks` are the record's object masks (record.load_masks()); they are loaded here when None and needed.
+    Every sample has task, id, site, prompt, text and "score" (higher is better; None when nothing to rank).
+    """
+    objects = record.annotations.objects
+    sample: dict[str, Any] = {"task": query.task, "id": record.id, "site": record.site or "unknown",
+                              "predict_task": query.predict_task, "prompt": query.prompt,
+                              "text": result.text, "answer": result.answer, "_record": record}
+    task = query.task
+    if task == "segment":
+        if masks is None:
+            masks = record.load_masks()
+        gts = []
+        for k in query.target["objects"]:
+            if masks[k] is None:
+                raise EvalError(f"record {record.id!r}: object {k} ({objects[k].label!r}) has no mask to score")
+            gts.append(np.asarray(masks[k], dtype=bool))
+        pred = np.zeros(gts[0].shape, dtype=bool)
+        for o in result.objects:
+            if o.mask is not None:
+                if o.mask.shape != pred.shape:
+                    raise EvalError(f"record {record.id!r}: predicted mask has shape {o.mask.shape}, the "
+                                    f"ground-truth mask has {pred.shape}")
+                pred |= o.mask
+        # one IoU per ground-truth object of the label; the sample's score is their mean
+        ious = [M.mask_iou(pred, g) for g in gts]
+        sample.update(label=query.prompt, objects=list(query.target["objects"]), ious=ious,
+                      iou=float(np.mean(ious)), pred_pixels=int(pred.sum()),
+                      gt_pixels=[int(g.sum()) for g in gts], score=float(np.mean(ious)),
+                      _pred_mask=pred, _gt_masks=gts)
+    elif task == "detect":
+        if masks is None and any(objects[k].box is None for k in query.target["objects"]):
+            masks = record.load_masks()
+        gt = [_gt_box(objects[k], None if masks is None else masks[k]) for k in query.target["objects"]]
+        gt = [b for b in gt if b is not None]
+        pred = [list(o.box) for o in result.objects if o.box is not None]
+        prf = M.detection_prf([pred], [gt], IOU_THRESHOLD)
+        sample.update(label=query.prompt, gt_boxes=gt, pred_boxes=pred, tp=prf["tp"], fp=prf["fp"],
+                      fn=prf["fn"], f1=prf["f1"], score=prf["f1"])
+    elif task == "keypoints":
+        obj = objects[query.target["objects"][0]]
+        names = [k.name for k in obj.keypoints]
+        gt = [[float(v) for v in k.xy] for k in obj.keypoints]
+        predicted = [(o.label, p) for o in result.objects for p in o.points]
+        matched = match_keypoints(names, gt, predicted)
+        width = _image_width(result, record)
+        err = M.keypoint_errors(matched, gt, spacing=record.spacing, image_width=width)
+        sample.update(label=query.prompt, names=names, gt_points=gt,
+                      pred_points=[None if p is None else list(p) for p in matched],
+                      spacing=None if record.spacing is None else list(record.spacing), width=width,
+                      errors_px=err["per_point"], errors_mm=err.get("per_point_mm"),
+                      mean_px=err["mean_px"], n_missing=err["n_missing"],
+                      score=None if err["mean_px"] is None else -err["mean_px"])
+    elif task == "measure":
+        obj = objects[query.target["objects"][0]]
+        line = obj.lines[query.target["line"]]
+        pred_line = next((list(o.line) for o in result.objects if o.line is not None), None)
+        pred_mm = _line_mm(pred_line, record.spacing) if pred_line is not None else None
+        source = "line" if pred_mm is not None else None
+        if pred_mm is None:
+            pred_mm = _text_mm(result.answer)
+            source = "text" if pred_mm is not None else None
+        rel = None if pred_mm is None else M.measurement_error(pred_mm, line.length_mm)
+        sample.update(label=line.name, gt_line=[float(v) for v in line.xy], pred_line=pred_line,
+                      gt_mm=float(line.length_mm), pred_mm=pred_mm, pred_source=source, rel_error=rel,
+                      score=None if rel is None else -rel)
+    elif task == "diagnose":
+        truth = query.target["diagnosis"]
+        pred = parse_diagnosis(result.answer)
+        sample.update(true=truth, pred=pred, correct=pred == truth, score=float(pred == truth))
+    elif task == "refusal":
+        refused = M.is_refusal(result.answer)
+        should = bool(query.target["should_refuse"])
+        sample.update(target=query.target["target"], should_refuse=should, refused=refused,
+                      correct=refused == should, score=float(refused == should))
+    else:
+        raise EvalError(f"query task {task!r} is not one of {EVAL_TASKS}")
+    return sample
+
+
+def _image_width(result, record) -> int:
+    if result.image_size is not None:
+        return int(result.image_size[0])
+    from PIL import Image
+
+    with Image.open(record.image_path) as im:
+        return int(im.size[0])
+
+
+# ---------------------------------------------------------------------------------------------- aggregate
+
+def _of(samples: Iterable[dict], task: str) -> list[dict]:
+    return [s for s in samples if s.get("task") == task]
+
+
+def aggregate(samples: Sequence[dict]) -> dict:
+    """All metrics from per-sample records (the output of `score`); a pure function.
+
+    Returns one section per task that has samples (the metric functions' own dicts) plus "summary" with every
+    key of SUMMARY_KEYS and "n_samples" per task.
+    """
+    samples = list(samples)
+    out: dict[str, Any] = {}
+    summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
+
+    seg = _of(samples, "segment")
+    if seg:
+        triples = []
+        for s in seg:
+            if "_pred_mask" not in s or "_gt_masks" not in s:
+                raise EvalError(f"segment sample of {s.get('id')!r} has no masks (aggregate the output of score)")
+            triples += [(s["site"], s["_pred_mask"], g) for g in s["_gt_masks"]]
+        out["segmentation"] = M.segmentation_miou(triples)
+        summary["segmentation_miou"] = out["segmentation"]["mean"]
+
+    det = _of(samples, "detect")
+    if det:
+        out["detection"] = {**M.detection_prf([s["pred_boxes"] for s in det], [s["gt_boxes"] for s in det],
+                                              IOU_THRESHOLD), "iou_threshold": IOU_THRESHOLD, "n": len(det)}
+        summary.update(detection_precision=out["detection"]["precision"],
+                       detection_recall=out["detection"]["recall"], detection_f1=out["detection"]["f1"])
+
+    kp = _of(samples, "keypoints")
+    if kp:
+        preds = [p for s in kp for p in s["pred_points"]]
+        gts = [g for s in kp for g in s["gt_points"]]
+        widths = [s["width"] for s in kp for _ in s["gt_points"]]
+        err = M.keypoint_errors(preds, gts, image_width=widths)
+        with_sp = [s for s in kp if s.get("spacing") is not None]
+        mm = None
+        if with_sp:
+            mm = M.keypoint_errors([p for s in with_sp for p in s["pred_points"]],
+                                   [g for s in with_sp for g in s["gt_points"]],
+                                   spacing=[s["spacing"] for s in with_sp for _ in s["gt_points"]])["mean_mm"]
+        out["keypoints"] = {"mean_px": err["mean_px"], "mean_mm": mm, "mean_rel_width": err["mean_rel_width"],
+                            "n": err["n"], "n_missing": err["n_missing"], "n_samples": len(kp)}
+        summary.update(keypoint_error_px=err["mean_px"], keypoint_error_mm=mm,
+                       keypoint_error_rel_width=err["mean_rel_width"])
+
+    meas = _of(samples, "measure")
+    if meas:
+        out["measurement"] = M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas])
+        summary["measurement_rel_error"] = out["measurement"]["mean_rel"]
+
+    dia = _of(samples, "diagnose")
+    if dia:
+        # an unparsed answer stays a string outside the labels, so it counts as wrong
+        out["diagnosis"] = M.classification_metrics([s["true"] for s in dia],
+                                                    [s["pred"] or "unparsed" for s in dia], DIAGNOSIS_LABELS)
+        summary.update(diagnosis_accuracy=out["diagnosis"]["accuracy"],
+                       diagnosis_macro_f1=out["diagnosis"]["macro_f1"])
+
+    ref = _of(samples, "refusal")
+    if ref:
+        def acc(items):
+            return M.refusal_accuracy([s["answer"] for s in items], [s["should_refuse"] for s in items]) \
+                if items else None
+        out_scope = [s for s in ref if s["should_refuse"]]
+        in_scope = [s for s in ref if not s["should_refuse"]]
+        out["refusal"] = {"accuracy": acc(ref), "out_of_scope_accuracy": acc(out_scope),
+                          "in_scope_accuracy": acc(in_scope), "n": len(ref), "n_out_of_scope": len(out_scope),
+                          "n_in_scope": len(in_scope)}
+        summary.update(refusal_accuracy=out["refusal"]["accuracy"],
+                       refusal_out_of_scope_accuracy=out["refusal"]["out_of_scope_accuracy"],
+                       refusal_in_scope_accuracy=out["refusal"]["in_scope_accuracy"])
+
+    out["summary"] = summary
+    out["n_samples"] = {t: len(_of(samples, t)) for t in EVAL_TASKS}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- evaluate
+
+def _records(manifest) -> tuple[list, str | None]:
+    from ..data.manifest import ManifestRecord, read_manifest
+
+    if isinstance(manifest, (str, os.PathLike)):
+        path = Path(manifest)
+        if not path.is_file():
+            raise EvalError(f"manifest {path} does not exist or is not a file")
+        return read_manifest(path), str(path)
+    records = list(manifest)
+    bad = [i for i, r in enumerate(records) if not isinstance(r, ManifestRecord)]
+    if bad:
+        raise EvalError(f"manifest items {bad[:5]} are not ManifestRecords")
+    return records, None
+
+
+def _positive(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EvalError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: int | None = None,
+             batch_size: int = 8, progress: bool = True, *, max_new_tokens: int = 256,
+             model_name: str = "UMind") -> EvalReport:
+    """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it."""
+    from ..imageio import Frame
+    from ..predictor import Predictor
+
+    tasks = _check_tasks(tasks)
+    _positive(batch_size, "batch_size")
+    _positive(max_new_tokens, "max_new_tokens")
+    records, manifest_name = _records(manifest)
+    if limit is not None:
+        records = records[:_positive(limit, "limit")]
+    if not records:
+        raise EvalError(f"manifest {manifest_name or '<records>'} has no records to evaluate")
+    predictor = model if isinstance(model, Predictor) else Predictor(
+        model, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    queries = build_queries(records, tasks)
+    if not queries:
+        raise EvalError(f"the records of {manifest_name or '<records>'} have no annotations for tasks {tasks}")
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(queries), desc="umind eval", unit="sample")
+    samples: list[dict] = []
+    try:
+        for start in range(0, len(records), _CHUNK_RECORDS):
+            chunk = range(start, min(start + _CHUNK_RECORDS, len(records)))
+            chunk_queries = [q for q in queries if q.record in chunk]
+            frames = {}
+            for i in chunk:
+                rec = records[i]
+                frames[i] = Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame,
+                                  source=str(rec.image_path))
+            served: dict[tuple, int] = {}
+            for q in chunk_queries:
+                served[q.key] = served.get(q.key, 0) + 1
+            groups: dict[tuple, list[int]] = {}
+            for rec_i, ptask, prompt in served:
+                groups.setdefault((ptask, prompt), []).append(rec_i)
+            results = {}
+            for (ptask, prompt), rec_ids in groups.items():
+                out = predictor.predict_batch([frames[i] for i in rec_ids], ptask, prompt)
+                for i, res in zip(rec_ids, out):
+                    results[(i, ptask, prompt)] = res
+                if bar is not None:
+                    bar.update(sum(served[(i, ptask, prompt)] for i in rec_ids))
+            masks = {}
+            for q in chunk_queries:
+                rec = records[q.record]
+                if q.task == "segment" and q.record not in masks:
+                    masks[q.record] = rec.load_masks()
+                samples.append(score(q, results[q.key], rec, masks.get(q.record)))
+    finally:
+        if bar is not None:
+            bar.close()
+    return EvalReport(metrics=aggregate(samples), samples=samples, model_name=model_name,
+                      manifest=manifest_name)
+
+
+# -------------------------------------------------------------------------------------------------- write
+
+def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]:
+    """The report's tables as render_markdown's {section: {model: {row: value}}} and its scale per section."""
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    scale: dict[str, float] = {}
+
+    def add(section: str, rows: dict, factor: float = 1.0) -> None:
+        tables[section] = {model_name: rows}
+        if factor != 1.0:
+            scale[section] = factor
+
+    if "segmentation" in metrics:
+        seg = metrics["segmentation"]
+        add("Segmentation mIoU (%)", {**{s.replace("_", " "): v for s, v in seg["per_site"].items()},
+                                      "Average": seg["mean"]}, 100.0)
+    if "detection" in metrics:
+        d = metrics["detection"]
+        add(f"Detection at IoU {IOU_THRESHOLD:g} (%)",
+            {"Precision": d["precision"], "Recall": d["recall"], "F1": d["f1"]}, 100.0)
+    if "keypoints" in metrics:
+        k = metrics["keypoints"]
+        rel = k["mean_rel_width"]
+        add("Keypoint mean distance error", {"px": k["mean_px"], "mm": k["mean_mm"],
+                                             "% of image width": None if rel is None else 100.0 * rel,
+                                             "missing points": f"{k['n_missing']} of {k['n']}"})
+    if "measurement" in metrics:
+        m = metrics["measurement"]
+        add("Measurement length error", {"Mean relative error (%)": None if m["mean_rel"] is None
+                                         else 100.0 * m["mean_rel"], "Mean absolute error (mm)": m["mean_abs"],
+                                         "missing": f"{m['n_missing']} of {m['n']}"})
+    if "diagnosis" in metrics:
+        d = metrics["diagnosis"]
+        add("Diagnosis, benign vs malignant (%)", {"Accuracy": d["accuracy"], "Macro-F1": d["macro_f1"]}, 100.0)
+    if "refusal" in metrics:
+        r = metrics["refusal"]
+        add("Refusal (%)", {"Accuracy": r["accuracy"], "Out-of-scope refused": r["out_of_scope_accuracy"],
+                            "In-scope answered": r["in_scope_accuracy"]}, 100.0)
+    counts = {t: n for t, n in metrics.get("n_samples", {}).items() if n}
+    if counts:
+        add("Samples", counts)
+    return tables, scale
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:80] or "sample"
+
+
+def _ranked(samples: list[dict], k: int) -> tuple[list[dict], list[dict]]:
+    """Best k and worst k samples by score (unscorable ones count as worst); the two never overlap."""
+    order = sorted(range(len(samples)),
+                   key=lambda i: (samples[i].get("score") is None, -(samples[i].get("score") or 0.0), i))
+    best = order[:k]
+    worst = [i for i in reversed(order) if i not in set(best)][:k]
+    return [samples[i] for i in best], [samples[i] for i in worst]
+
+
+def _draw(sample: dict, path: Path) -> Path:
+    """Ground truth first (first palette colours), then the prediction."""
+    from ..imageio import Frame, write_overlay_png
+
+    record = sample.get("_record")
+    if record is None:
+        raise EvalError(f"sample {sample.get('id')!r} has no record to draw (write the output of evaluate)")
+    pixels = record.load_image()
+    if pixels.ndim == 2:
+        pixels = np.repeat(pixels[..., None], 3, axis=2)
+    frame = Frame(pixels=pixels[..., :3], spacing=record.spacing, index=record.frame, source=str(record.image_path))
+    task = sample["task"]
+    if task == "segment":
+        return write_overlay_png(frame, [*sample["_gt_masks"], sample["_pred_mask"]], path)
+    if task == "detect":
+        return write_overlay_png(frame, [], path, boxes=[*sample["gt_boxes"], *sample["pred_boxes"]])
+    if task == "keypoints":
+        pts = [*sample["gt_points"], *(p for p in sample["pred_points"] if p is not None)]
+        return write_overlay_png(frame, [], path, points=pts)
+    lines = [sample["gt_line"]] + ([sample["pred_line"]] if sample.get("pred_line") else [])
+    return write_overlay_png(frame, [], path, lines=lines)
+
+
+def _write_overlays(samples: list[dict], out: Path, k: int) -> dict[str, dict[str, list[str]]]:
+    """Best and worst k per spatial task into out/overlays, swapped in whole so no run mixes with another."""
+    listing: dict[str, dict[str, list[str]]] = {}
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".overlays-"))
+    try:
+        for task in SPATIAL_TASKS:
+            items = _of(samples, task)
+            if not items:
+                continue
+            best, worst = _ranked(items, k)
+            listing[task] = {"best": [], "worst": []}
+            for kind, chosen in (("best", best), ("worst", worst)):
+                for rank, s in enumerate(chosen, start=1):
+                    label = s.get("label") or ""
+                    name = f"{task}_{kind}{rank:02d}_{_safe(s['id'])}" + (f"_{_safe(label)}" if label else "")
+                    name += ".png"
+                    _draw(s, tmp / name)
+                    listing[task][kind].append(f"overlays/{name}")
+        final = out / "overlays"
+        old = None
+        if final.exists():
+            old = out / f".overlays-old-{uuid.uuid4().hex[:8]}"
+            final.rename(old)
+        tmp.rename(final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return listing
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _public(sample: dict) -> dict:
+    return {k: v for k, v in sample.items() if not k.startswith("_")}
+
+
+def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4,
+               model_name: str | None = None) -> dict[str, Path]:
+    """Write overlays/ (best and worst `overlays` per spatial task), metrics.json and report.md, each atomically.
+
+    report.md is written last, so its presence means the rest is complete.
+    """
+    import json
+
+    from .report import render_markdown, to_jsonable
+
+    if isinstance(overlays, bool) or not isinstance(overlays, int) or overlays < 0:
+        raise EvalError(f"overlays must be a non-negative int, got {overlays!r}")
+    name = model_name or report.model_name
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    listing = _write_overlays(report.samples, out, overlays) if overlays else {}
+    payload = {"model": name, "manifest": report.manifest, "metrics": report.metrics,
+               "overlays": listing, "samples": [_public(s) for s in report.samples]}
+    paths = {"metrics": out / "metrics.json", "report": out / "report.md"}
+    _write_atomic(paths["metrics"], json.dumps(to_jsonable(payload), indent=2, ensure_ascii=False,
+                                               allow_nan=False) + "\n")
+    tables, scale = summary_table(report.metrics, name)
+    if not tables:
+        raise EvalError("the report has no metrics to tabulate")
+    text = render_markdown(tables, title="UMind evaluation", scale=scale)
+    notes = [f"Manifest: `{report.manifest}`." if report.manifest else None,
+             "Prompts are the trainer's canonical task templates naming the annotated label. Detection counts "
+             f"boxes matched one-to-one at IoU >= {IOU_THRESHOLD:g}; diagnosis scores benign/malignant images, an "
+             "answer naming neither class counts as wrong; refusal pairs a question about foreign anatomy "
+             "(should be refused) with one about the image's own (should be answered).",
+             "Overlays (overlays/): ground truth in the first colours, the prediction after it." if listing else None]
+    text += "\n" + "\n\n".join(n for n in notes if n) + "\n"
+    _write_atomic(paths["report"], text)
+    if listing:
+        paths["overlays"] = out / "overlays"
+    return paths
