@@ -32,13 +32,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from .atomic import atomic_path, write_text
 
 __all__ = [
     "ImageReadError",
@@ -682,16 +683,6 @@ def frame_axes_lps(geometry: Geometry) -> tuple[np.ndarray, np.ndarray, np.ndarr
 # writing
 
 
-def _atomic_target(path: Path, suffix: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.parent / f".tmp-{uuid.uuid4().hex[:12]}-{path.name[:-len(suffix)]}{suffix}"
-
-
-def _replace(tmp: Path, path: Path) -> Path:
-    os.replace(tmp, path)
-    return path
-
-
 def _suffix_of(path: Path, allowed: Sequence[str]) -> str | None:
     low = path.name.lower()
     for s in sorted(allowed, key=len, reverse=True):
@@ -729,8 +720,7 @@ def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathL
     if tuple(arr.shape) != expected:
         raise ImageWriteError(f"{path}: labels of shape {arr.shape} do not match the "
                               f"{geometry.kind} geometry (expected {expected})")
-    tmp = _atomic_target(path, suffix)
-    try:
+    with atomic_path(path, suffix) as tmp:
         if suffix == ".png":
             if geometry.kind != "2d":
                 raise ImageWriteError(f"{path}: PNG holds only 2D label maps; use .nrrd or "
@@ -748,10 +738,7 @@ def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathL
             img.SetOrigin(tuple(float(v) for v in geometry.origin[:n]))
             img.SetDirection(tuple(float(v) for v in geometry.direction[:n * n]))
             sitk.WriteImage(img, str(tmp), True)
-        return _replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    return path
 
 
 def ras_to_lps(p: Sequence[float]) -> list[float]:
@@ -844,13 +831,7 @@ def write_markups_json(markups: list[dict], path: str | os.PathLike) -> Path:
     path = Path(path)
     doc = {"@schema": MARKUPS_SCHEMA,
            "markups": [_markup_to_slicer(m, k) for k, m in enumerate(markups)]}
-    tmp = _atomic_target(path, path.suffix or ".json")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-        return _replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    return write_text(path, json.dumps(doc, indent=2))
 
 
 def read_markups_json(path: str | os.PathLike) -> list[dict]:
@@ -930,10 +911,6 @@ def write_overlay_png(frame: Frame, masks: list[np.ndarray], path: str | os.Path
         x, y = float(pt[0]), float(pt[1])
         r = max(2.0, min(h, w) / 80)
         draw.ellipse([x - r, y - r, x + r, y + r], fill=_PALETTE[(i + 3) % len(_PALETTE)])
-    tmp = _atomic_target(path, ".png")
-    try:
+    with atomic_path(path, ".png") as tmp:
         im.save(tmp, format="PNG")
-        return _replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    return path

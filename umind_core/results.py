@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
+from .atomic import atomic_path, write_text
 from .imageio import Frame, Geometry, frame_axes_lps, frame_spacing, pixel_to_physical
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
@@ -224,7 +224,7 @@ class Result:
             _write_mask(obj.mask, path.parent / fname, mask_format)
             files[i] = fname
         text = json.dumps(self.to_dict(files), indent=2)
-        _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_text(path, text)
         return path
 
     @classmethod
@@ -290,25 +290,16 @@ def _physical(obj: GroundedObject, spacing: Sequence[float], geometry: Geometry 
     return phys
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}-{path.name}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _write_mask(mask: np.ndarray, path: Path, fmt: str) -> None:
     data = np.ascontiguousarray(mask.astype(np.uint8))
     if fmt == "png":
-        _atomic_write(path, lambda tmp: Image.fromarray(data * 255, mode="L").save(
-            tmp, format="PNG"))
+        with atomic_path(path) as tmp:
+            Image.fromarray(data * 255, mode="L").save(tmp, format="PNG")
     else:
         import nrrd
 
-        _atomic_write(path, lambda tmp: nrrd.write(str(tmp), data, index_order="C"))
+        with atomic_path(path) as tmp:
+            nrrd.write(str(tmp), data, index_order="C")
 
 
 def _read_mask(path: Path) -> np.ndarray:

@@ -41,12 +41,13 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from ..atomic import write_text
 
 _ROLES = ("system", "user", "assistant")
 _KNOWN_KEYS = ("id", "image", "frame", "spacing", "site", "scan_mask", "annotations", "conversations")
@@ -411,18 +412,7 @@ def write_manifest(records: Iterable[ManifestRecord], path: str | os.PathLike) -
             raise ManifestError(f"record {i}: duplicate id {rec.id!r} (first in record {seen[rec.id]})", path)
         seen[rec.id] = i
         lines.append(text + "\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text(path, "".join(lines))
     return path
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..atomic import write_text
 
 __all__ = ["ReportInputError", "ReportPaths", "render_markdown", "write_report", "to_jsonable"]
 
@@ -121,21 +122,6 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_report(
     results: Mapping[str, Mapping[str, Mapping[str, Any]]],
     out_dir: str | os.PathLike[str],
@@ -149,6 +135,6 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(markdown=out / "report.md", metrics=out / "metrics.json")
-    _write_atomic(paths.metrics, payload)
-    _write_atomic(paths.markdown, markdown)
+    write_text(paths.metrics, payload)
+    write_text(paths.markdown, markdown)
     return paths

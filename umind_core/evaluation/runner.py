@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import write_text
 from . import metrics as M
 
 __all__ = [
@@ -623,18 +624,6 @@ def _write_overlays(samples: list[dict], out: Path, k: int) -> dict[str, dict[st
     return listing
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _public(sample: dict) -> dict:
     return {k: v for k, v in sample.items() if not k.startswith("_")}
 
@@ -658,7 +647,7 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
     payload = {"model": name, "manifest": report.manifest, "metrics": report.metrics,
                "overlays": listing, "samples": [_public(s) for s in report.samples]}
     paths = {"metrics": out / "metrics.json", "report": out / "report.md"}
-    _write_atomic(paths["metrics"], json.dumps(to_jsonable(payload), indent=2, ensure_ascii=False,
+    write_text(paths["metrics"], json.dumps(to_jsonable(payload), indent=2, ensure_ascii=False,
                                                allow_nan=False) + "\n")
     tables, scale = summary_table(report.metrics, name)
     if not tables:
@@ -671,7 +660,7 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
              "(should be refused) with one about the image's own (should be answered).",
              "Overlays (overlays/): ground truth in the first colours, the prediction after it." if listing else None]
     text += "\n" + "\n\n".join(n for n in notes if n) + "\n"
-    _write_atomic(paths["report"], text)
+    write_text(paths["report"], text)
     if listing:
         paths["overlays"] = out / "overlays"
     return paths

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..atomic import write_text
 
 __all__ = ["LoraSettings", "UMindConfig", "CONFIG_NAME", "DEFAULT_LORA_TARGETS"]
 
@@ -83,7 +84,7 @@ class UMindConfig:
 
     def save(self, folder: str | Path) -> Path:
         path = Path(folder) / CONFIG_NAME
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
         return path
 
     @classmethod
@@ -94,17 +95,3 @@ class UMindConfig:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not valid JSON: {exc}") from None
         return cls.from_dict(data)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write next to the target and rename, so a crash never leaves a half-written file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..atomic import new_temp_dir, replace_dir
 from ..grounding import GROUNDING_TOKENS, SEG_MASK
 from .config import CONFIG_NAME, LoraSettings, UMindConfig
 from .mask_decoder import DynamicConvMaskDecoder
@@ -421,12 +421,11 @@ class UMindVL(nn.Module):
     def save_pretrained(self, path: str | os.PathLike) -> Path:
         """Write the folder next to its final place and rename it there, so no half-written model is ever seen."""
         folder = Path(path).expanduser()
-        folder.parent.mkdir(parents=True, exist_ok=True)
         if self.config.lora is None and not self.config.base_is_copied:
             raise UMindModelError(
                 "a fully trained model must carry its own weights; save it with base_model='base'"
             )
-        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+        tmp = new_temp_dir(folder)
         try:
             self.processor.save_pretrained(str(tmp / "processor"))
             if self.config.base_is_copied:
@@ -438,7 +437,7 @@ class UMindVL(nn.Module):
             state = {k: v.detach().contiguous().cpu() for k, v in self.mask_decoder.state_dict().items()}
             save_file(state, str(tmp / DECODER_FILE), metadata={"format": "pt"})
             self.config.save(tmp)
-            _replace_dir(tmp, folder)
+            replace_dir(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -559,16 +558,3 @@ def _save_clean_base(qwen: nn.Module, target: Path) -> None:
             continue
         state[name.replace(".token_adapter.base_layer.", ".").replace(".base_layer.", ".")] = tensor
     qwen.save_pretrained(str(target), state_dict=state, safe_serialization=True)
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Swap a finished folder into place; the old one survives until the new one is there."""
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(dst, old)
-        os.replace(src, dst)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, dst)
