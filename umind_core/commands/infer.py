@@ -1,0 +1,375 @@
+"""Run one task on many images: files, folders or glob patterns, every frame of a cine clip or slice of a volume.
+
+Each input gets <out>/<name>/ with results.json (per-frame answers, the input's geometry, the model and the
+request; written last, so its presence marks the input done and a rerun skips it unless --overwrite), a label map
+in the input's own geometry and format family, markups.mrk.json when the answers hold points, lines or boxes, and
+overlay PNGs with --overlay. A bad input fails alone with one line naming it; the others still complete, the
+summary lists the failures and the exit status is 1. A bad request (unknown task, empty or over-long prompt,
+points without labels) stops before any model is loaded, with status 2.
+
+Under `accelerate launch --multi_gpu --num_processes N -m umind_core.cli infer ...` (or torchrun / mpirun) every
+process takes every N-th input and the first one prints the merged summary; the outputs are the same as one
+process writes. Processes on the CPU (--device cpu, or no CUDA) join a gloo group; note that accelerate's own
+`--cpu` launcher starts a single process unless mpirun is configured, so use --multi_gpu with --device cpu. Put INPUTS before --points/--labels
+(or end those lists with --), since those flags take a variable number of values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..atomic import write_text
+
+NAME = "infer"
+HELP = "run a task on images, cine clips and volumes and write results, label maps and markups"
+
+
+class InferError(ValueError):
+    """A bad request (task, prompt, visual prompt, frames) or an input that cannot be processed."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..prompts import TASKS
+
+    parser.add_argument("inputs", nargs="+", metavar="INPUTS", help="image files, folders or glob patterns")
+    parser.add_argument("--out", required=True, help="output folder (one sub-folder per input)")
+    parser.add_argument("--model", help="a UMind model folder (default: the bundled demo model)")
+    parser.add_argument("--task", required=True, metavar="TASK", help=f"one of: {', '.join(TASKS)}")
+    parser.add_argument("--prompt", help="the target ('thyroid nodule'), context, or for ask the question")
+    parser.add_argument("--box", nargs=4, type=float, metavar=("X1", "Y1", "X2", "Y2"),
+                        help="a region in pixels of each frame")
+    parser.add_argument("--points", nargs="+", type=float, metavar="X Y", help="clicks in pixels: X Y [X Y ...]")
+    parser.add_argument("--labels", nargs="+", type=int, metavar="L",
+                        help="one label per point: 1 positive, 0 negative")
+    parser.add_argument("--frames", default="all",
+                        help="all (default), current (middle slice / first frame), A-B, A- or A (from 0)")
+    parser.add_argument("--axis", type=int, choices=(0, 1, 2),
+                        help="slicing axis of volumes, numpy (z, y, x) order (default 0); 2D images and cine "
+                             "clips ignore it")
+    parser.add_argument("--batch-size", type=int, default=8, help="frames per forward pass (default 8)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the process's accelerator or cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--overwrite", action="store_true", help="redo inputs whose results.json exists")
+    parser.add_argument("--overlay", action="store_true", help="also write an overlay PNG per frame")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no per-failure lines")
+
+
+# ------------------------------------------------------------------ request
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is asked of every input; validated once, before any model is loaded."""
+
+    task: str
+    prompt: str | None
+    box: tuple[float, float, float, float] | None
+    points: list[tuple[float, float]] | None
+    labels: list[int] | None
+    frames: object  # batch.FrameSpec
+    axis: int | None
+
+    def to_dict(self) -> dict:
+        return {
+            "task": self.task, "prompt": self.prompt,
+            "box": list(self.box) if self.box is not None else None,
+            "points": [list(p) for p in self.points] if self.points is not None else None,
+            "labels": list(self.labels) if self.labels is not None else None,
+            "frames": str(self.frames), "axis": self.axis,
+        }
+
+
+def validate_request(args: argparse.Namespace) -> Request:
+    from .. import grounding, prompts
+    from ..batch import parse_frames
+
+    if args.task not in prompts.TASKS:
+        raise InferError(f"unknown task {args.task!r}; valid tasks: {', '.join(prompts.TASKS)}")
+    prompt = args.prompt
+    if prompt is not None and not prompt.strip():
+        raise InferError("--prompt is empty; give the target or question, or leave --prompt out")
+    box = None
+    if args.box is not None:
+        if not all(math.isfinite(v) for v in args.box):
+            raise InferError(f"--box needs 4 finite numbers X1 Y1 X2 Y2, got {args.box}")
+        if args.box[0] == args.box[2] or args.box[1] == args.box[3]:
+            raise InferError(f"--box {' '.join(f'{v:g}' for v in args.box)} has no area")
+        box = tuple(args.box)
+    points = None
+    if args.points is not None:
+        if len(args.points) % 2 or not all(math.isfinite(v) for v in args.points):
+            raise InferError(f"--points needs pairs of finite numbers X Y [X Y ...], got {len(args.points)} values")
+        points = [(args.points[i], args.points[i + 1]) for i in range(0, len(args.points), 2)]
+        if args.labels is None:
+            raise InferError(f"--points gave {len(points)} point(s) but no --labels (1 positive, 0 negative each)")
+        if len(args.labels) != len(points):
+            raise InferError(f"--points gave {len(points)} point(s) but --labels gave {len(args.labels)} label(s)")
+    elif args.labels is not None:
+        raise InferError("--labels given without --points")
+    if args.labels is not None and any(v not in (0, 1) for v in args.labels):
+        raise InferError(f"--labels must each be 1 (positive) or 0 (negative), got {args.labels}")
+    if args.batch_size < 1:
+        raise InferError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_new_tokens < 1:
+        raise InferError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    # the prompt rules (length, special tokens, a question for ask) are the template table's, checked on
+    # placeholder grid coordinates since real ones depend on each frame's size
+    prompts.build_user_text(
+        args.task, prompt,
+        box=grounding.Box(0, 0, grounding.GRID, grounding.GRID) if box is not None else None,
+        points=[grounding.Point(0, 0)] * len(points) if points is not None else None,
+        labels=list(args.labels) if points is not None else None,
+    )
+    return Request(task=args.task, prompt=prompt, box=box, points=points,
+                   labels=list(args.labels) if args.labels is not None else None,
+                   frames=parse_frames(args.frames), axis=args.axis)
+
+
+# ------------------------------------------------------------------ one input
+
+
+@dataclass
+class Record:
+    """How one input ended: done, skipped (already done) or failed, with the reason."""
+
+    index: int
+    input: str
+    name: str | None
+    status: str
+    frames: int = 0
+    message: str = ""
+
+
+def _message(exc: BaseException, name: str) -> str:
+    """The reason without a leading repetition of the input's name (readers already start with it)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for prefix in (f"{name}: ", f"{name} "):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
+def _read(path: Path, axis: int | None):
+    """Read an input; --axis applies to volumes only, so a mixed batch of PNGs and volumes works.
+
+    The reader rejects an axis for a 2D image or a cine clip, and the kind is known only once the file is read,
+    so a refusal is retried without the axis and accepted only if the file then turns out not to be a volume.
+    """
+    from ..imageio import ImageReadError, read_study
+
+    try:
+        return read_study(path, axis=axis)
+    except ImageReadError as first:
+        if axis in (None, 0):
+            raise
+        try:
+            study = read_study(path)
+        except ImageReadError:
+            raise first from None
+        if study.geometry.kind == "volume":
+            raise first from None
+        return study
+
+
+def _check_content(study, name: str) -> None:
+    import numpy as np
+
+    lo = min(int(np.min(f.pixels)) for f in study.frames)
+    hi = max(int(np.max(f.pixels)) for f in study.frames)
+    if lo == hi:
+        raise InferError(f"{name}: image is constant (every pixel is {lo}); there is nothing to analyse")
+
+
+@dataclass
+class _Context:
+    request: Request
+    predictor: object
+    out: Path
+    model_name: str
+    batch_size: int
+    overwrite: bool
+    overlay: bool
+    bar: object
+    say: object
+
+
+def _process(ctx: _Context, index: int, item) -> Record:
+    from .. import batch
+
+    name = item.display
+    out_dir = ctx.out / item.name
+    wanted = ctx.request.to_dict()
+    if not ctx.overwrite:
+        done = batch.existing_request(out_dir)
+        if done == wanted:
+            return Record(index, name, item.name, "skipped")
+        if done is not None:
+            raise InferError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
+                             f"{done.get('prompt')!r}); pass --overwrite or another --out")
+    t0 = time.perf_counter()
+    study = _read(item.path, ctx.request.axis)
+    _check_content(study, name)
+    indices = ctx.request.frames.select(study.geometry, name)
+    frames = [study.frames[i] for i in indices]
+    batch.clear_outputs(out_dir)
+    if ctx.bar is not None:
+        ctx.bar.total += len(frames)
+        ctx.bar.set_postfix_str(item.name[-30:])
+        ctx.bar.refresh()
+    r = ctx.request
+    results = []
+    try:
+        for s in range(0, len(frames), ctx.batch_size):
+            chunk = frames[s: s + ctx.batch_size]
+            results.extend(ctx.predictor.predict_batch(chunk, r.task, r.prompt, box=r.box, points=r.points,
+                                                       labels=r.labels))
+            if ctx.bar is not None:
+                ctx.bar.update(len(chunk))
+    except BaseException:
+        if ctx.bar is not None:  # the frames that will not be processed leave the bar's total
+            ctx.bar.total -= len(frames) - len(results)
+            ctx.bar.refresh()
+        raise
+    batch.write_outputs(out_dir, study, frames, results, wanted, ctx.model_name, overlay=ctx.overlay,
+                        extra={"elapsed_s": round(time.perf_counter() - t0, 3)})
+    return Record(index, name, item.name, "done", frames=len(frames))
+
+
+def _run_one(ctx: _Context, index: int, item) -> Record:
+    import torch
+
+    try:
+        rec = _process(ctx, index, item)
+    except (ValueError, OSError, MemoryError, torch.OutOfMemoryError) as exc:
+        rec = Record(index, item.display, item.name, "failed", message=_message(exc, item.display))
+        ctx.say(f"umind infer: {item.display}: {rec.message}")
+    return rec
+
+
+# ------------------------------------------------------------------ run
+
+
+_WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def _distributed(device: str | None):
+    """accelerate's process state when launched as more than one process (accelerate launch, torchrun, mpirun),
+    else None. CPU processes (asked for, or no CUDA) join a gloo group; accelerate decides that only when told."""
+    if max(int(os.environ.get(k, "1") or 1) for k in _WORLD_SIZE_VARS) <= 1:
+        return None
+    import torch
+    from accelerate import PartialState
+
+    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    cpu = use_cpu or (device or "").startswith("cpu") or not torch.cuda.is_available()
+    state = PartialState(cpu=cpu)
+    return state if state.num_processes > 1 else None
+
+
+def _model_name(path: str | None) -> str:
+    from .. import demo
+
+    if path:
+        return str(path)
+    return f"demo ({demo.DEMO_MODEL_DIR})" if demo.has_demo_model() else "untrained tiny model (random weights)"
+
+
+def _summary_lines(records: list[Record], elapsed: float) -> list[str]:
+    failed = [r for r in records if r.status == "failed"]
+    skipped = sum(r.status == "skipped" for r in records)
+    frames = sum(r.frames for r in records)
+    lines = [f"umind infer: {len(records)} inputs, {frames} frames, {len(failed)} failed, {skipped} skipped, "
+             f"in {elapsed:.1f} s"]
+    lines += [f"  FAILED {r.input}: {r.message}" for r in failed]
+    return lines
+
+
+def _write_rank_summary(out: Path, rank: int, records: list[Record]) -> None:
+    write_text(out / f".summary-{rank}.json", json.dumps([asdict(r) for r in records]))
+
+
+def _read_rank_summaries(out: Path, world: int) -> list[Record]:
+    records = []
+    for rank in range(world):
+        path = out / f".summary-{rank}.json"
+        try:
+            records += [Record(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError) as exc:
+            raise InferError(f"process {rank} left no readable summary {path}: {exc}") from exc
+        path.unlink()
+    return sorted(records, key=lambda r: r.index)
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    from .. import batch
+
+    request = validate_request(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InferError(f"--out {out} exists and is not a folder")
+    paths, problems = batch.discover_inputs(args.inputs, exclude=out)
+    if not paths:
+        raise InferError("no input files: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
+    items = [batch.InputItem(p, n) for p, n in zip(paths, batch.output_names(paths))]
+
+    state = _distributed(args.device)
+    rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    is_main = rank == 0
+    device = args.device or (str(state.device) if state is not None else _default_device())
+    out.mkdir(parents=True, exist_ok=True)
+
+    from tqdm.auto import tqdm
+
+    from .. import demo
+    from ..predictor import Predictor
+
+    quiet = args.quiet
+    say = (lambda msg: None) if quiet else (lambda msg: tqdm.write(msg, file=sys.stderr))
+    mine = list(range(rank, len(items), world))
+    wanted = request.to_dict()
+    # a rerun where everything is done loads no model; a model that fails to load stops the run (status 2)
+    pending = args.overwrite or any(batch.existing_request(out / items[i].name) != wanted for i in mine)
+    predictor = None
+    if pending:
+        model = demo.load_model(args.model, device=device, dtype=args.dtype,
+                                warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
+        predictor = Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    records: list[Record] = []
+    if is_main:  # specs that named nothing are reported once, by the first process
+        records += [Record(len(items) + k, spec, None, "failed", message=why)
+                    for k, (spec, why) in enumerate(problems)]
+        for r in records:
+            say(f"umind infer: {r.input}: {r.message}")
+    bar = None if quiet or not is_main else tqdm(total=0, desc="umind infer", unit="frame", file=sys.stderr)
+    ctx = _Context(request=request, predictor=predictor, out=out, model_name=_model_name(args.model),
+                   batch_size=args.batch_size, overwrite=args.overwrite, overlay=args.overlay, bar=bar, say=say)
+    try:
+        for index in mine:
+            records.append(_run_one(ctx, index, items[index]))
+    finally:
+        if bar is not None:
+            bar.close()
+    if state is not None:
+        _write_rank_summary(out, rank, records)
+        state.wait_for_everyone()
+        if not is_main:
+            return 1 if any(r.status == "failed" for r in records) else 0
+        records = _read_rank_summaries(out, world)
+    records.sort(key=lambda r: r.index)
+    print("\n".join(_summary_lines(records, time.perf_counter() - t0)))
+    return 1 if any(r.status == "failed" for r in records) else 0
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
