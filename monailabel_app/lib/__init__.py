@@ -1,0 +1,1 @@
+"""The UMind MONAI Label app's parts; main.py wires them together."""

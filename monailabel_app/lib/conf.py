@@ -1,0 +1,152 @@
+"""The app's conf: every value arrives from `monailabel start_server --conf KEY VALUE` as a string.
+
+Parsing happens once, at app start, so that a typo fails the start with a message naming the key instead of
+failing the first request (or, worse, the first training run an hour later).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+__all__ = ["AppConfig", "ConfError", "TrainParams", "parse_conf", "parse_train_params", "WORKDIR_NAME"]
+
+WORKDIR_NAME = ".umind"
+_DTYPES = ("float32", "float16", "bfloat16")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+class ConfError(ValueError):
+    """A conf key or train parameter has a value that cannot be used; the message names key and value."""
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Hyper-parameters of one `umind_lora` run (conf keys of the same name set the defaults)."""
+
+    epochs: int = 5
+    max_steps: int = 0  # 0 = no cap beyond epochs
+    lr: float = 1e-4
+    batch_size: int = 1
+    warmup_ratio: float = 0.05
+    val_fraction: float = 0.2
+    min_val: int = 1
+    promote_tolerance: float = 0.0
+    seed: int = 0
+    refusal_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    model: str | None
+    device: str
+    dtype: str
+    retrain_every: int
+    workdir: Path
+    labels: tuple[str, ...]
+    max_new_tokens: int
+    version: int | None  # roll back to this version when the server starts; None = keep the promoted one
+    auto_retrain: bool
+    train: TrainParams = field(default_factory=TrainParams)
+
+
+def _int(key: str, value: object, minimum: int | None = None) -> int:
+    try:
+        out = int(str(value).strip())
+    except ValueError:
+        raise ConfError(f"{key} must be an integer, got {value!r}") from None
+    if minimum is not None and out < minimum:
+        raise ConfError(f"{key} must be at least {minimum}, got {out}")
+    return out
+
+
+def _float(key: str, value: object, lo: float | None = None, hi: float | None = None) -> float:
+    try:
+        out = float(str(value).strip())
+    except ValueError:
+        raise ConfError(f"{key} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ConfError(f"{key} must be finite, got {value!r}")
+    if (lo is not None and out < lo) or (hi is not None and out > hi):
+        raise ConfError(f"{key} must lie in [{lo}, {hi}], got {out}")
+    return out
+
+
+def _bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ConfError(f"{key} must be true or false, got {value!r}")
+
+
+_TRAIN_PARSERS = {
+    "epochs": lambda k, v: _int(k, v, 1),
+    "max_steps": lambda k, v: _int(k, v, 0),
+    "lr": lambda k, v: _float(k, v, 0.0),
+    "batch_size": lambda k, v: _int(k, v, 1),
+    "warmup_ratio": lambda k, v: _float(k, v, 0.0, 1.0),
+    "val_fraction": lambda k, v: _float(k, v, 0.0, 0.9),
+    "min_val": lambda k, v: _int(k, v, 1),
+    "promote_tolerance": lambda k, v: _float(k, v, 0.0),
+    "seed": lambda k, v: _int(k, v),
+    "refusal_rate": lambda k, v: _float(k, v, 0.0, 1.0),
+}
+
+
+def parse_train_params(values: dict, base: TrainParams | None = None) -> TrainParams:
+    """Override `base` with the train keys present in `values` (conf strings or request JSON values)."""
+    base = base or TrainParams()
+    out = {f.name: getattr(base, f.name) for f in fields(TrainParams)}
+    for key, parse in _TRAIN_PARSERS.items():
+        if key in values and values[key] is not None and values[key] != "":
+            out[key] = parse(key, values[key])
+    return TrainParams(**out)
+
+
+def parse_conf(conf: dict, studies: str) -> AppConfig:
+    """Turn the raw conf dict into an AppConfig; unknown keys are left for MONAI Label itself."""
+    model = (conf.get("model") or "").strip() or None
+    if model is not None and not Path(model).expanduser().is_dir():
+        raise ConfError(f"model must be a UMind or Qwen3-VL folder, {model!r} is not a directory")
+    dtype = str(conf.get("dtype", "float32")).strip()
+    if dtype not in _DTYPES:
+        raise ConfError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    device = str(conf.get("device", "cpu")).strip() or "cpu"
+    if not (device in ("cpu", "cuda", "mps", "auto") or device.startswith("cuda:")):
+        raise ConfError(f"device must be cpu, cuda, cuda:N, mps or auto, got {device!r}")
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    workdir = conf.get("workdir")
+    if workdir:
+        workdir_path = Path(workdir).expanduser().resolve()
+    elif studies.startswith(("http://", "https://")):
+        raise ConfError("workdir is required when the studies are a remote datastore (no local folder to use)")
+    else:
+        workdir_path = Path(studies).expanduser().resolve() / WORKDIR_NAME
+    source_tree = Path(__file__).resolve().parents[2]
+    if workdir_path == source_tree or source_tree in workdir_path.parents:
+        raise ConfError(f"workdir {workdir_path} lies inside the source tree {source_tree}; choose another folder")
+    labels = tuple(s.strip() for s in str(conf.get("labels", "lesion")).split(",") if s.strip())
+    if not labels:
+        raise ConfError("labels must name at least one structure, e.g. 'lesion,thyroid nodule'")
+    version = conf.get("version")
+    version_n = None if version in (None, "", "latest", "current") else _int("version", version, 0)
+    return AppConfig(
+        model=str(Path(model).expanduser().resolve()) if model else None,
+        device=device,
+        dtype=dtype,
+        retrain_every=_int("retrain_every", conf.get("retrain_every", "10"), 0),
+        workdir=workdir_path,
+        labels=labels,
+        max_new_tokens=_int("max_new_tokens", conf.get("max_new_tokens", "256"), 1),
+        version=version_n,
+        auto_retrain=_bool("auto_retrain", conf.get("auto_retrain", "true")),
+        train=parse_train_params(conf),
+    )

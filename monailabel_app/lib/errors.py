@@ -1,0 +1,102 @@
+"""Bad requests answer 4xx with a JSON message naming the problem, not MONAI Label's bare 500.
+
+MONAI Label 0.8.5 installs no exception handlers: anything a task raises, and the `json.loads(params)` its
+infer and save-label endpoints run before any app code, becomes "Internal Server Error". Tasks therefore
+raise fastapi's HTTPException themselves (`to_http`), and `guard_params_json` wraps the two endpoint
+functions that parse `params` so that malformed JSON is a 400. The endpoint modules look those functions up
+by name at call time, so wrapping the module attribute is enough; the wrapper is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+
+from fastapi import HTTPException
+
+__all__ = ["BadRequest", "NotFound", "to_http", "check_params_json", "guard_params_json"]
+
+logger = logging.getLogger(__name__)
+
+
+class BadRequest(ValueError):
+    """A request parameter that cannot be used; answered with HTTP 400."""
+
+    status_code = 400
+
+
+class NotFound(BadRequest):
+    """A request names something (task, version, image) that does not exist; answered with HTTP 404."""
+
+    status_code = 404
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    from umind_core.imageio import ImageReadError
+    from umind_core.predictor import PredictorError
+    from umind_core.prompts import PromptError
+
+    from .conf import ConfError
+    from .versions import VersionError
+
+    return (BadRequest, ImageReadError, PredictorError, PromptError, ConfError, VersionError)
+
+
+def to_http(exc: BaseException, what: str) -> HTTPException:
+    """The HTTPException for `exc` raised while doing `what`: 4xx for the caller's mistakes, 500 otherwise."""
+    if isinstance(exc, HTTPException):
+        return exc
+    if isinstance(exc, _client_errors()):
+        status = getattr(exc, "status_code", 400)
+        return HTTPException(status_code=status, detail=f"{what}: {exc}")
+    logger.exception(f"{what} failed")
+    return HTTPException(status_code=500, detail=f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def check_params_json(params: object, where: str) -> None:
+    """Raise HTTP 400 unless `params` is empty or a JSON object."""
+    if params is None or params == "":
+        return
+    if not isinstance(params, str):
+        return
+    try:
+        value = json.loads(params)
+    except ValueError as exc:
+        raise HTTPException(status_code=400, detail=f"{where}: params is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise HTTPException(status_code=400,
+                            detail=f"{where}: params must be a JSON object, got {type(value).__name__}")
+
+
+def _guard(module, name: str, where: str) -> None:
+    original = getattr(module, name)
+    if getattr(original, "_umind_guarded", False):
+        return
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        params = kwargs.get("params", args[_params_position(original)] if len(args) > _params_position(original)
+                            else None)
+        check_params_json(params, where)
+        return original(*args, **kwargs)
+
+    wrapper._umind_guarded = True  # type: ignore[attr-defined]
+    setattr(module, name, wrapper)
+
+
+@functools.lru_cache(maxsize=None)
+def _params_position(func) -> int:
+    import inspect
+
+    return list(inspect.signature(func).parameters).index("params")
+
+
+def guard_params_json() -> None:
+    """Make malformed `params` JSON a 400 on /infer/{model} and PUT /datastore/label."""
+    try:
+        from monailabel.endpoints import datastore, infer
+    except ImportError:  # an app built without the server (tests, scripts)
+        return
+    _guard(infer, "run_inference", "infer")
+    _guard(datastore, "save_label", "save label")

@@ -1,0 +1,237 @@
+"""The one infer task class: request -> frames -> Predictor -> label map, markups JSON or answer JSON.
+
+Every UMind infer task is this class with different class attributes (what MONAI Label type it shows as,
+which Predictor tasks it may run, what it returns, which options the Slicer extension renders), so a fix
+here fixes all of them and no task grows its own code path.
+
+Outputs:
+- "label_map": one label value per target (segment) in the image's own geometry (.png for 2D images,
+  .nii.gz for cine clips and volumes), with `label_names` {name: value} in the JSON, as the stock Slicer
+  extension reads it;
+- "markups": a Slicer .mrk.json (ROIs for boxes, fiducials for points, lines for measurements), which the
+  stock extension loads as markups; optionally a label map instead (`label_map: true`), with the markups
+  in the JSON;
+- "answer": JSON only (text, class, grounded objects).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
+
+from umind_core.imageio import Study, read_study, write_label_map, write_markups_json
+from umind_core.results import Result
+
+from ..errors import BadRequest, to_http
+from ..params import parse_bool, parse_frames, parse_prompt, parse_targets, visual_prompt, with_defaults
+from ..runtime import Runtime
+
+__all__ = ["UMindInferTask"]
+
+logger = logging.getLogger(__name__)
+
+_CLASSES = ("malignant", "benign", "normal")
+
+
+class UMindInferTask(InferTask):
+    #: MONAI Label task type (the stock Slicer extension lists SEGMENTATION/DETECTION and DEEPGROW)
+    infer_type: ClassVar[str] = InferType.SEGMENTATION
+    #: Predictor tasks this MONAI Label task may run; the first is the default, "all" runs each of them
+    umind_tasks: ClassVar[tuple[str, ...]] = ("segment",)
+    #: "label_map", "markups" or "answer"
+    output: ClassVar[str] = "label_map"
+    #: clicks/ROI from the Slicer extension become the visual prompt
+    interactive: ClassVar[bool] = False
+    #: a comma-separated prompt names several targets, one label each
+    multi_target: ClassVar[bool] = False
+    description_text: ClassVar[str] = ""
+    #: user options the Slicer extension renders (a list is a choice, its first item the default)
+    default_config: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, runtime: Runtime, labels: list[str] | None = None):
+        labels = list(labels if labels is not None else runtime.conf.labels)
+        label_dict = {name: i + 1 for i, name in enumerate(labels)} if self.output == "label_map" else labels
+        super().__init__(type=self.infer_type, labels=label_dict, dimension=2, description=self.description_text,
+                         config=dict(self.default_config))
+        self.runtime = runtime
+        self.default_labels = labels
+
+    def is_valid(self) -> bool:
+        return True
+
+    def info(self) -> dict:
+        out = super().info()
+        out["umind"] = {"tasks": list(self.umind_tasks), "output": self.output,
+                        "version": self.runtime.served_version()}
+        return out
+
+    # ------------------------------------------------------------------ request
+    def __call__(self, request: dict):
+        t0 = time.perf_counter()
+        try:
+            opts = with_defaults(self._config, request)
+            study = self._read(opts)
+            t1 = time.perf_counter()
+            predictor, version = self.runtime.predictor()
+            t2 = time.perf_counter()
+            runs = self._run(predictor, study, opts)
+            t3 = time.perf_counter()
+            path, body = self._write(study, opts, runs)
+        except Exception as exc:  # every failure leaves as an HTTP error naming the problem
+            raise to_http(exc, f"{self._name()} on {request.get('image')!r}") from exc
+        t4 = time.perf_counter()
+        body["umind"] = {"version": version, "tasks": sorted({t for t, _, _ in runs}), **body.get("umind", {})}
+        body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
+                             "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
+        return path, body
+
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def _read(self, opts: dict) -> Study:
+        image = opts.get("image")
+        if not isinstance(image, str) or not image:
+            raise BadRequest(f"image must be a datastore id or an uploaded file, got {image!r}")
+        axis = opts.get("axis")
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+            raise BadRequest(f"axis must be 0, 1 or 2, got {axis!r}")
+        return read_study(image, axis=axis)
+
+    def _tasks(self, opts: dict) -> list[str]:
+        task = opts.get("task", self.umind_tasks[0])
+        if task in ("all", "both"):
+            return list(self.umind_tasks)
+        if task not in self.umind_tasks:
+            raise BadRequest(f"task must be one of {', '.join(self.umind_tasks)} (or 'all'), got {task!r}")
+        return [task]
+
+    def _run(self, predictor, study: Study, opts: dict) -> list[tuple[str, str | None, list[Result]]]:
+        """(task, target, one Result per selected frame) for every task and target of the request."""
+        geometry = study.geometry
+        box = points = labels = None
+        current = opts.get("slice")
+        if self.interactive:
+            vp = visual_prompt(opts, geometry)
+            if vp.empty:
+                raise BadRequest("interactive segmentation needs foreground/background clicks or an roi")
+            box, points, labels = vp.box, vp.points or None, vp.labels or None
+            frames = [vp.frame]
+        else:
+            frames = parse_frames(opts.get("frames"), geometry.n_frames,
+                                  current if isinstance(current, int) and not isinstance(current, bool) else None)
+        selected = [study.frames[i] for i in frames]
+        if self.multi_target:
+            targets = parse_targets("prompt", opts.get("prompt"))
+        else:
+            targets = [parse_prompt("prompt", opts.get("prompt"))]
+        runs = []
+        for task in self._tasks(opts):
+            prompt_key = "question" if task == "ask" else "prompt"
+            for target in (targets if prompt_key == "prompt" else [parse_prompt("question", opts.get("question"),
+                                                                                required=True)]):
+                results = predictor.predict_batch(selected, task, target, box=box, points=points, labels=labels)
+                for r in results:
+                    r.attach_geometry(geometry)
+                runs.append((task, target, results))
+        return runs
+
+    # ------------------------------------------------------------------ outputs
+    def _write(self, study: Study, opts: dict, runs) -> tuple[str | None, dict]:
+        if self.output == "answer":
+            return None, self._answer(runs)
+        if self.output == "markups":
+            markups, measurements = self._markups(study, runs)
+            body = {"markups": markups, "measurements": measurements, "umind": {"results": _dicts(runs)}}
+            if parse_bool("label_map", opts.get("label_map", False)):
+                path, names = self._label_map(study, runs, fill_boxes=True)
+                body["label_names"] = names
+                return path, body
+            path = _temp(".mrk.json")
+            write_markups_json(markups, path)
+            return path, body
+        path, names = self._label_map(study, runs, fill_boxes=False)
+        return path, {"label_names": names, "umind": {"results": _dicts(runs)}}
+
+    def _label_map(self, study: Study, runs, fill_boxes: bool) -> tuple[str, dict[str, int]]:
+        geometry = study.geometry
+        h, w = geometry.frame_shape
+        stack = np.zeros((geometry.n_frames, h, w), dtype=np.uint8)
+        names: dict[str, int] = {}
+        for _, target, results in runs:
+            for r in results:
+                for obj in r.objects:
+                    mask = obj.mask
+                    if mask is None and fill_boxes and obj.box is not None:
+                        mask = _box_mask(obj.box, h, w)
+                    if mask is None:
+                        continue
+                    name = target or obj.label or self.default_labels[0]
+                    if name not in names:
+                        if len(names) >= 255:
+                            raise BadRequest("more than 255 distinct labels do not fit one label map")
+                        names[name] = len(names) + 1
+                    stack[r.frame_index][mask] = names[name]
+        if not names:  # nothing found: still name the default label so the Slicer segment exists
+            names[self.default_labels[0]] = 1
+        suffix = ".png" if geometry.kind == "2d" else ".nii.gz"
+        path = _temp(suffix)
+        write_label_map(stack[0] if geometry.kind == "2d" else stack, geometry, path)
+        return path, names
+
+    def _markups(self, study: Study, runs) -> tuple[list[dict], list[dict]]:
+        geometry = study.geometry
+        many = geometry.n_frames > 1
+        markups, measurements = [], []
+        for task, _, results in runs:
+            for r in results:
+                for m in r.to_markups(geometry):
+                    if self.output == "markups" and task == "detect" and m["type"] != "ROI":
+                        continue
+                    if many:
+                        m["name"] = f"{m['name']} (frame {r.frame_index})"
+                    m["description"] = f"umind {task}"
+                    markups.append(m)
+                for obj in r.objects:
+                    if obj.line is None:
+                        continue
+                    x1, y1, x2, y2 = obj.line
+                    item = {"name": obj.label or task, "frame": r.frame_index,
+                            "length_px": float(np.hypot(x2 - x1, y2 - y1))}
+                    if "length_mm" in obj.physical:
+                        item["length_mm"] = obj.physical["length_mm"]
+                    measurements.append(item)
+        return markups, measurements
+
+    def _answer(self, runs) -> dict:
+        task, target, results = runs[0]
+        frames = []
+        for r in results:
+            low = r.answer.lower()
+            cls = next((c for c in _CLASSES if c in low), None) if task == "diagnose" else None
+            frames.append({"frame": r.frame_index, "answer": r.answer, "text": r.text, "class": cls,
+                           "objects": [o.to_dict() for o in r.objects], "confidence": r.confidence,
+                           "warnings": r.warnings})
+        first = frames[0]
+        return {"task": task, "prompt": target, "answer": first["answer"], "class": first["class"],
+                "objects": first["objects"], "frames": frames}
+
+
+def _temp(suffix: str) -> str:
+    with tempfile.NamedTemporaryFile(prefix="umind-", suffix=suffix, delete=False) as fh:
+        return fh.name
+
+
+def _box_mask(box, h: int, w: int) -> np.ndarray:
+    x1, y1, x2, y2 = box
+    m = np.zeros((h, w), dtype=bool)
+    m[max(int(np.floor(y1)), 0):min(int(np.ceil(y2)) + 1, h), max(int(np.floor(x1)), 0):min(int(np.ceil(x2)) + 1, w)] = True
+    return m
+
+
+def _dicts(runs) -> list[dict]:
+    return [dict(r.to_dict(), target=target) for _, target, results in runs for r in results]

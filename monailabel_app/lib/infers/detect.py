@@ -1,0 +1,14 @@
+"""umind_detect: boxes as Slicer ROI markups (a box-filled label map on request)."""
+
+from monailabel.interfaces.tasks.infer_v2 import InferType
+
+from .base import UMindInferTask
+
+
+class UMindDetect(UMindInferTask):
+    infer_type = InferType.DETECTION
+    umind_tasks = ("detect",)
+    output = "markups"
+    multi_target = True
+    description_text = "UMind: detect the structures named in the prompt as boxes (Slicer ROI markups)"
+    default_config = {"prompt": "lesion", "frames": "all", "label_map": False}

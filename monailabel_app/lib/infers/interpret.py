@@ -1,0 +1,13 @@
+"""umind_interpret: diagnosis, report or a free question -> a JSON answer (no label file)."""
+
+from monailabel.interfaces.tasks.infer_v2 import InferType
+
+from .base import UMindInferTask
+
+
+class UMindInterpret(UMindInferTask):
+    infer_type = InferType.CLASSIFICATION
+    umind_tasks = ("diagnose", "report", "ask")
+    output = "answer"
+    description_text = "UMind: diagnosis (normal/benign/malignant), a structured report, or a free question"
+    default_config = {"task": ["diagnose", "report", "ask"], "question": "", "frames": "current"}

@@ -1,0 +1,13 @@
+"""umind_landmarks: keypoints (fiducials) and measurement lines (with length in mm when spacing is known)."""
+
+from monailabel.interfaces.tasks.infer_v2 import InferType
+
+from .base import UMindInferTask
+
+
+class UMindLandmarks(UMindInferTask):
+    infer_type = InferType.OTHERS
+    umind_tasks = ("keypoints", "measure")
+    output = "markups"
+    description_text = "UMind: landmarks as fiducials and measurements as lines (Slicer markups)"
+    default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all"}

@@ -1,0 +1,84 @@
+"""One model per process, loaded on first use and shared by every task.
+
+MONAI Label builds the app again in each train, scoring and batch-infer subprocess, so loading at app
+construction would load the model in processes that never use it. The holder is a module-level singleton
+keyed by (model path, version): a request that finds a newer promoted version swaps the model once; all
+others reuse it. The lock makes concurrent first requests load once, and requests never see a half-swapped
+model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ModelSpec", "ModelHolder", "holder"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load: the configured model (None = demo model) and, for versions > 0, the version folder."""
+
+    model: str | None
+    version: int
+    version_dir: str | None
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_new_tokens: int = 256
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, self.version, self.version_dir, self.device, self.dtype, self.max_new_tokens)
+
+
+class ModelHolder:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple | None = None
+        self._predictor = None
+        self.loads = 0  # how many times a model was loaded in this process (tests and /info read it)
+
+    def predictor(self, spec: ModelSpec):
+        """The Predictor for `spec`, loading (or swapping to) it if needed."""
+        with self._lock:
+            if self._key != spec.key or self._predictor is None:
+                self._predictor = None  # free the old model before loading the new one
+                self._predictor = _load(spec)
+                self._key = spec.key
+                self.loads += 1
+            return self._predictor
+
+    def loaded_key(self) -> tuple | None:
+        with self._lock:
+            return self._key
+
+    def clear(self) -> None:
+        with self._lock:
+            self._key, self._predictor = None, None
+
+
+def load_model(spec: ModelSpec, trainable: bool = False):
+    """The UMindVL of `spec` (the version folder when there is one, else the configured/demo model)."""
+    from umind_core import demo
+    from umind_core.modeling.umind import UMindVL
+
+    if spec.version_dir:
+        if not Path(spec.version_dir).is_dir():
+            raise FileNotFoundError(f"model version {spec.version} is missing: {spec.version_dir} does not exist")
+        return UMindVL.from_pretrained(spec.version_dir, device=spec.device, dtype=spec.dtype, trainable=trainable)
+    return demo.load_model(spec.model, device=spec.device, dtype=spec.dtype, trainable=trainable,
+                           warn=logger.warning)
+
+
+def _load(spec: ModelSpec):
+    from umind_core.predictor import Predictor
+
+    logger.info(f"umind: loading model {spec.model or 'demo'} version {spec.version} on {spec.device}")
+    return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens)
+
+
+holder = ModelHolder()

@@ -1,0 +1,179 @@
+"""Request parameters -> the Predictor's arguments.
+
+MONAI Label merges the client's params JSON into the request dict, so every value here may be anything
+JSON can hold; each parser names the parameter and the value it rejects (`BadRequest`, answered 400).
+
+Coordinates from the stock Slicer extension are IJK voxel indices of the image as Slicer loaded it (ITK
+index order: i along columns, j along rows, k across frames for a 2D+t or 3D image). `ijk_to_frame` turns
+them into (frame index, x, y) of the frames `umind_core.imageio.read_study` makes, for any slicing axis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from umind_core.imageio import Geometry, _frame_itk_axes
+from umind_core.prompts import MAX_PROMPT_CHARS
+
+from .errors import BadRequest
+
+__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_frames", "parse_bool", "ijk_to_frame",
+           "visual_prompt", "VisualPrompt"]
+
+_RANGE_RE = re.compile(r"^\s*(\d+)\s*[-:]\s*(\d+)\s*$")
+
+
+def with_defaults(config: dict, request: dict) -> dict:
+    """Task config defaults (a list offers choices: its first item is the default) overridden by the request."""
+    out = {k: (v[0] if isinstance(v, list) and v else v) for k, v in config.items()}
+    out.update({k: v for k, v in request.items() if v is not None})
+    return out
+
+
+def parse_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no", ""):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise BadRequest(f"{name} must be true or false, got {value!r}")
+
+
+def parse_prompt(name: str, value: object, required: bool = False) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise BadRequest(f"{name} is required and must be a non-empty string")
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_PROMPT_CHARS:
+        raise BadRequest(f"{name} is too long: {len(value)} characters (at most {MAX_PROMPT_CHARS})")
+    return value.strip()
+
+
+def parse_targets(name: str, value: object) -> list[str | None]:
+    """'lesion, thyroid nodule' or ["lesion", "cyst"] -> one target per label; nothing -> [None] (default)."""
+    if isinstance(value, list):
+        items = value
+    elif value is None or isinstance(value, str):
+        text = parse_prompt(name, value)
+        items = [] if text is None else re.split(r"[;,\n]", text)
+    else:
+        raise BadRequest(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+    out = []
+    for item in items:
+        t = parse_prompt(name, item)
+        if t and t not in out:
+            out.append(t)
+    if len(out) > 32:
+        raise BadRequest(f"{name} names {len(out)} targets; at most 32 per request")
+    return out or [None]
+
+
+def parse_frames(value: object, n_frames: int, current: int | None) -> list[int]:
+    """'all' (default), 'current' (the `slice` param, else 0), an index, 'a-b' (inclusive) or a list of indices."""
+    if n_frames <= 1:
+        return [0]
+
+    def check(i: int) -> int:
+        if not 0 <= i < n_frames:
+            raise BadRequest(f"frames: index {i} is out of range (the image has {n_frames} frames)")
+        return i
+
+    if value is None or value == "all":
+        return list(range(n_frames))
+    if value == "current":  # the frame Slicer shows (its `slice` param); frame 0 when the client sends none
+        return [check(0 if current is None else current)]
+    if isinstance(value, bool):
+        raise BadRequest(f"frames must be 'all', 'current', an index, 'a-b' or a list, got {value!r}")
+    if isinstance(value, int):
+        return [check(value)]
+    if isinstance(value, str):
+        if value.strip().isdigit():
+            return [check(int(value))]
+        m = _RANGE_RE.match(value)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if a > b:
+                raise BadRequest(f"frames: range {value!r} runs backwards")
+            return [check(i) for i in range(a, b + 1)]
+    if isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return sorted({check(i) for i in value})
+    raise BadRequest(f"frames must be 'all', 'current', an index, 'a-b' or a list of indices, got {value!r}")
+
+
+def ijk_to_frame(geometry: Geometry, ijk: Sequence[float]) -> tuple[int, float, float]:
+    """IJK voxel index -> (frame index, x, y) of the frames read from that image."""
+    if geometry.kind == "2d":
+        return 0, float(ijk[0]), float(ijk[1])
+    col, row = _frame_itk_axes(geometry.axis)
+    normal = ({0, 1, 2} - {col, row}).pop()
+    return int(round(float(ijk[normal]))), float(ijk[col]), float(ijk[row])
+
+
+def _point(name: str, value: object) -> list[float]:
+    if (not isinstance(value, (list, tuple)) or len(value) not in (2, 3)
+            or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in value)):
+        raise BadRequest(f"{name}: each click must be [i, j] or [i, j, k] numbers, got {value!r}")
+    return [float(c) for c in value] + ([0.0] if len(value) == 2 else [])
+
+
+def _clicks(name: str, value: object) -> list[list[float]]:
+    if value is None or value == []:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(f"{name} must be a list of [i, j, k] clicks, got {type(value).__name__}")
+    return [_point(name, v) for v in value]
+
+
+class VisualPrompt:
+    """Clicks and ROI of one interactive request, on one frame, in that frame's pixels."""
+
+    def __init__(self, frame: int, points: list[tuple[float, float]], labels: list[int],
+                 box: tuple[float, float, float, float] | None):
+        self.frame, self.points, self.labels, self.box = frame, points, labels, box
+
+    @property
+    def empty(self) -> bool:
+        return not self.points and self.box is None
+
+
+def visual_prompt(request: dict, geometry: Geometry) -> VisualPrompt:
+    """`foreground`/`background` clicks, `roi` [i0,i1,j0,j1,k0,k1] and `slice` -> one frame's visual prompt."""
+    fg = _clicks("foreground", request.get("foreground"))
+    bg = _clicks("background", request.get("background"))
+    frames: set[int] = set()
+    points, labels = [], []
+    for clicks, label in ((fg, 1), (bg, 0)):
+        for p in clicks:
+            f, x, y = ijk_to_frame(geometry, p)
+            frames.add(f)
+            points.append((x, y))
+            labels.append(label)
+    box = None
+    roi = request.get("roi")
+    if roi not in (None, []):
+        if (not isinstance(roi, list) or len(roi) not in (4, 6)
+                or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in roi)):
+            raise BadRequest(f"roi must be [i0, i1, j0, j1, k0, k1] (or 4 numbers for 2D), got {roi!r}")
+        r = [float(c) for c in roi] + ([0.0, 0.0] if len(roi) == 4 else [])
+        lo = ijk_to_frame(geometry, [r[0], r[2], r[4]])
+        hi = ijk_to_frame(geometry, [r[1], r[3], r[5]])
+        box = (min(lo[1], hi[1]), min(lo[2], hi[2]), max(lo[1], hi[1]), max(lo[2], hi[2]))
+        if not points:  # an ROI without clicks: its middle frame
+            frames.add((lo[0] + hi[0]) // 2)
+    slice_ = request.get("slice")
+    if slice_ is not None:
+        if isinstance(slice_, bool) or not isinstance(slice_, int):
+            raise BadRequest(f"slice must be a frame index (integer), got {slice_!r}")
+        frame = slice_
+    elif len(frames) > 1:
+        raise BadRequest(f"clicks lie on different frames {sorted(frames)}; an interactive request works on one "
+                         "frame (give 'slice' to choose it)")
+    else:
+        frame = frames.pop() if frames else 0
+    if not 0 <= frame < geometry.n_frames:
+        raise BadRequest(f"the clicks or slice point at frame {frame}, the image has {geometry.n_frames}")
+    return VisualPrompt(frame, points, labels, box)

@@ -1,0 +1,154 @@
+"""The datastore's final labels -> a training manifest (and a held-out one) the trainer reads.
+
+A final label is a label map in the image's geometry (what Slicer saves, or what umind_segment returned
+and a person corrected). Every frame with any label becomes one manifest record: the frame as a PNG, one
+mask per label value, its box, and the label's name (from the label's `label_names` info when the client
+sent it, else the app's conf labels by value). Conversations (segment + detect) come from the project's
+conversation builder, so training wording matches serving wording.
+
+The split is by image id (a hash), so an image's frames never sit on both sides and the held-out set stays
+the same from run to run as labels are added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from umind_core.data.manifest import Annotations, ManifestObject, ManifestRecord, write_manifest
+from umind_core.imageio import Study, read_study
+
+__all__ = ["ExportedData", "DatasetError", "export_datastore", "load_label_stack"]
+
+logger = logging.getLogger(__name__)
+
+
+class DatasetError(ValueError):
+    """The datastore's labels cannot make a training set (too few, unreadable); the message says which."""
+
+
+@dataclass
+class ExportedData:
+    train_manifest: Path
+    val_manifest: Path
+    train_ids: list[str]
+    val_ids: list[str]
+    n_train_records: int
+    n_val_records: int
+    skipped: dict[str, str]
+
+
+def load_label_stack(path: str | Path, study: Study) -> np.ndarray:
+    """A label file as an N x H x W integer stack in the study's frame order."""
+    path = Path(path)
+    h, w = study.geometry.frame_shape
+    low = path.name.lower()
+    if low.endswith((".png", ".jpg", ".jpeg")):
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("L") if im.mode not in ("L", "I", "I;16") else im)
+        stack = arr[None]
+    else:
+        import SimpleITK as sitk
+
+        arr = sitk.GetArrayFromImage(sitk.ReadImage(str(path)))
+        stack = arr if arr.ndim == 3 else arr[None]
+        axis = study.geometry.axis
+        if study.geometry.kind != "2d" and axis != 0:
+            from umind_core.imageio import _stack_from_volume
+
+            stack = _stack_from_volume(arr, axis)
+    if stack.shape[1:] != (h, w) or stack.shape[0] != study.geometry.n_frames:
+        raise DatasetError(f"{path}: label of shape {tuple(stack.shape)} does not match the image "
+                           f"({study.geometry.n_frames} frames of {h}x{w})")
+    return np.asarray(stack).astype(np.int64)
+
+
+def _label_names(info: dict, conf_labels: tuple[str, ...]) -> dict[int, str]:
+    names = {i + 1: name for i, name in enumerate(conf_labels)}
+    given = (info or {}).get("label_names") or (info or {}).get("params", {}).get("label_names")
+    if isinstance(given, dict):
+        for name, value in given.items():
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                names[value] = str(name)
+    return names
+
+
+def _is_val(image_id: str, fraction: float, seed: int) -> bool:
+    h = hashlib.sha256(f"{seed}:{image_id}".encode()).digest()
+    return int.from_bytes(h[:4], "big") / 2**32 < fraction
+
+
+def _split(ids: list[str], fraction: float, min_val: int, seed: int) -> tuple[list[str], list[str]]:
+    if len(ids) < 2:
+        raise DatasetError(f"training needs at least 2 labeled images (one to train on, one held out), "
+                           f"the datastore has {len(ids)}")
+    ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
+    val = [i for i in ids if _is_val(i, fraction, seed)]
+    want = min(max(min_val, len(val)), len(ids) - 1)
+    for i in ranked:  # top up (or cut) deterministically to `want`
+        if len(val) >= want:
+            break
+        if i not in val:
+            val.append(i)
+    val = sorted(val, key=ranked.index)[:want]
+    return [i for i in ids if i not in val], sorted(val)
+
+
+def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val_fraction: float,
+                     min_val: int, seed: int) -> ExportedData:
+    """Write out_dir/{images,masks} and train.jsonl / val.jsonl from the final labels."""
+    from monailabel.interfaces.datastore import DefaultLabelTag
+
+    tag = DefaultLabelTag.FINAL.value
+    out_dir = Path(out_dir)
+    (out_dir / "images").mkdir(parents=True, exist_ok=True)
+    (out_dir / "masks").mkdir(parents=True, exist_ok=True)
+    records: dict[str, list[ManifestRecord]] = {}
+    skipped: dict[str, str] = {}
+    for image_id in sorted(datastore.get_labeled_images()):
+        try:
+            study = read_study(datastore.get_image_uri(image_id))
+            label_path = datastore.get_label_uri(image_id, tag)
+            labels = load_label_stack(label_path, study)
+            info = datastore.get_label_info(image_id, tag) or {}
+        except Exception as exc:  # one bad label must not stop training on the others
+            skipped[image_id] = f"{type(exc).__name__}: {exc}"
+            logger.warning(f"umind train: skipping {image_id}: {exc}")
+            continue
+        names = _label_names(info, conf_labels)
+        recs = []
+        for frame in study.frames:
+            lab = labels[frame.index]
+            values = [int(v) for v in np.unique(lab) if v > 0]
+            if not values and study.geometry.kind != "2d":
+                continue  # unlabeled slices of a volume/clip are not negatives: nobody looked at them
+            rid = f"{image_id}-f{frame.index:04d}"
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)
+            Image.fromarray(frame.pixels).save(out_dir / "images" / f"{safe}.png")
+            objects = []
+            for v in values:
+                m = lab == v
+                ys, xs = np.nonzero(m)
+                mask_rel = f"masks/{safe}_{v}.png"
+                Image.fromarray(m.astype(np.uint8) * 255).save(out_dir / mask_rel)
+                objects.append(ManifestObject(label=names.get(v, f"label {v}"), mask=mask_rel,
+                                              box=(int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))))
+            recs.append(ManifestRecord(id=safe, image=f"images/{safe}.png", frame=0, spacing=frame.spacing,
+                                       annotations=Annotations(objects), conversations=[],
+                                       extra={"source": {"datastore_image": image_id, "frame": frame.index}},
+                                       root=out_dir))
+        if recs:
+            records[image_id] = recs
+        else:
+            skipped[image_id] = "the label map is empty"
+    train_ids, val_ids = _split(sorted(records), val_fraction, min_val, seed)
+    train = [r for i in train_ids for r in records[i]]
+    val = [r for i in val_ids for r in records[i]]
+    return ExportedData(write_manifest(train, out_dir / "train_raw.jsonl"),
+                        write_manifest(val, out_dir / "val.jsonl"),
+                        train_ids, val_ids, len(train), len(val), skipped)

@@ -1,0 +1,124 @@
+"""UMind as a MONAI Label app: `monailabel start_server --app monailabel_app --studies DIR [--conf KEY VALUE]...`
+
+Conf keys (all strings): model (UMind or Qwen3-VL folder; default the bundled demo model), device, dtype,
+labels (comma-separated default targets), retrain_every (K new labels; 0 = off), workdir (versions, scores;
+default DIR/.umind), version (roll back to it at start), max_new_tokens, auto_retrain, and the training
+hyper-parameters of lib/conf.py TrainParams (epochs, max_steps, lr, batch_size, warmup_ratio, val_fraction,
+min_val, promote_tolerance, seed, refusal_rate).
+
+MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
+lib/model_holder.py does that on the first request that needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from fastapi import HTTPException
+from monailabel.config import settings
+from monailabel.datastore.local import LocalDatastore
+from monailabel.interfaces.app import MONAILabelApp
+from monailabel.interfaces.datastore import Datastore
+from monailabel.tasks.activelearning.first import First
+from monailabel.tasks.activelearning.random import Random
+
+from lib.activelearning import MostUncertain, UMindUncertainty
+from lib.conf import parse_conf
+from lib.errors import guard_params_json
+from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
+from lib.model_holder import holder
+from lib.retrain import RetrainTrigger
+from lib.runtime import Runtime
+from lib.trainers import UMindLoRATrain
+
+logger = logging.getLogger(__name__)
+
+TRAINER = "umind_lora"
+#: DICOM files (cine clips, single frames) are studies too; MONAI Label's default list has no *.dcm
+EXTRA_EXTENSIONS = ["*.dcm"]
+
+
+class UMindApp(MONAILabelApp):
+    def __init__(self, app_dir: str, studies: str, conf: dict):
+        self.umind_conf = parse_conf(conf or {}, studies)
+        self.runtime = Runtime.create(self.umind_conf)
+        super().__init__(
+            app_dir=app_dir,
+            studies=studies,
+            conf=conf,
+            name="UMind",
+            description="UMind ultrasound vision-language model: segment, detect, landmarks, interpret",
+            version="0.1.0",
+        )
+        self.trigger = RetrainTrigger(self.umind_conf.workdir,
+                                      self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
+                                      start=lambda: self.async_training(TRAINER, enqueue=True))
+
+    # ------------------------------------------------------------------ tasks
+    def init_datastore(self) -> Datastore:
+        if self.studies.startswith(("http://", "https://")):
+            return super().init_datastore()
+        extensions = list(settings.MONAI_LABEL_DATASTORE_FILE_EXT) + [
+            e for e in EXTRA_EXTENSIONS if e not in settings.MONAI_LABEL_DATASTORE_FILE_EXT]
+        return LocalDatastore(self.studies, extensions=extensions,
+                              auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+                              read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
+
+    def init_infers(self):
+        rt = self.runtime
+        return {
+            "umind_segment": UMindSegment(rt),
+            "umind_interactive": UMindInteractive(rt),
+            "umind_detect": UMindDetect(rt),
+            "umind_landmarks": UMindLandmarks(rt),
+            "umind_interpret": UMindInterpret(rt),
+        }
+
+    def init_trainers(self):
+        return {TRAINER: UMindLoRATrain(self.runtime)}
+
+    def init_strategies(self):
+        return {"umind_uncertainty": MostUncertain(self.runtime), "random": Random(), "first": First()}
+
+    def init_scoring_methods(self):
+        return {"umind_uncertainty": UMindUncertainty(self.runtime)}
+
+    # ------------------------------------------------------------------ server hooks
+    def on_init_complete(self):
+        guard_params_json()
+        if self.umind_conf.version is not None and self.umind_conf.version != self.runtime.versions.current():
+            logger.info(f"umind: conf version {self.umind_conf.version}: rolling back")
+            self.runtime.versions.rollback(self.umind_conf.version)
+        super().on_init_complete()
+
+    def infer(self, request, datastore=None):
+        """Unknown task or image -> 404 with a message (MONAI Label itself answers a bare 500)."""
+        model = request.get("model")
+        if model not in self._infers:
+            raise HTTPException(status_code=404, detail=f"unknown infer task {model!r}; available: "
+                                                        f"{', '.join(sorted(self._infers))}")
+        image = request.get("image")
+        if isinstance(image, str) and not os.path.exists(image):
+            store = datastore or self.datastore()
+            uri = store.get_image_uri(image) if image else ""
+            if not uri or not os.path.exists(uri):
+                raise HTTPException(status_code=404, detail=f"image {image!r} is neither a datastore id nor a file")
+        return super().infer(request, datastore)
+
+    def on_save_label(self, image_id, label_id):
+        super().on_save_label(image_id, label_id)
+        return self.trigger.on_label(image_id)
+
+    def info(self):
+        meta = super().info()
+        meta["umind"] = {
+            **self.runtime.versions.summary(),
+            "model": self.umind_conf.model or "demo",
+            "device": self.umind_conf.device,
+            "workdir": str(self.umind_conf.workdir),
+            "retrain_every": self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
+            "trigger": self.trigger.state(),
+            "loaded": holder.loaded_key() is not None,
+        }
+        return meta

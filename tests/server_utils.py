@@ -1,0 +1,86 @@
+"""Start and stop a real `monailabel start_server` for tests (and the server benchmark).
+
+The `monailabel` command is a bash script that runs `python` from PATH, so the venv's bin goes first on
+PATH; the server runs in its own process group so that stopping it also ends its train/scoring
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+APP_DIR = REPO / "monailabel_app"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def get_json(self, path: str, timeout: float = 60):
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=15)
+
+
+def start_server(studies: Path, conf: dict[str, str], log: Path, env: dict | None = None,
+                 timeout: float = 120.0) -> Server:
+    """Run the app on a free loopback port and wait until /info answers (or raise with the log's tail)."""
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    full_env = {**os.environ, "PATH": f"{bin_dir}:" + os.environ.get("PATH", ""),
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    cmd = [str(Path(bin_dir) / "monailabel"), "start_server", "--app", str(APP_DIR), "--studies", str(studies),
+           "--host", "127.0.0.1", "--port", str(port)]
+    for k, v in conf.items():
+        cmd += ["--conf", k, str(v)]
+    fh = open(log, "w")
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+                            cwd=str(studies))
+    server = Server(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            server.get_json("/info/", timeout=5)
+            return server
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError):
+            time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"server did not answer /info within {timeout:.0f} s:\n{server.log_tail()}")
