@@ -33,3 +33,13 @@ def test_unknown_size_is_named():
 def test_processor_uses_qwen3_vl_image_settings():
     ip = tiny.build_model("tiny").processor.image_processor
     assert (ip.patch_size, ip.merge_size, list(ip.image_mean), list(ip.image_std)) == (16, 2, [0.5] * 3, [0.5] * 3)
+
+
+def test_image_size_override_changes_the_token_grid():
+    import numpy as np
+
+    model = tiny.build_model("tiny", image_size=128)
+    enc = model.processor(images=[np.zeros((300, 300, 3), np.uint8)], text=["<|image_pad|>"], return_tensors="pt")
+    assert enc["image_grid_thw"].tolist() == [[1, 8, 8]]  # 128 px / 16 per patch
+    with pytest.raises(ValueError, match="multiple of 32"):
+        tiny.build_model("tiny", image_size=100)

@@ -9,6 +9,7 @@ Everything is deterministic from the seed and takes a few seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -164,11 +165,21 @@ def build_qwen(spec: TinySpec, tokenizer, seed: int = 0):
     return model
 
 
-def build_model(size: str = "tiny", seed: int = 0, lora: LoraSettings | None = LoraSettings()) -> UMindVL:
-    """A fresh UMindVL on a small Qwen3-VL config. `lora=None` trains every weight (random-init demo model)."""
+def build_model(
+    size: str = "tiny", seed: int = 0, lora: LoraSettings | None = LoraSettings(), image_size: int | None = None
+) -> UMindVL:
+    """A fresh UMindVL on a small Qwen3-VL config. `lora=None` trains every weight (random-init demo model).
+
+    `image_size` overrides the config's input resolution (images are resized to about image_size**2 pixels):
+    the token grid, and with it the cost of a step and the detail masks can have, grows with it.
+    """
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
     spec = SIZES[size]
+    if image_size is not None:
+        if image_size < 64 or image_size % 32:
+            raise ValueError(f"image_size must be a multiple of 32 and at least 64, got {image_size}")
+        spec = dataclasses.replace(spec, image_size=int(image_size))
     tokenizer = build_tokenizer(spec.vocab_size, seed)
     processor = build_processor(tokenizer, spec.image_size)
     qwen = build_qwen(spec, tokenizer, seed)

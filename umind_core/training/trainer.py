@@ -707,6 +707,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (resumes when it holds checkpoints)")
     parser.add_argument("--model", help="a UMind folder or a Qwen3-VL base folder (default: a fresh model)")
     parser.add_argument("--size", default="small", choices=["tiny", "small"], help="size of a fresh model")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input resolution of a fresh model (default: the size's own, 512 for small)")
     parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
     parser.add_argument("--tasks", help="comma-separated tasks to train on (default: all)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
@@ -761,7 +763,8 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         from ..modeling.tiny import build_model
 
-        model = build_model(args.size, seed=config.seed, lora=None if args.full else _default_lora())
+        model = build_model(args.size, seed=config.seed, lora=None if args.full else _default_lora(),
+                            image_size=args.image_size)
     summary = train(model, manifest, config, tasks=tasks)
     from accelerate.state import PartialState
 
