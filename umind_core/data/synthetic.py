@@ -29,6 +29,7 @@ picked>)`` because site, geometry and finding are drawn from their own stream.
 from __future__ import annotations
 
 import dataclasses
+import abc
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -215,9 +216,10 @@ class _Wave:
         return _Wave(base, amps, periods, tuple(rng.uniform(0, 2 * math.pi, 3)))
 
 
-class _Shape:
+class _Shape(abc.ABC):
+    @abc.abstractmethod
     def inside(self, c: _Coords) -> np.ndarray:
-        raise NotImplementedError
+        """Boolean mask of the pixels of `c` that lie inside the shape."""
 
 
 @dataclass(frozen=True)
