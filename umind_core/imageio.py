@@ -225,7 +225,7 @@ def frame_spacing(geometry: Geometry) -> tuple[float, float]:
     s = geometry.spacing
     if geometry.kind == "2d":
         return float(s[0]), float(s[1])
-    col, row = _frame_itk_axes(geometry.axis)
+    col, row = frame_itk_axes(geometry.axis)
     return float(s[col]), float(s[row])
 
 
@@ -529,7 +529,7 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
                         direction=direction, axis=ax, format=fmt)
     _check_frame_size(name, geometry)
     vol = _window(arr, name)
-    stack = _to_rgb(_stack_from_volume(vol, ax))
+    stack = _to_rgb(stack_from_volume(vol, ax))
     return stack, geometry, frame_spacing(geometry), None, meta
 
 
@@ -588,7 +588,7 @@ def _first_line(exc: Exception) -> str:
     return last.replace("[nrrd] ", "")[:300]
 
 
-def _stack_from_volume(vol: np.ndarray, axis: int) -> np.ndarray:
+def stack_from_volume(vol: np.ndarray, axis: int) -> np.ndarray:
     """(z, y, x[, c]) -> frame stack N x H x W[, c] for the slicing axis."""
     if axis == 0:
         return vol
@@ -602,7 +602,7 @@ def _volume_from_stack(stack: np.ndarray, axis: int) -> np.ndarray:
     return stack.transpose((1, 0, 2) if axis == 1 else (1, 2, 0))
 
 
-def _frame_itk_axes(axis: int) -> tuple[int, int]:
+def frame_itk_axes(axis: int) -> tuple[int, int]:
     """ITK axes (0=x, 1=y, 2=z) that a frame's columns and rows run along."""
     return {0: (0, 1), 1: (0, 2), 2: (1, 2)}[axis]
 
@@ -612,7 +612,7 @@ def _frame_itk_axes(axis: int) -> tuple[int, int]:
 
 
 def _itk_index(geometry: Geometry, frame_index: float, x: float, y: float) -> np.ndarray:
-    col, row = _frame_itk_axes(geometry.axis)
+    col, row = frame_itk_axes(geometry.axis)
     idx = np.zeros(3)
     idx[col], idx[row] = x, y
     idx[({0, 1, 2} - {col, row}).pop()] = frame_index
@@ -653,7 +653,7 @@ def physical_to_pixel(geometry: Geometry, frame_index: int | None,
         ij = np.linalg.solve(d, p[:2] - origin) / spacing
         return float(ij[0]), float(ij[1]), float(frame_index or 0)
     ijk = np.linalg.solve(d, p[:3] - origin) / spacing
-    col, row = _frame_itk_axes(geometry.axis)
+    col, row = frame_itk_axes(geometry.axis)
     normal = ({0, 1, 2} - {col, row}).pop()
     f = float(ijk[normal]) if frame_index is None else float(frame_index)
     return float(ijk[col]), float(ijk[row]), f
@@ -668,7 +668,7 @@ def frame_axes_lps(geometry: Geometry) -> tuple[np.ndarray, np.ndarray, np.ndarr
         ey = np.array([d[0, 1], d[1, 1], 0.0])
         through = 1.0
     else:
-        col, row = _frame_itk_axes(geometry.axis)
+        col, row = frame_itk_axes(geometry.axis)
         normal = ({0, 1, 2} - {col, row}).pop()
         ex, ey = d[:, col].copy(), d[:, row].copy()
         through = float(spacing[normal])

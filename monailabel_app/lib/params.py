@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from umind_core.imageio import Geometry, _frame_itk_axes
+from umind_core.imageio import Geometry, frame_itk_axes
 from umind_core.prompts import MAX_PROMPT_CHARS
 
 from .errors import BadRequest
@@ -108,7 +108,7 @@ def ijk_to_frame(geometry: Geometry, ijk: Sequence[float]) -> tuple[int, float, 
     """IJK voxel index -> (frame index, x, y) of the frames read from that image."""
     if geometry.kind == "2d":
         return 0, float(ijk[0]), float(ijk[1])
-    col, row = _frame_itk_axes(geometry.axis)
+    col, row = frame_itk_axes(geometry.axis)
     normal = ({0, 1, 2} - {col, row}).pop()
     return int(round(float(ijk[normal]))), float(ijk[col]), float(ijk[row])
 

@@ -59,9 +59,9 @@ def load_label_stack(path: str | Path, study: Study) -> np.ndarray:
         stack = arr if arr.ndim == 3 else arr[None]
         axis = study.geometry.axis
         if study.geometry.kind != "2d" and axis != 0:
-            from umind_core.imageio import _stack_from_volume
+            from umind_core.imageio import stack_from_volume
 
-            stack = _stack_from_volume(arr, axis)
+            stack = stack_from_volume(arr, axis)
     if stack.shape[1:] != (h, w) or stack.shape[0] != study.geometry.n_frames:
         raise DatasetError(f"{path}: label of shape {tuple(stack.shape)} does not match the image "
                            f"({study.geometry.n_frames} frames of {h}x{w})")
