@@ -176,7 +176,7 @@ def test_bad_label_files_raise_clear_errors():
 def test_parses_the_servers_multipart_reply():
     from requests_toolbelt import MultipartEncoder  # what MONAI Label 0.8.5 answers with
 
-    params = {"label_names": {"nodule": 1}, "result": server_result_dict(), "version": "v3"}
+    params = {"label_names": {"nodule": 1}, "umind": {"version": 3, "results": [server_result_dict()]}}
     enc = MultipartEncoder(fields={
         "params": (None, json.dumps(params), "application/json"),
         "image": ("/tmp/tmpab12.png", io.BytesIO(lf.encode_png(frame_labels())), "image/png")})
@@ -184,7 +184,7 @@ def test_parses_the_servers_multipart_reply():
     assert parsed.params == params and parsed.label_filename == "tmpab12.png"
     assert np.array_equal(lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
     reply = InferReply.from_parsed(parsed)
-    assert reply.label_names == {"nodule": 1} and reply.version == "v3"
+    assert reply.label_names == {"nodule": 1} and reply.version == "3"
     assert reply.answer == "A 9 mm nodule."  # taken from the result when params lack one
     obj = reply.result.objects[0]
     assert obj.label == "nodule" and obj.box == (5, 5, 20, 10) and obj.points[1] == (18, 9)
@@ -202,6 +202,14 @@ def test_json_only_and_file_only_replies():
         InferReply.from_parsed(ParsedReply({"label_names": {"a": "x"}}))
     with pytest.raises(ReplyError, match=r"objects\[0\]\.box"):
         ServerResult.from_dict({"objects": [{"box": [1, 2, 3]}]})
+    # umind_detect answers with its .mrk.json as the file part; umind_landmarks (JSON only) with the list
+    doc = {"@schema": "https://raw.githubusercontent.com/slicer/slicer/main/x.json", "markups": [{"type": "ROI"}]}
+    reply = InferReply.from_parsed(ParsedReply({"umind": {"version": 1}}, json.dumps(doc).encode(), "r.mrk.json"))
+    assert reply.markups == doc and reply.label_bytes is None and reply.version == "1"
+    assert InferReply.from_parsed(ParsedReply({"markups": [{"type": "Line"}]})).markups == \
+        {"markups": [{"type": "Line"}]}
+    with pytest.raises(ReplyError, match="markups"):
+        InferReply.from_parsed(ParsedReply({"markups": "Line"}))
 
 
 # requests -------------------------------------------------------------------------------
@@ -227,8 +235,12 @@ def test_request_presets_and_errors(volume):
     base = dict(ras_to_ijk=g.ras_to_ijk, dims=g.dims)
     req = build_infer_request(UIState(task="report", **base))
     assert req.model == "umind_interpret" and req.output == "json"
-    assert req.params["prompt"].startswith("Write an ultrasound report")
+    assert req.params["task"] == "report" and "prompt" not in req.params  # the server's default applies
     assert "foreground" not in req.params
+    req = build_infer_request(UIState(task="landmarks", prompt="kidney", **base))
+    assert (req.model, req.params["task"], req.params["prompt"]) == ("umind_landmarks", "keypoints", "kidney")
+    req = build_infer_request(UIState(task="ask", prompt="Is it cystic?", **base))
+    assert req.params["question"] == "Is it cystic?" and "prompt" not in req.params
     with pytest.raises(RequestError, match="needs a question"):
         build_infer_request(UIState(task="ask", **base))
     with pytest.raises(RequestError, match="unknown task"):
@@ -478,7 +490,7 @@ INFO = {"name": "UMind", "version": "0.8.5",
                    "umind_interactive": {"type": "deepgrow"}, "umind_detect": {"type": "detection"},
                    "umind_landmarks": {"type": "others"}, "umind_interpret": {"type": "others"}},
         "trainers": {"umind_lora": {}}, "strategies": {"umind_uncertainty": {}},
-        "umind": {"version": "v3", "history": ["v1", "v2", "v3"]}}
+        "umind": {"current_version": 3, "available_versions": [0, 1, 2, 3]}}
 
 
 def infer_reply(labels, params):
@@ -494,12 +506,12 @@ def infer_reply(labels, params):
 
 def test_client_info_infer_and_errors_verbatim(stub):
     stub.routes[("GET", "/info/")] = js(INFO)
-    params = {"label_names": {"nodule": 1}, "result": server_result_dict(0)}
+    params = {"label_names": {"nodule": 1}, "umind": {"version": 0, "results": [server_result_dict(0)]}}
     stub.routes[("POST", "/infer/umind_segment")] = infer_reply(frame_labels(), params)
     stub.routes[("POST", "/infer/umind_interpret")] = js({"answer": "benign"})
     stub.routes[("POST", "/infer/umind_detect")] = js({"detail": "Image 'x' not found"}, 404)
     c = UMindClient(stub.url.replace("http://", ""), timeout=5)
-    assert c.info()["umind"]["version"] == "v3"
+    assert c.info()["umind"]["current_version"] == 3
     parsed = c.infer("umind_segment", "img 1", {"prompt": "Segment.", "foreground": [[1, 2, 0]]})
     assert parsed.params == params and np.array_equal(
         lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
@@ -566,13 +578,13 @@ def test_session_run_and_submit_round_trip(stub, scene):
     single = make_volume(scene, dims=(60, 40, 1), name="us frame")
     stub.routes[("GET", "/info/")] = js(INFO)
     stub.routes[("PUT", "/datastore/image")] = js({"image": "us_frame"})
-    params = {"label_names": {"nodule": 1, "cyst": 2}, "result": server_result_dict(0),
-              "answer": "Two lesions.", "version": "v3"}
+    params = {"label_names": {"nodule": 1, "cyst": 2}, "answer": "Two lesions.",
+              "umind": {"version": 3, "results": [server_result_dict(0)]}}
     stub.routes[("POST", "/infer/umind_interactive")] = infer_reply(frame_labels(), params)
     stub.routes[("PUT", "/datastore/label")] = js({"image": "us_frame", "label": "us_frame"})
     session = UMindSession(scene, UMindClient(stub.url, timeout=5))
     info = session.info()
-    assert info.model_version == "v3" and "umind_lora" in info.trainers
+    assert info.model_version == "3" and "umind_lora" in info.trainers
     pos = scene.AddNewNodeByClass("vtkMRMLMarkupsFiducialNode")
     g = mrml.volume_geometry(single)
     pos.AddControlPoint(vtk.vtkVector3d(*geo.ijk_to_ras(g.ijk_to_ras, (10, 7, 0))))
@@ -634,7 +646,7 @@ def test_session_runs_on_all_frames_of_a_clip(stub, scene):
     browser.SetSelectedItemNumber(1)
     stack = np.stack([frame_labels() * (f != 0) for f in range(3)])
     params = {"label_names": {"nodule": 1, "cyst": 2},
-              "results": [server_result_dict(f) for f in range(3)]}
+              "umind": {"version": 0, "results": [server_result_dict(f) for f in range(3)]}}
 
     def reply(req):
         from requests_toolbelt import MultipartEncoder

@@ -148,7 +148,7 @@ def test_connect_fills_models_strategies_and_version(umind, monkeypatch):
     info = {"name": "UMind", "version": "0.8.5", "strategies": {"umind_uncertainty": {}},
             "models": {"umind_segment": {"type": "segmentation"},
                        "umind_interpret": {"type": "others"}},
-            "trainers": {"umind_lora": {}}, "umind": {"version": "v3"}}
+            "trainers": {"umind_lora": {}}, "umind": {"current_version": 3}}
 
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -174,7 +174,7 @@ def test_connect_fills_models_strategies_and_version(umind, monkeypatch):
         assert models[0] == ("(by task)",)
         assert ("umind_segment (segmentation)", "umind_segment") in models
         ui.strategyComboBox.addItem.assert_called_with("umind_uncertainty")
-        ui.modelVersionLabel.setText.assert_called_with("v3")
+        ui.modelVersionLabel.setText.assert_called_with("3")
         assert "Connected to UMind" in ui.statusLabel.setText.call_args.args[0]
         ui.serverUrlComboBox.currentText = "http://127.0.0.1:1"
         widget.onConnect()

@@ -180,8 +180,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         task = self.ui.taskComboBox.currentText
         preset = TASK_PRESETS.get(task)
         if preset is not None:
-            self.ui.promptComboBox.lineEdit().setPlaceholderText(
-                preset.prompt or "Type your question")
+            self.ui.promptComboBox.lineEdit().setPlaceholderText(preset.hint)
 
     def onClearPrompts(self):
         for widget in (self.ui.positivePointsPlaceWidget, self.ui.negativePointsPlaceWidget,

@@ -194,6 +194,8 @@ class InferReply:
 
     @classmethod
     def from_parsed(cls, parsed: ParsedReply) -> "InferReply":
+        """Read the UMind app's reply: `label_names`, per-frame results and the model version under `umind`,
+        `markups` as the list of a mrk.json's markups (or the mrk.json file itself), `answer` for text tasks."""
         p = parsed.params or {}
         names = p.get("label_names") or {}
         if not isinstance(names, dict):
@@ -202,20 +204,27 @@ class InferReply:
             label_names = {str(k): int(v) for k, v in names.items()}
         except (TypeError, ValueError) as exc:
             raise ReplyError(f"label_names: values must be integers: {names!r}") from exc
-        result = ServerResult.from_dict(p["result"]) if p.get("result") else None
-        results_raw = p.get("results") or []
+        umind = p.get("umind") or {}
+        if not isinstance(umind, dict):
+            raise ReplyError(f"umind: expected a dict, got {type(umind).__name__}")
+        results_raw = umind.get("results") or []
         if not isinstance(results_raw, list):
-            raise ReplyError("results: expected a list of per-frame results")
-        results = [ServerResult.from_dict(r, f"results[{i}]") for i, r in enumerate(results_raw)]
+            raise ReplyError("umind.results: expected a list of per-frame results")
+        results = [ServerResult.from_dict(r, f"umind.results[{i}]") for i, r in enumerate(results_raw)]
+        label_bytes, label_filename = parsed.label_bytes, parsed.label_filename
         markups = p.get("markups")
+        if label_bytes is not None and (label_filename or "").lower().endswith(".json"):
+            markups = _json_params(label_bytes, f"markups file {label_filename!r}")  # the .mrk.json itself
+            label_bytes = label_filename = None
+        if isinstance(markups, list):
+            markups = {"markups": markups}
         if markups is not None and not isinstance(markups, dict):
-            raise ReplyError(f"markups: expected a Slicer mrk.json dict, got "
+            raise ReplyError(f"markups: expected a Slicer mrk.json dict or its list of markups, got "
                              f"{type(markups).__name__}")
         answer = p.get("answer")
         if not answer:
-            first = result or (results[0] if results else None)
-            answer = first.answer if first else ""
-        return cls(label_names=label_names, result=result, results=results, markups=markups,
-                   answer=str(answer or ""), version=str(p.get("version") or ""),
-                   label_bytes=parsed.label_bytes, label_filename=parsed.label_filename,
-                   params=p)
+            answer = results[0].answer if results else ""
+        version = umind.get("version")
+        return cls(label_names=label_names, result=results[0] if results else None, results=results,
+                   markups=markups, answer=str(answer or ""), version="" if version is None else str(version),
+                   label_bytes=label_bytes, label_filename=label_filename, params=p)

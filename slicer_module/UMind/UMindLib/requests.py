@@ -28,24 +28,31 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class TaskPreset:
-    """A task the prompt box offers: which server model runs it and what it asks by default."""
+    """A task the prompt box offers: which server model runs it and how the request names it.
+
+    `server_task` is the app's own task name (the model's `task` option) and `prompt_key` the parameter the
+    typed text goes to. `hint` is only shown in the empty prompt box: with nothing typed no prompt is sent,
+    so the server's configured default target applies and the model reads the wording it was trained on.
+    """
 
     task: str
     model: str
-    prompt: str
-    output: str  # "all" when a label map can come back, "json" for text answers
+    server_task: str
+    hint: str
+    output: str  # "all" when a label map or a markups file can come back, "json" for JSON-only replies
+    prompt_key: str = "prompt"
     needs_prompt: bool = False
 
 
 TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
-    TaskPreset("segment", "umind_segment", "Segment the lesion.", "all"),
-    TaskPreset("detect", "umind_detect", "Detect every lesion.", "all"),
-    TaskPreset("landmarks", "umind_landmarks", "Locate the anatomical landmarks.", "json"),
-    TaskPreset("measure", "umind_landmarks", "Measure the lesion's longest diameter.", "json"),
-    TaskPreset("diagnose", "umind_interpret", "What is the diagnosis?", "json"),
-    TaskPreset("report", "umind_interpret", "Write an ultrasound report for this image.",
-               "json"),
-    TaskPreset("ask", "umind_interpret", "", "json", needs_prompt=True),
+    TaskPreset("segment", "umind_segment", "segment", "what to segment, e.g. thyroid nodule, cyst", "all"),
+    TaskPreset("detect", "umind_detect", "detect", "what to box, e.g. breast lesion", "all"),
+    TaskPreset("landmarks", "umind_landmarks", "keypoints", "whose landmarks, e.g. kidney", "json"),
+    TaskPreset("measure", "umind_landmarks", "measure", "what to measure, e.g. kidney length", "json"),
+    TaskPreset("diagnose", "umind_interpret", "diagnose", "optional context for the diagnosis", "json"),
+    TaskPreset("report", "umind_interpret", "report", "optional context for the report", "json"),
+    TaskPreset("ask", "umind_interpret", "ask", "type your question", "json", prompt_key="question",
+               needs_prompt=True),
 ]}
 INTERACTIVE_MODEL = "umind_interactive"
 
@@ -142,7 +149,7 @@ def build_infer_request(state: UIState) -> InferRequest:
         raise RequestError(f"unknown task {state.task!r}; choose one of "
                            f"{', '.join(TASK_PRESETS)}")
     preset = TASK_PRESETS[state.task]
-    prompt = (state.prompt or "").strip() or preset.prompt
+    prompt = (state.prompt or "").strip()
     if preset.needs_prompt and not prompt:
         raise RequestError(f"task {state.task!r} needs a question in the prompt box")
     has_visual = bool(state.foreground or state.background or state.roi is not None)
@@ -155,7 +162,9 @@ def build_infer_request(state: UIState) -> InferRequest:
     if not 0 <= k < (state.n_frames or dims[2] or 1) and frames == "current":
         raise RequestError(f"current frame {k} is outside the clip")
     params: dict[str, Any] = dict(state.options)
-    params.update({"prompt": prompt, "task": state.task, "frames": frames, "slice": k})
+    params.update({"task": preset.server_task, "frames": frames, "slice": k})
+    if prompt:
+        params[preset.prompt_key] = prompt
     if has_visual:
         if state.ras_to_ijk is None:
             raise RequestError("points or ROI were placed but the image geometry is unknown")

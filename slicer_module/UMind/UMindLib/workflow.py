@@ -43,7 +43,7 @@ class ServerInfo:
         return cls(name=str(d.get("name", "")), version=str(d.get("version", "")),
                    models=dict(d.get("models") or {}), trainers=dict(d.get("trainers") or {}),
                    strategies=dict(d.get("strategies") or {}),
-                   model_version=str(umind.get("version", "")), raw=d)
+                   model_version=str(umind.get("current_version", "")), raw=d)
 
 
 def markup_positions(node: Any) -> list[list[float]]:

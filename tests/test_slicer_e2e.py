@@ -1,0 +1,193 @@
+"""End to end: the Slicer module's Lib against the real UMind MONAI Label server.
+
+A headless scene (slicer-core) holds the volume a user would have loaded; `UMindSession` uploads it, runs every
+task of the Widget's task list on the real server (a tiny model that has memorised one answer per task on this
+image), builds the nodes, and submits a corrected label that the test then finds in the server's datastore.
+What the stub tests in test_slicer_lib.py cannot show: that the Lib's requests are the ones the app accepts, and
+that the app's replies land on the right geometry.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import lesion_boxes, make_image
+from server_utils import start_server
+
+slicer = pytest.importorskip("slicer")
+vtk = pytest.importorskip("vtk")
+if not hasattr(slicer, "vtkMRMLScene"):
+    pytest.skip("slicer-core (headless MRML) is not installed", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"))
+
+from UMindLib import geometry as geo  # noqa: E402
+from UMindLib import labelfiles as lf  # noqa: E402
+from UMindLib import mrml  # noqa: E402
+from UMindLib.client import UMindClient, UMindServerError  # noqa: E402
+from UMindLib.requests import TASK_PRESETS, RoiBox  # noqa: E402
+from UMindLib.workflow import UMindSession  # noqa: E402
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+SPACING = (0.5, 0.5, 1.0)
+ORIGIN = (10.0, 20.0, 30.0)
+(Y0, Y1, X0, X1), = lesion_boxes(256, 256, 1)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, trained_tiny):
+    root = tmp_path_factory.mktemp("umind_slicer_e2e")
+    studies, model_dir = root / "studies", root / "model"
+    studies.mkdir()
+    trained_tiny.save_pretrained(model_dir)
+    conf = {"model": str(model_dir), "workdir": str(root / "work"), "retrain_every": "0",
+            "max_new_tokens": "64"}
+    srv = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
+    srv.studies = studies
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def scene():
+    s = slicer.vtkMRMLScene()
+    mrml.ensure_node_classes(s)
+    s.AddNewNodeByClass("vtkMRMLSelectionNode")
+    return s
+
+
+@pytest.fixture
+def volume(scene):
+    """make_image(0) as Slicer loads a 2D scan: one slice, LPS file directions, 0.5 mm pixels."""
+    from vtk.util import numpy_support
+
+    vol = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "us scan")
+    img = vtk.vtkImageData()
+    img.SetDimensions(256, 256, 1)
+    pixels = np.ascontiguousarray(make_image(0)[..., 0])
+    img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(pixels.ravel(), deep=True))
+    vol.SetAndObserveImageData(img)
+    vol.SetSpacing(*SPACING)
+    vol.SetOrigin(*ORIGIN)
+    vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)
+    return vol
+
+
+@pytest.fixture
+def session(server, scene):
+    return UMindSession(scene, UMindClient(server.url, timeout=120))
+
+
+def lesion_mask() -> np.ndarray:
+    m = np.zeros((256, 256), bool)
+    m[Y0:Y1, X0:X1] = True
+    return m
+
+
+def dice(a: np.ndarray, b: np.ndarray) -> float:
+    return float(2 * (a & b).sum() / max(a.sum() + b.sum(), 1))
+
+
+def ras(volume, i: float, j: float, k: float = 0.0) -> list[float]:
+    return [float(v) for v in geo.ijk_to_ras(mrml.volume_geometry(volume).ijk_to_ras, (i, j, k))]
+
+
+def ijk(volume, point) -> np.ndarray:
+    return np.asarray(geo.ras_to_ijk(mrml.volume_geometry(volume).ras_to_ijk, point))
+
+
+def test_info_offers_a_model_for_every_task_of_the_widget(session):
+    info = session.info()
+    assert info.model_version == "0"
+    models = {preset.model for preset in TASK_PRESETS.values()} | {"umind_interactive"}
+    assert models <= set(info.models)
+    assert "umind_lora" in info.trainers and "umind_uncertainty" in info.strategies
+
+
+def test_segment_becomes_a_named_segment_on_the_lesion(session, scene, volume):
+    reply, nodes = session.run(volume, "segment", prompt="lesion", available_models=list(session.info().models))
+    assert reply.label_names == {"lesion": 1}
+    seg = nodes.segmentation.GetSegmentation()
+    assert seg.GetNumberOfSegments() == 1 and seg.GetNthSegment(0).GetName() == "lesion"
+    mask = mrml.segment_array(scene, nodes.segmentation, seg.GetNthSegmentID(0), volume)[0].astype(bool)
+    assert dice(mask, lesion_mask()) > 0.7  # the memorised lesion, on the volume's own voxels
+
+
+def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volume):
+    models = list(session.info().models)
+    centre = ras(volume, (X0 + X1) / 2, (Y0 + Y1) / 2)
+    reply, nodes = session.run(volume, "segment", foreground=[centre], background=[ras(volume, 5, 5)],
+                               available_models=models)
+    assert nodes.segmentation is not None and reply.label_names
+    roi = RoiBox(center=centre, size=[(X1 - X0) * SPACING[0], (Y1 - Y0) * SPACING[1], SPACING[2]])
+    reply, nodes = session.run(volume, "segment", prompt="lesion", roi=roi, available_models=models)
+    seg = nodes.segmentation.GetSegmentation()
+    mask = mrml.segment_array(scene, nodes.segmentation, seg.GetNthSegmentID(0), volume)[0].astype(bool)
+    assert mask.shape == (256, 256)
+
+
+def test_detect_places_an_roi_over_the_lesion(session, volume):
+    _, nodes = session.run(volume, "detect", prompt="lesion")
+    assert len(nodes.rois) == 1
+    centre = [0.0, 0.0, 0.0]
+    nodes.rois[0].GetCenter(centre)
+    i, j, _ = ijk(volume, centre)
+    assert abs(i - (X0 + X1) / 2) < 12 and abs(j - (Y0 + Y1) / 2) < 12
+
+
+def test_landmarks_become_fiducials_on_the_lesion(session, volume):
+    _, nodes = session.run(volume, "landmarks", prompt="lesion centre")
+    points = [p for node in nodes.fiducials for p in
+              (node.GetNthControlPointPositionVector(i) for i in range(node.GetNumberOfControlPoints()))]
+    assert points
+    i, j, _ = ijk(volume, list(points[0]))
+    assert abs(i - (X0 + X1) / 2) < 12 and abs(j - (Y0 + Y1) / 2) < 12
+
+
+def test_measure_line_length_in_mm_matches_the_server(session, volume):
+    reply, nodes = session.run(volume, "measure", prompt="lesion width")
+    assert len(nodes.lines) == 1
+    server_mm = reply.result.objects[0].physical["length_mm"]
+    assert nodes.lines[0].GetLineLengthWorld() == pytest.approx(server_mm, rel=1e-3)
+    assert server_mm == pytest.approx((X1 - 1 - X0) * SPACING[0], abs=6)  # the memorised width, in mm
+
+
+@pytest.mark.parametrize("task,prompt,answer", [("diagnose", "", "Benign."),
+                                                ("report", "", "Site: breast. Finding: oval lesion."),
+                                                ("ask", "Is there a lesion?", "Yes, one lesion.")])
+def test_text_answers_land_in_a_text_node(session, volume, task, prompt, answer):
+    reply, nodes = session.run(volume, task, prompt=prompt)
+    assert reply.answer == answer and nodes.text.GetText() == answer
+
+
+def test_corrected_label_reaches_the_datastore(session, server, scene, volume):
+    _, nodes = session.run(volume, "segment", prompt="lesion")
+    seg_node = nodes.segmentation
+    corrected = np.zeros((1, 256, 256), np.uint8)
+    corrected[0, Y0:Y1, X0:(X0 + X1) // 2] = 1  # the user keeps only the left half
+    mrml.label_map_to_segmentation(scene, volume, corrected, {"lesion": 1}, seg_node, True, 0)
+    assert seg_node.GetSegmentation().GetNumberOfSegments() == 1
+    reply = session.submit(volume, seg_node, nodes.all_markups(), "Benign, corrected by the reader.")
+    image_id = volume.GetAttribute(mrml.IMAGE_ID_ATTRIBUTE)
+    assert image_id and reply.get("image") == image_id
+    with urllib.request.urlopen(f"{server.url}/datastore/label?label={image_id}&tag=final", timeout=60) as r:
+        stored = lf.decode_label_file(r.read(), "label.nrrd").array
+    assert stored.reshape(-1, 256, 256)[0].astype(bool).tolist() == corrected[0].astype(bool).tolist()
+    with urllib.request.urlopen(f"{server.url}/datastore/?output=all", timeout=60) as r:
+        ds = json.loads(r.read())
+    info = ds["objects"][image_id]["labels"]["final"]["info"]
+    assert info["label_names"] == {"lesion": 1}
+    assert info["answer"] == "Benign, corrected by the reader."
+
+
+def test_server_errors_reach_the_user_verbatim(session, volume):
+    with pytest.raises(UMindServerError) as err:
+        session.client.infer("umind_segment", "no-such-image", {"prompt": "lesion"})
+    assert err.value.status == 404 and "no-such-image" in err.value.message
