@@ -17,6 +17,7 @@ from umind_core.training import (
     ManifestDataset,
     collate,
     encode_sample,
+    encode_turns,
     to_rgb_uint8,
 )
 
@@ -196,3 +197,66 @@ def test_image_conversion_and_collate_errors():
         collate([object()], -1)
     with pytest.raises(CollateError, match=r"samples\[0\] must be an EncodedSample"):
         collate([object()], 0)
+
+
+# ------------------------------------------------------------------------------------------ packing
+
+def test_packed_turns_compute_what_separate_samples_compute(model, records):
+    """All conversations of an image on one shared prefix: each turn's logits and masks as if it were alone."""
+    rec = next(r for r in records if r.site == "thyroid")
+    img, masks = to_rgb_uint8(rec.load_image()), rec.load_masks()
+    convs = rec.conversations
+    assert len(convs) >= 5 and any(c.mask_objects for c in convs)
+    packed = encode_turns(model.processor, img, convs, masks, model.num_mask_tokens)
+    singles = [encode_sample(model.processor, img, c, masks, model.num_mask_tokens) for c in convs]
+    pad = model.tokenizer.pad_token_id
+    prefix = int((packed.segment_ids == 0).sum())
+    assert len(packed.input_ids) == prefix + sum(len(s.input_ids) - prefix for s in singles)
+    assert torch.equal(torch.cat([s.labels[prefix:] for s in singles]), packed.labels[prefix:])
+    model.eval()
+    with torch.no_grad():
+        batch = collate([packed], pad)
+        assert batch["segment_ids"].shape == batch["input_ids"].shape
+        out_p = model(**batch)
+        out_s = model(**collate(singles, pad))
+    for k, s in enumerate(singles, start=1):
+        where = torch.nonzero(packed.segment_ids == k).flatten()
+        n = len(where)
+        assert torch.allclose(out_p.logits[0, where], out_s.logits[k - 1, len(s.input_ids) - n:len(s.input_ids)],
+                              atol=1e-5)
+    separate = torch.cat([m for m in out_s.mask_logits if m.numel()])  # logits of order 1; float32 noise ~1e-4
+    assert out_p.mask_logits[0].shape == separate.shape and torch.allclose(out_p.mask_logits[0], separate, atol=1e-3)
+    assert torch.equal(packed.mask_targets, torch.cat([s.mask_targets for s in singles if s.mask_targets is not None]))
+
+
+def test_one_turn_batches_carry_no_segments_and_padding_never_leaks(model, records):
+    rec = records[0]
+    img, masks = to_rgb_uint8(rec.load_image()), rec.load_masks()
+    single = encode_sample(model.processor, img, rec.conversations[0], masks, model.num_mask_tokens)
+    packed = encode_turns(model.processor, img, rec.conversations[:3], masks, model.num_mask_tokens)
+    pad = model.tokenizer.pad_token_id
+    assert "segment_ids" not in collate([single], pad)
+    batch = collate([single, packed], pad)  # the single sample is padded
+    seg, n = batch["segment_ids"], len(single.input_ids)
+    assert (seg[0, n:] == -1).all() and torch.equal(seg[0, :n], single.segment_ids)
+    assert set(single.segment_ids.tolist()) == {0, 1}
+    model.train()
+    out = model(**batch)
+    out.loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    model.zero_grad(set_to_none=True)
+    model.eval()
+
+
+def test_packed_dataset_has_one_item_per_record(model, manifest):
+    per_turn = ManifestDataset(manifest, model.processor, model.num_mask_tokens)
+    packed = ManifestDataset(manifest, model.processor, model.num_mask_tokens, pack=True)
+    assert len(packed) == len(packed.records) < len(per_turn)
+    assert sum(len(c) for _, c in packed.items) == len(per_turn)
+    sample = packed[0]
+    assert int(sample.segment_ids.max()) == len(packed.items[0][1])
+    only = ManifestDataset(manifest, model.processor, model.num_mask_tokens, tasks=["diagnose"], pack=True)
+    assert all(len(c) == 1 for _, c in only.items)
+    with pytest.raises(CollateError, match="at least one conversation"):
+        encode_turns(model.processor, to_rgb_uint8(packed.records[0].load_image()), [])

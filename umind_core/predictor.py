@@ -33,7 +33,6 @@ from .results import GroundedObject, Result
 
 __all__ = ["Predictor", "PredictorError"]
 
-IMAGE_PREFIX = "<|im_start|>user\n" + prompts.IMAGE_PLACEHOLDER
 MIN_SIDE, MAX_SIDE = 8, 16384
 
 
@@ -203,7 +202,7 @@ class Predictor:
         model = self.model
         t0 = time.perf_counter()
         enc = model.processor(
-            images=[f.pixels for f in frames], text=[IMAGE_PREFIX] * len(frames), return_tensors="pt"
+            images=[f.pixels for f in frames], text=[prompts.IMAGE_PREFIX] * len(frames), return_tensors="pt"
         )
         enc = _to_device(enc, model.device, model.dtype)
         position_ids, delta = model.qwen.model.get_rope_index(
@@ -243,7 +242,7 @@ class Predictor:
     def _run(self, state: _ImageState, task, prompt, user_text, warnings) -> list[Result]:
         model = self.model
         t0 = time.perf_counter()
-        suffix = user_text + prompts.ASSISTANT_END + "\n<|im_start|>assistant\n"
+        suffix = prompts.turn_suffix(user_text)
         suffix_ids = model.tokenizer(suffix, add_special_tokens=False)["input_ids"]
         batch = state.batch
         ids = torch.tensor([suffix_ids] * batch, device=model.device)

@@ -29,10 +29,12 @@ __all__ = [
     "MAX_PROMPT_CHARS",
     "INTERACTIVE_TARGET",
     "IMAGE_PLACEHOLDER",
+    "IMAGE_PREFIX",
     "ASSISTANT_END",
     "PromptError",
     "build_user_text",
     "chat_prompt",
+    "turn_suffix",
 ]
 
 TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "report", "ask")
@@ -42,6 +44,9 @@ MAX_PROMPT_CHARS = 2000
 INTERACTIVE_TARGET = "indicated structure"
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 ASSISTANT_END = "<|im_end|>"
+#: The start of every conversation up to the end of the image: the part the Predictor caches once per image and
+#: the trainer shares between the turns it packs onto one image.
+IMAGE_PREFIX = "<|im_start|>user\n" + IMAGE_PLACEHOLDER
 _CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
                 "<|image_pad|>", "<|video_pad|>", "<|endoftext|>")
 _ANSWERS = ("mask", "box", "point", "line", "text")
@@ -247,4 +252,9 @@ def chat_prompt(user_text: str, n_images: int = 1) -> str:
             raise PromptError(f"user_text contains the chat token {tok}; chat_prompt adds the frame itself")
     if isinstance(n_images, bool) or not isinstance(n_images, numbers.Integral) or n_images < 0:
         raise PromptError(f"n_images must be a non-negative int, got {n_images!r}")
-    return "<|im_start|>user\n" + IMAGE_PLACEHOLDER * int(n_images) + user_text + "<|im_end|>\n<|im_start|>assistant\n"
+    return "<|im_start|>user\n" + IMAGE_PLACEHOLDER * int(n_images) + turn_suffix(user_text)
+
+
+def turn_suffix(user_text: str) -> str:
+    """What follows the image prefix for one question: the user text, then the frame open for the answer."""
+    return user_text + ASSISTANT_END + "\n<|im_start|>assistant\n"

@@ -27,6 +27,7 @@ from ..atomic import new_temp_dir, replace_dir
 from ..grounding import GROUNDING_TOKENS, SEG_MASK
 from .config import CONFIG_NAME, LoraSettings, UMindConfig
 from .mask_decoder import DynamicConvMaskDecoder
+from .packing import packed_attention_mask, packed_position_ids
 
 __all__ = ["UMindVL", "UMindOutput", "UMindModelError", "install_grounding_tokens"]
 
@@ -257,13 +258,22 @@ class UMindVL(nn.Module):
         use_cache: bool = False,
         mm_encoder_outputs: dict | None = None,
         decode_masks: bool = True,
+        segment_ids: torch.Tensor | None = None,
     ) -> UMindOutput:
         """One teacher-forced pass: logits, mask logits for every complete `<|seg_mask|>` group, and losses.
 
         mask_targets[b] is a (targets, h, w) {0,1} tensor for sample b, in the order its mask groups appear, or
         None when sample b has no mask supervision. Mask logits come out at the targets' size, otherwise at the
-        size of the image the processor fed to the vision encoder.
+        size of the image the processor fed to the vision encoder. `segment_ids` marks a packed batch (several
+        turns on one image prefix, see `packing`): attention and positions are then derived from it.
         """
+        if segment_ids is not None:
+            if position_ids is None:
+                position_ids, _ = self.qwen.model.get_rope_index(
+                    input_ids, mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask
+                )
+            position_ids = packed_position_ids(position_ids, segment_ids)
+            attention_mask = packed_attention_mask(segment_ids)
         out = self.qwen.model(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -7,8 +7,9 @@ from umind_core.training.collate import (
     ManifestDataset,
     collate,
     encode_sample,
+    encode_turns,
     to_rgb_uint8,
 )
 
 __all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "ManifestDataset", "collate", "encode_sample",
-           "to_rgb_uint8"]
+           "encode_turns", "to_rgb_uint8"]

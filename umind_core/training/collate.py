@@ -1,10 +1,14 @@
 """Conversations + images -> tensors that `UMindVL.forward(**batch)` takes for one teacher-forced step.
 
-The prompt is tokenised by the processor exactly as the Predictor tokenises it (`prompts.chat_prompt`), and
-the answer on its own, the way the model produces it token by token after that prompt; so the labels cover
-the answer and its `<|im_end|>` and nothing else, without guessing a boundary inside one tokenisation.
-Mask targets are the referenced object masks at the size of the image the vision encoder saw, which is the
-size the mask decoder predicts at.
+The prompt is tokenised exactly as the Predictor tokenises it (the image prefix by the processor, the user
+turn by the tokenizer), and the answer on its own, the way the model produces it token by token after that
+prompt; so the labels cover the answer and its `<|im_end|>` and nothing else, without guessing a boundary
+inside one tokenisation. Mask targets are the referenced object masks at the size of the image the vision
+encoder saw, which is the size the mask decoder predicts at.
+
+`ManifestDataset(pack=True)` gives one sample per image with all its conversations as branches on one shared
+image prefix (`modeling.packing`): the same losses as one sample per conversation, with the vision encoder and
+the image tokens computed once per image instead of once per question.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import torch
 
 from ..data.manifest import Conversation, read_manifest
 from ..grounding import SEG_MASK
-from ..prompts import ASSISTANT_END, TASKS, chat_prompt
+from ..modeling.packing import PAD_SEGMENT
+from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, turn_suffix
 
-__all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "collate", "ManifestDataset",
-           "to_rgb_uint8"]
+__all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "collate",
+           "ManifestDataset", "to_rgb_uint8"]
 
 IGNORE_INDEX = -100
 _IMAGE_PAD = "<|image_pad|>"
@@ -42,6 +47,7 @@ class EncodedSample:
     pixel_values: torch.Tensor  # (patches, D)
     image_grid_thw: torch.Tensor  # (1, 3) long
     mask_targets: torch.Tensor | None  # (T, h, w) float {0, 1}, or None without mask supervision
+    segment_ids: torch.Tensor | None = None  # (L,) long: 0 on the image prefix, k on the k-th turn
 
 
 def to_rgb_uint8(image: np.ndarray) -> np.ndarray:
@@ -123,54 +129,92 @@ def _mask_targets(masks: Sequence[np.ndarray | None], objects: Sequence[int], im
     return torch.nn.functional.interpolate(stack, size=out_hw, mode="nearest-exact")[0]
 
 
-def encode_sample(processor, image: np.ndarray, conversation: Conversation,
-                  masks: Sequence[np.ndarray | None] = (), num_mask_tokens: int = 16) -> EncodedSample:
-    """One conversation on one image -> an EncodedSample (prompt masked out of the labels)."""
-    if isinstance(num_mask_tokens, bool) or not isinstance(num_mask_tokens, numbers.Integral) or num_mask_tokens < 1:
-        raise CollateError(f"num_mask_tokens must be a positive int, got {num_mask_tokens!r}")
-    image = to_rgb_uint8(image)
+def _encode_turn(tokenizer, conversation: Conversation, seg_id: int | None, image_id: int | None,
+                 num_mask_tokens: int) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, answer ids, referenced objects) of one turn, the prompt being what follows the image prefix."""
     user, answer = _turns(conversation)
-    tokenizer = processor.tokenizer
-    enc = processor(images=[image], text=[chat_prompt(user, 1)], return_tensors="pt")
-    prompt_ids = enc["input_ids"][0]
+    prompt_ids = tokenizer(turn_suffix(user), add_special_tokens=False)["input_ids"]
     answer_ids = tokenizer(answer + ASSISTANT_END, add_special_tokens=False)["input_ids"]
-    image_id = _token_id(tokenizer, _IMAGE_PAD)
     if image_id is not None and image_id in answer_ids:
         raise CollateError(f"conversation ({conversation.task}): the answer tokenises to image placeholders")
-    seg_id = _token_id(tokenizer, SEG_MASK)
     if seg_id is None and SEG_MASK in answer:
         raise CollateError(f"the tokenizer has no {SEG_MASK} token; use the processor of a UMindVL model "
                            "(it installs the grounding tokens)")
-    groups = _mask_groups(list(answer_ids), seg_id, int(num_mask_tokens), conversation.task)
+    groups = _mask_groups(list(answer_ids), seg_id, num_mask_tokens, conversation.task)
     objects = list(conversation.mask_objects)
     if groups != len(objects):
         raise CollateError(f"conversation ({conversation.task}): the answer has {groups} mask groups but "
                            f"mask_objects names {len(objects)} objects {objects}")
+    return list(prompt_ids), list(answer_ids), objects
+
+
+def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversation],
+                 masks: Sequence[np.ndarray | None] = (), num_mask_tokens: int = 16) -> EncodedSample:
+    """Several conversations about one image -> one packed EncodedSample (see `modeling.packing`).
+
+    The image prefix is tokenised by the processor exactly as the Predictor's `set_image` does and each turn
+    as the Predictor's prompt (`prompts.turn_suffix`) plus the answer, so the labels cover each answer and its
+    `<|im_end|>` and nothing else, without guessing a boundary inside one tokenisation. Branch k of the
+    sample carries segment id k; mask targets follow the order of the mask groups in the sequence.
+    """
+    if isinstance(num_mask_tokens, bool) or not isinstance(num_mask_tokens, numbers.Integral) or num_mask_tokens < 1:
+        raise CollateError(f"num_mask_tokens must be a positive int, got {num_mask_tokens!r}")
+    conversations = list(conversations)
+    if not conversations:
+        raise CollateError("encode_turns needs at least one conversation")
+    image = to_rgb_uint8(image)
+    tokenizer = processor.tokenizer
+    image_id = _token_id(tokenizer, _IMAGE_PAD)
+    seg_id = _token_id(tokenizer, SEG_MASK)
+    enc = processor(images=[image], text=[IMAGE_PREFIX], return_tensors="pt")
+    prefix_ids = enc["input_ids"][0].long()
+    if "mm_token_type_ids" in enc:
+        mm_prefix = enc["mm_token_type_ids"][0].long()
+    else:
+        mm_prefix = (prefix_ids == image_id).long()
+    ids, labels, segments, objects = [prefix_ids], [torch.full_like(prefix_ids, IGNORE_INDEX)], [
+        torch.zeros_like(prefix_ids)], []
+    for k, conversation in enumerate(conversations, start=1):
+        prompt_ids, answer_ids, turn_objects = _encode_turn(tokenizer, conversation, seg_id, image_id,
+                                                            int(num_mask_tokens))
+        turn = torch.tensor(prompt_ids + answer_ids, dtype=torch.long)
+        ids.append(turn)
+        labels.append(torch.cat([torch.full((len(prompt_ids),), IGNORE_INDEX, dtype=torch.long),
+                                 torch.tensor(answer_ids, dtype=torch.long)]))
+        segments.append(torch.full_like(turn, k))
+        objects += [(k, conversation.task, obj) for obj in turn_objects]
     grid = enc["image_grid_thw"]
     targets = None
     if objects:
         patch = int(getattr(processor.image_processor, "patch_size", 16))
         out_hw = (int(grid[0, 1]) * patch, int(grid[0, 2]) * patch)
-        targets = _mask_targets(masks, objects, image.shape[:2], out_hw, conversation.task)
-    answer_t = torch.tensor(answer_ids, dtype=torch.long)
-    input_ids = torch.cat([prompt_ids.long(), answer_t])
-    if "mm_token_type_ids" in enc:
-        mm_prompt = enc["mm_token_type_ids"][0].long()
-    else:
-        mm_prompt = (prompt_ids == image_id).long()
+        targets = torch.cat([_mask_targets(masks, [obj], image.shape[:2], out_hw, task)
+                             for _k, task, obj in objects])
+    input_ids = torch.cat(ids)
     return EncodedSample(
         input_ids=input_ids,
         attention_mask=torch.ones_like(input_ids),
-        mm_token_type_ids=torch.cat([mm_prompt, torch.zeros_like(answer_t)]),
-        labels=torch.cat([torch.full_like(prompt_ids.long(), IGNORE_INDEX), answer_t]),
+        mm_token_type_ids=torch.cat([mm_prefix, torch.zeros(len(input_ids) - len(prefix_ids), dtype=torch.long)]),
+        labels=torch.cat(labels),
         pixel_values=enc["pixel_values"],
         image_grid_thw=grid.long(),
         mask_targets=targets,
+        segment_ids=torch.cat(segments),
     )
 
 
+def encode_sample(processor, image: np.ndarray, conversation: Conversation,
+                  masks: Sequence[np.ndarray | None] = (), num_mask_tokens: int = 16) -> EncodedSample:
+    """One conversation on one image -> an EncodedSample (prompt masked out of the labels)."""
+    return encode_turns(processor, image, [conversation], masks, num_mask_tokens)
+
+
 def collate(samples: Sequence[EncodedSample], pad_id: int) -> dict:
-    """Right-padded batch for `UMindVL.forward(**batch)`: pad tokens get attention 0 and label IGNORE_INDEX."""
+    """Right-padded batch for `UMindVL.forward(**batch)`: pad tokens get attention 0 and label IGNORE_INDEX.
+
+    `segment_ids` is added only when a sample packs several turns; with one turn per sample plain causal
+    attention is the same thing.
+    """
     samples = list(samples)
     if not samples:
         raise CollateError("collate needs at least one sample")
@@ -181,29 +225,36 @@ def collate(samples: Sequence[EncodedSample], pad_id: int) -> dict:
             raise CollateError(f"samples[{i}] must be an EncodedSample, got {type(s).__name__}")
     length = max(len(s.input_ids) for s in samples)
 
-    def pad(field: str, value: int) -> torch.Tensor:
+    def pad(values: Sequence[torch.Tensor], value: int) -> torch.Tensor:
         out = torch.full((len(samples), length), value, dtype=torch.long)
-        for b, s in enumerate(samples):
-            t = getattr(s, field)
+        for b, t in enumerate(values):
             out[b, : len(t)] = t
         return out
 
-    return {
-        "input_ids": pad("input_ids", int(pad_id)),
-        "attention_mask": pad("attention_mask", 0),
-        "mm_token_type_ids": pad("mm_token_type_ids", 0),
-        "labels": pad("labels", IGNORE_INDEX),
+    batch = {
+        "input_ids": pad([s.input_ids for s in samples], int(pad_id)),
+        "attention_mask": pad([s.attention_mask for s in samples], 0),
+        "mm_token_type_ids": pad([s.mm_token_type_ids for s in samples], 0),
+        "labels": pad([s.labels for s in samples], IGNORE_INDEX),
         "pixel_values": torch.cat([s.pixel_values for s in samples]),
         "image_grid_thw": torch.cat([s.image_grid_thw for s in samples]),
         "mask_targets": [s.mask_targets for s in samples],
     }
+    segments = [s.segment_ids if s.segment_ids is not None else torch.zeros_like(s.input_ids) for s in samples]
+    if any(int(seg.max()) > 1 for seg in segments):
+        batch["segment_ids"] = pad(segments, PAD_SEGMENT)
+    return batch
 
 
 class ManifestDataset(torch.utils.data.Dataset):
-    """One item per (record, conversation) of a manifest, encoded on access (images are read lazily)."""
+    """Items encoded on access (images are read lazily): one per (record, conversation), or with `pack=True`
+    one per record holding all its conversations as turns on one image prefix.
+
+    `items[i]` is (record index, tuple of conversation indices).
+    """
 
     def __init__(self, manifest_path: str | os.PathLike, processor, num_mask_tokens: int = 16,
-                 tasks: Sequence[str] | None = None):
+                 tasks: Sequence[str] | None = None, pack: bool = False):
         if tasks is not None:
             tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
             bad = [t for t in tasks if t not in TASKS]
@@ -212,9 +263,15 @@ class ManifestDataset(torch.utils.data.Dataset):
         self.manifest_path = manifest_path
         self.processor = processor
         self.num_mask_tokens = int(num_mask_tokens)
+        self.pack = bool(pack)
         self.records = read_manifest(manifest_path)
-        self.items = [(r, c) for r, rec in enumerate(self.records) for c, conv in enumerate(rec.conversations)
-                      if tasks is None or conv.task in tasks]
+        self.items: list[tuple[int, tuple[int, ...]]] = []
+        for r, rec in enumerate(self.records):
+            chosen = tuple(c for c, conv in enumerate(rec.conversations) if tasks is None or conv.task in tasks)
+            if self.pack and chosen:
+                self.items.append((r, chosen))
+            elif not self.pack:
+                self.items += [(r, (c,)) for c in chosen]
         if not self.items:
             raise CollateError(
                 f"{manifest_path}: no conversations{'' if tasks is None else f' for tasks {list(tasks)}'}; "
@@ -225,14 +282,15 @@ class ManifestDataset(torch.utils.data.Dataset):
         return len(self.items)
 
     def __getitem__(self, index: int) -> EncodedSample:
-        r, c = self.items[index]
+        r, chosen = self.items[index]
         rec = self.records[r]
-        conv = rec.conversations[c]
-        masks = rec.load_masks() if conv.mask_objects else []
+        conversations = [rec.conversations[c] for c in chosen]
+        masks = rec.load_masks() if any(conv.mask_objects for conv in conversations) else []
         try:
-            return encode_sample(self.processor, rec.load_image(), conv, masks, self.num_mask_tokens)
+            return encode_turns(self.processor, rec.load_image(), conversations, masks, self.num_mask_tokens)
         except CollateError as exc:
-            raise CollateError(f"record {rec.id!r}, conversation {c}: {exc}") from None
+            which = f"conversation {chosen[0]}" if len(chosen) == 1 else f"conversations {list(chosen)}"
+            raise CollateError(f"record {rec.id!r}, {which}: {exc}") from None
 
     @property
     def collate_fn(self):

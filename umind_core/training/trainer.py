@@ -63,7 +63,8 @@ class TrainConfig:
 
     eval_every / save_every count optimizer steps; 0 means once per epoch. max_steps, when set, is the length
     of the run (the data repeats as needed) and `epochs` is ignored. keep_checkpoints bounds the disk a long run
-    takes (0 keeps all).
+    takes (0 keeps all). pack puts all conversations of an image into one sample on a shared image prefix
+    (`modeling.packing`): the same losses for a fraction of the work; batch_size then counts images.
     """
 
     output_dir: str
@@ -83,6 +84,7 @@ class TrainConfig:
     num_workers: int = 0
     max_steps: int | None = None
     full: bool = False
+    pack: bool = True
     log_every: int = 10
     progress: bool = True
     keep_checkpoints: int = 3
@@ -121,7 +123,7 @@ class TrainConfig:
         integer("max_steps", 1, optional=True)
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainingError(f"mixed_precision must be one of {MIXED_PRECISION}, got {self.mixed_precision!r}")
-        for name in ("full", "progress"):
+        for name in ("full", "pack", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -490,7 +492,8 @@ def train(model_or_path, manifest: str | os.PathLike, config: TrainConfig,
     model.config.mask_loss_weight = float(config.mask_loss_weight)
     model.train()
 
-    dataset = ManifestDataset(manifest, model.processor, num_mask_tokens=model.num_mask_tokens, tasks=tasks)
+    dataset = ManifestDataset(manifest, model.processor, num_mask_tokens=model.num_mask_tokens, tasks=tasks,
+                              pack=config.pack)
     train_ids, val_ids = split_records([r.id for r in dataset.records], config.val_fraction)
     train_items = _item_indices(dataset, set(train_ids))
     val_items = _item_indices(dataset, set(val_ids))
@@ -710,6 +713,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=None,
                         help="input resolution of a fresh model (default: the size's own, 512 for small)")
     parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
+    parser.add_argument("--no-pack", action="store_true",
+                        help="one sample per conversation instead of all of an image's conversations on one "
+                             "shared image prefix (same losses, several times slower)")
     parser.add_argument("--tasks", help="comma-separated tasks to train on (default: all)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="dtype to load --model in")
@@ -747,7 +753,8 @@ def _manifest_with_conversations(manifest: Path, out: Path, seed: int, tasks) ->
 def run_train(args: argparse.Namespace) -> int:
     """`umind train`: build or load the model, train, print the summary as JSON."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if getattr(args, "tasks", None) else None
-    config = TrainConfig(output_dir=args.out, full=bool(args.full), progress=not args.no_progress,
+    config = TrainConfig(output_dir=args.out, full=bool(args.full), pack=not args.no_pack,
+                         progress=not args.no_progress,
                          mixed_precision=_resolve_mixed_precision(args.mixed_precision),
                          **{name: getattr(args, name) for name in _CLI_FIELDS})
     manifest = Path(args.manifest)
