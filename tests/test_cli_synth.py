@@ -62,3 +62,18 @@ def test_n_must_be_positive(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["synth", "--out", str(tmp_path / "ds"), "-n", "0"])
     assert exc.value.code == 2
+
+
+def test_refusal_rate_sets_how_many_images_get_a_refusal(tmp_path):
+    from umind_core.evaluation.metrics import is_refusal
+
+    def refusals(rate: str) -> int:
+        out = tmp_path / rate
+        assert main(["synth", "--out", str(out), "-n", "8", "--size", "64", "--refusal-rate", rate]) == 0
+        return sum(any(is_refusal(c.messages[1]["content"]) for c in r.conversations)
+                   for r in read_manifest(out / "manifest.jsonl"))
+
+    assert refusals("0") == 0 and refusals("1") == 8
+    with pytest.raises(SystemExit) as exc:
+        main(["synth", "--out", str(tmp_path / "bad"), "-n", "2", "--refusal-rate", "1.5"])
+    assert exc.value.code == 2

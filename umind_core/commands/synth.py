@@ -33,6 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
     parser.add_argument("--conversations", action=argparse.BooleanOptionalAction, default=True,
                         help="fill the manifest's training conversations (default: yes)")
+    parser.add_argument("--refusal-rate", type=_fraction, default=0.15,
+                        help="share of images that also get an out-of-scope question answered with a refusal "
+                             "(default: 0.15)")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
 
 
 def parse_sites(text: str | None) -> tuple[str, ...] | None:
@@ -63,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                        progress=True)
     extra = ""
     if args.conversations:
-        attach_conversations(manifest, manifest)
+        attach_conversations(manifest, manifest, refusal_rate=args.refusal_rate)
         extra = " with conversations"
     seconds = time.perf_counter() - t0
     rate = args.n / seconds * 60.0 if seconds > 0 else float("inf")
