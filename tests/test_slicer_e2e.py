@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -191,3 +192,81 @@ def test_server_errors_reach_the_user_verbatim(session, volume):
     with pytest.raises(UMindServerError) as err:
         session.client.infer("umind_segment", "no-such-image", {"prompt": "lesion"})
     assert err.value.status == 404 and "no-such-image" in err.value.message
+
+
+def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, scene):
+    """A clip loaded as a Slicer sequence: uploaded once, all frames segmented as a segmentation sequence that
+    the clip's browser keeps in step, and a run on the current frame lands on the proxy volume."""
+    from vtk.util import numpy_support
+
+    def frame_volume(target_scene, name, pixels):
+        vol = target_scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", name)
+        img = vtk.vtkImageData()
+        img.SetDimensions(256, 256, 1)
+        img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(np.ascontiguousarray(pixels).ravel(), deep=True))
+        vol.SetAndObserveImageData(img)
+        vol.SetSpacing(*SPACING)
+        vol.SetOrigin(*ORIGIN)
+        vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)
+        return vol
+
+    frames = [make_image(0)[..., 0], np.full((256, 256), 200, np.uint8), make_image(0)[..., 0]]
+    seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "cine")
+    seq.SetIndexName("frame")
+    seq.SetIndexType(seq.NumericIndex)
+    for f, pixels in enumerate(frames):
+        seq.SetDataNodeAtValue(frame_volume(slicer.vtkMRMLScene(), f"f{f}", pixels), str(f))
+    browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", "cine browser")
+    browser.SetAndObserveMasterSequenceNodeID(seq.GetID())
+    proxy = frame_volume(scene, "cine proxy", frames[0])
+    browser.AddProxyNode(proxy, seq, False)
+
+    _, nodes = session.run(proxy, "segment", prompt="lesion", browser_node=browser, all_frames=True)
+    seg_seq = nodes.segmentation
+    assert seg_seq.IsA("vtkMRMLSequenceNode") and seg_seq.GetNumberOfDataNodes() == 3
+    assert browser.IsSynchronizedSequenceNode(seg_seq)
+    overlap = []
+    for f in range(3):
+        item = seg_seq.GetDataNodeAtValue(str(f))
+        names = [item.GetSegmentation().GetNthSegment(i).GetName()
+                 for i in range(item.GetSegmentation().GetNumberOfSegments())]
+        assert names == ["lesion"]
+        mask = mrml.segment_array(scene, item, item.GetSegmentation().GetNthSegmentID(0), proxy)[0].astype(bool)
+        overlap.append(dice(mask, lesion_mask()))
+    assert overlap[0] > 0.7 and overlap[2] > 0.7  # the lesion frames; frame 1 is a blank frame
+
+    browser.SetSelectedItemNumber(2)
+    reply, one = session.run(proxy, "detect", prompt="lesion", browser_node=browser)
+    assert [r.frame_index for r in reply.results] == [2]
+    centre = [0.0, 0.0, 0.0]
+    one.rois[0].GetCenter(centre)
+    i, j, k = ijk(proxy, centre)
+    assert abs(i - (X0 + X1) / 2) < 12 and abs(j - (Y0 + Y1) / 2) < 12 and abs(k) < 0.5  # on the proxy's slice
+
+
+def test_next_sample_then_train_from_the_panel_with_progress(session, server, scene, volume):
+    """Next sample, then Train: the job's progress reaches the panel through /train/ and a new version is
+    recorded. The earlier test saved one label; a second image labelled here gives the held-out split one."""
+    from UMindLib.replies import train_progress
+
+    image_id, data, name = session.next_sample("first")
+    assert image_id and data and name
+    second = volume
+    second.SetName("second scan")
+    _, nodes = session.run(second, "segment", prompt="lesion")
+    assert session.submit(second, nodes.segmentation).get("image") == second.GetAttribute(mrml.IMAGE_ID_ATTRIBUTE)
+
+    started = session.client.train_start("umind_lora", {"max_steps": 2, "val_fraction": 0.5})
+    assert started.get("status") in ("SUBMITTED", "RUNNING"), started
+    status, deadline = {}, time.monotonic() + 300
+    while time.monotonic() < deadline:
+        status = session.client.train_status()
+        if status.get("status") not in ("SUBMITTED", "RUNNING"):
+            break
+        assert 0.0 <= train_progress(status) <= 100.0
+        time.sleep(1.0)
+    assert status.get("status") == "DONE", json.dumps(status)[:2000]
+    assert any("umind train: step 2/2" in line for line in status["details"])
+    assert train_progress(dict(status, status="RUNNING")) == 100.0  # from the job's own last step line
+    runs = session.info().raw["train_stats"]["umind_lora"]["runs"]
+    assert runs and runs[-1]["version"] == 1 and runs[-1]["status"] in ("promoted", "rejected")

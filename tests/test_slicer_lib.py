@@ -31,7 +31,8 @@ from UMindLib import geometry as geo  # noqa: E402
 from UMindLib import labelfiles as lf  # noqa: E402
 from UMindLib import mrml, submit  # noqa: E402
 from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
-from UMindLib.replies import InferReply, ParsedReply, ReplyError, ServerResult, parse_reply  # noqa: E402
+from UMindLib.replies import (InferReply, ParsedReply, ReplyError, ServerResult, parse_reply,  # noqa: E402
+                              train_progress)
 from UMindLib.requests import (RequestError, RoiBox, UIState, build_infer_request,  # noqa: E402
                                model_for_task, parse_frames)
 from UMindLib.workflow import UMindSession, markup_positions, roi_box  # noqa: E402
@@ -210,6 +211,18 @@ def test_json_only_and_file_only_replies():
         {"markups": [{"type": "Line"}]}
     with pytest.raises(ReplyError, match="markups"):
         InferReply.from_parsed(ParsedReply({"markups": "Line"}))
+
+
+def test_train_progress_from_the_jobs_log_lines():
+    running = {"status": "RUNNING", "details": [
+        "[2026-12-03 10:00:01] [INFO] (umind_core.training.trainer) - umind train: step 10/40 loss 0.52 lr 1e-04",
+        "[2026-12-03 10:00:02] [INFO] (umind_core.training.trainer) - saving checkpoint"]}
+    assert train_progress(running) == 25.0
+    assert train_progress({"status": "RUNNING", "details": ["Epoch 3/12 loss 0.1"]}) == 25.0
+    assert train_progress({"status": "RUNNING", "details": ["loading the model"]}) == 0.0
+    assert train_progress({"status": "DONE", "details": []}) == 100.0
+    assert train_progress({"progress": 140}) == 100.0 and train_progress({"progress": "x"}) == 0.0
+    assert train_progress(None) == 0.0
 
 
 # requests -------------------------------------------------------------------------------

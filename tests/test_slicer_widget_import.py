@@ -140,8 +140,6 @@ def test_widget_setup_fills_tasks_and_errors_become_status_messages(umind, monke
     ui.statusLabel.setText.assert_called_with("Run failed: connect to a server first")
     widget.onSubmit()
     ui.statusLabel.setText.assert_called_with("Submit failed: connect to a server first")
-    assert umind.trainProgress({"status": "RUNNING", "details": ["Epoch 3/12 loss 0.1"]}) == 25.0
-    assert umind.trainProgress({"progress": 140}) == 100.0 and umind.trainProgress(None) == 0
 
 
 def test_connect_fills_models_strategies_and_version(umind, monkeypatch):

@@ -7,6 +7,7 @@ import argparse
 import copy
 import csv
 import json
+import logging
 import os
 import shutil
 import signal
@@ -101,9 +102,11 @@ def test_cli_flags_mirror_the_config(tmp_path):
     for name in ("epochs", "batch_size", "grad_accum", "lr", "warmup_ratio", "weight_decay", "max_grad_norm",
                  "mask_loss_weight", "val_fraction", "eval_every", "save_every", "seed", "max_steps"):
         assert getattr(args, name) == getattr(defaults, name), name
-    assert (args.size, args.full, args.model) == ("small", False, None)
-    args = parser.parse_args(["--manifest", "m", "--out", "o", "--epochs", "0.5", "--max-steps", "7", "--full"])
-    assert (args.epochs, args.max_steps, args.full) == (0.5, 7, True)
+    assert (args.size, args.full, args.model, args.no_pack) == ("small", False, None, False)
+    assert defaults.pack is True
+    args = parser.parse_args(["--manifest", "m", "--out", "o", "--epochs", "0.5", "--max-steps", "7", "--full",
+                              "--no-pack"])
+    assert (args.epochs, args.max_steps, args.full, args.no_pack) == (0.5, 7, True, True)
     missing = parser.parse_args(["--manifest", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")])
     with pytest.raises(TrainingError, match="nope.jsonl"):
         run_train(missing)
@@ -209,7 +212,7 @@ def test_lora_run_learns_and_writes_every_artifact(tiny_model_factory, manifest,
     assert not [p for p in out.rglob(".*")], "no temporary files may remain"
 
 
-def test_full_mode_trains_the_base_and_mask_loss_weight_applies(tiny_model_factory, manifest, tmp_path):
+def test_full_mode_trains_the_base_and_mask_loss_weight_applies(tiny_model_factory, manifest, tmp_path, caplog):
     lora_model = tiny_model_factory()
     with pytest.raises(TrainingError, match="LoRA"):
         train(lora_model, manifest, _config(tmp_path / "bad", full=True, max_steps=1), tasks=TASKS)
@@ -217,8 +220,11 @@ def test_full_mode_trains_the_base_and_mask_loss_weight_applies(tiny_model_facto
     with pytest.raises(TrainingError, match="full=True"):
         train(model, manifest, _config(tmp_path / "bad2", max_steps=1), tasks=TASKS)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    summary = train(model, manifest, _config(tmp_path / "full", full=True, max_steps=3, mask_loss_weight=0.0,
-                                              val_fraction=0.0), tasks=TASKS)
+    with caplog.at_level(logging.INFO, logger="umind_core.training.trainer"):
+        summary = train(model, manifest, _config(tmp_path / "full", full=True, max_steps=3, mask_loss_weight=0.0,
+                                                  val_fraction=0.0), tasks=TASKS)
+    # no progress bar: each logged step is a line a server's train job shows (the Slicer panel parses it)
+    assert [m for m in caplog.messages if m.startswith("umind train: step")][-1].startswith("umind train: step 3/3")
     after = dict(model.named_parameters())
     assert not torch.equal(before["qwen.model.language_model.layers.0.self_attn.q_proj.weight"],
                            after["qwen.model.language_model.layers.0.self_attn.q_proj.weight"].detach())

@@ -15,7 +15,7 @@ from slicer.ScriptedLoadableModule import (ScriptedLoadableModule, ScriptedLoada
 from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
-from UMindLib.replies import ReplyError
+from UMindLib.replies import ReplyError, train_progress
 from UMindLib.requests import RequestError
 
 SETTINGS_URLS = "UMind/ServerUrlHistory"
@@ -263,7 +263,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         def poll():
             status = self.logic.trainStatus()
             state = str(status.get("status", "")) if isinstance(status, dict) else ""
-            self.ui.trainProgressBar.setValue(int(trainProgress(status)))
+            self.ui.trainProgressBar.setValue(int(train_progress(status)))
             if state and state != "RUNNING":
                 self.trainTimer.stop()
                 self.info = self.logic.connect(self.logic.session.client.server_url)
@@ -271,24 +271,6 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 self._status(f"Training {state.lower()}; model version "
                              f"{self.info.model_version}.")
         self._guard("Training status", poll)
-
-
-def trainProgress(status):
-    """0..100 from a MONAI Label train status (``progress`` or epoch/total in ``details``)."""
-    if not isinstance(status, dict):
-        return 0
-    if "progress" in status:
-        return max(0.0, min(100.0, float(status["progress"])))
-    for line in reversed(status.get("details") or []):
-        text = str(line)
-        if "epoch" in text.lower() and "/" in text:
-            try:
-                frac = text.lower().split("epoch")[1].split()[0]
-                done, total = (float(v) for v in frac.strip(":").split("/"))
-                return 100.0 * done / total if total else 0.0
-            except (IndexError, ValueError):
-                continue
-    return 100.0 if status.get("status") == "DONE" else 0.0
 
 
 class UMindLogic(ScriptedLoadableModuleLogic):

@@ -65,6 +65,8 @@ class TrainConfig:
     of the run (the data repeats as needed) and `epochs` is ignored. keep_checkpoints bounds the disk a long run
     takes (0 keeps all). pack puts all conversations of an image into one sample on a shared image prefix
     (`modeling.packing`): the same losses for a fraction of the work; batch_size then counts images.
+    progress draws a tqdm bar; without it (a server's train job) every logged step is an INFO line
+    "umind train: step N/TOTAL ...", which the job's status shows and the Slicer panel turns into progress.
     """
 
     output_dir: str
@@ -655,6 +657,8 @@ def train(model_or_path, manifest: str | os.PathLike, config: TrainConfig,
                 record(step, values, {f"train/{k}": v for k, v in values.items()})
                 if loss is not None:
                     bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+                if main and not config.progress:  # no bar (a server's train job): progress as log lines
+                    logger.info("umind train: step %d/%d loss %s lr %.2e", step, total, _fmt(loss), lr)
                 window.zero_()
             if (config.eval_every and step % config.eval_every == 0) or (not config.eval_every and epoch_end):
                 run_eval(step)

@@ -13,11 +13,12 @@ import email.message
 import email.parser
 import email.policy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply",
-           "parse_reply", "filename_from_disposition"]
+           "parse_reply", "filename_from_disposition", "train_progress"]
 
 
 class ReplyError(ValueError):
@@ -228,3 +229,26 @@ class InferReply:
         return cls(label_names=label_names, result=results[0] if results else None, results=results,
                    markups=markups, answer=str(answer or ""), version="" if version is None else str(version),
                    label_bytes=label_bytes, label_filename=label_filename, params=p)
+
+
+_PROGRESS = re.compile(r"\b(?:step|epoch)\b\W*(\d+)\s*/\s*(\d+)", re.I)
+
+
+def train_progress(status: Any) -> float:
+    """0..100 from a MONAI Label train status: its ``progress``, else the last "step a/b" (what the UMind
+    trainer logs in a server's train job) or "epoch a/b" line of ``details`` (the job's last output lines);
+    100 once the job is DONE."""
+    if not isinstance(status, dict):
+        return 0.0
+    if "progress" in status:
+        try:
+            return max(0.0, min(100.0, float(status["progress"])))
+        except (TypeError, ValueError):
+            return 0.0
+    if status.get("status") == "DONE":
+        return 100.0
+    for line in reversed(list(status.get("details") or [])):
+        m = _PROGRESS.search(str(line))
+        if m and int(m.group(2)) > 0:
+            return max(0.0, min(100.0, 100.0 * int(m.group(1)) / int(m.group(2))))
+    return 0.0
