@@ -1,6 +1,6 @@
 """The bundled demo model: it loads offline, is what a missing --model resolves to, and segments held-out images.
 
-The held-out image comes from a generator seed never used in training (training used seeds 0..2999).
+The held-out image comes from a generator seed never used in training (training used seeds 0..7999).
 """
 
 from __future__ import annotations
@@ -37,4 +37,20 @@ def test_demo_model_segments_a_held_out_kidney(demo_model):
     assert masks, "no mask in the answer"
     union = np.logical_or.reduce(masks)
     iou = (union & kidney.mask).sum() / (union | kidney.mask).sum()
-    assert iou > 0.5, iou
+    assert iou > 0.8, iou  # 0.897 with the shipped model
+
+
+def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path):
+    """The card's headline numbers come from `umind eval` on 200 held-out images; the first 12 of them (same
+    seeds) must land near them: this fails for an untrained or wrongly packaged model."""
+    from umind_core.data.conversations import attach_conversations
+    from umind_core.data.manifest import write_synthetic_dataset
+    from umind_core.evaluation.runner import evaluate
+
+    raw = write_synthetic_dataset(tmp_path / "test", 12, seed0=1_000_000, size=256, progress=False)
+    manifest = attach_conversations(raw, raw)
+    summary = evaluate(demo_model, manifest, tasks="segment,detect,refusal", progress=False,
+                       max_new_tokens=128).metrics["summary"]
+    assert summary["segmentation_miou"] > 0.65  # card: 0.800 on 200 images
+    assert summary["detection_f1"] > 0.5  # card: 0.710
+    assert summary["refusal_accuracy"] > 0.85  # card: 0.995
