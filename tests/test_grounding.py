@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from umind_core import grounding as g
@@ -185,6 +185,7 @@ def renumbered(objs: list[GroundedSpan]) -> list[tuple]:
 
 @SETTINGS
 @given(spans())
+@example(GroundedSpan("0  0"))  # found by CI: a run of spaces inside a label
 def test_round_trip_one_object(span):
     text = format_object(span)
     result = parse(text)
@@ -192,7 +193,7 @@ def test_round_trip_one_object(span):
     assert [geometry(o) for o in result.objects] == renumbered([span])
     assert result.mask_groups == len(span.masks)
     assert result.objects[0].char_span == (0, len(text))
-    assert result.answer == span.label.strip()
+    assert result.answer == " ".join(span.label.split())  # the readable answer collapses runs of spaces
 
 
 @SETTINGS
