@@ -182,14 +182,14 @@ def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversat
         labels.append(torch.cat([torch.full((len(prompt_ids),), IGNORE_INDEX, dtype=torch.long),
                                  torch.tensor(answer_ids, dtype=torch.long)]))
         segments.append(torch.full_like(turn, k))
-        objects += [(k, conversation.task, obj) for obj in turn_objects]
+        objects += [(conversation.task, obj) for obj in turn_objects]
     grid = enc["image_grid_thw"]
     targets = None
     if objects:
         patch = int(getattr(processor.image_processor, "patch_size", 16))
         out_hw = (int(grid[0, 1]) * patch, int(grid[0, 2]) * patch)
         targets = torch.cat([_mask_targets(masks, [obj], image.shape[:2], out_hw, task)
-                             for _k, task, obj in objects])
+                             for task, obj in objects])
     input_ids = torch.cat(ids)
     return EncodedSample(
         input_ids=input_ids,
