@@ -121,7 +121,10 @@ def test_segment_becomes_a_named_segment_on_the_lesion(session, scene, volume):
     assert dice(mask, lesion_mask()) > 0.7  # the memorised lesion, on the volume's own voxels
 
 
-def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volume):
+def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volume, monkeypatch):
+    sent = []
+    infer = session.client.infer
+    monkeypatch.setattr(session.client, "infer", lambda model, *a, **kw: sent.append(model) or infer(model, *a, **kw))
     models = list(session.info().models)
     centre = ras(volume, (X0 + X1) / 2, (Y0 + Y1) / 2)
     reply, nodes = session.run(volume, "segment", foreground=[centre], background=[ras(volume, 5, 5)],
@@ -129,9 +132,12 @@ def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volum
     assert nodes.segmentation is not None and reply.label_names
     roi = RoiBox(center=centre, size=[(X1 - X0) * SPACING[0], (Y1 - Y0) * SPACING[1], SPACING[2]])
     reply, nodes = session.run(volume, "segment", prompt="lesion", roi=roi, available_models=models)
+    assert sent == ["umind_interactive", "umind_interactive"]
     seg = nodes.segmentation.GetSegmentation()
     mask = mrml.segment_array(scene, nodes.segmentation, seg.GetNthSegmentID(0), volume)[0].astype(bool)
     assert mask.shape == (256, 256)
+    # the memorised model never saw a visual prompt, so only the routing and the geometry are checked here;
+    # the ROI reached the server as the lesion's voxel box (or the app would have answered 400 for outside)
 
 
 def test_detect_places_an_roi_over_the_lesion(session, volume):
