@@ -64,21 +64,24 @@ def scene():
     return s
 
 
-@pytest.fixture
-def volume(scene):
-    """make_image(0) as Slicer loads a 2D scan: one slice, LPS file directions, 0.5 mm pixels."""
+def scan_volume(scene, name: str, pixels: np.ndarray):
+    """A 256x256 frame as Slicer loads a 2D scan: one slice, LPS file directions, 0.5 mm pixels."""
     from vtk.util import numpy_support
 
-    vol = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "us scan")
+    vol = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", name)
     img = vtk.vtkImageData()
     img.SetDimensions(256, 256, 1)
-    pixels = np.ascontiguousarray(make_image(0)[..., 0])
-    img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(pixels.ravel(), deep=True))
+    img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(np.ascontiguousarray(pixels).ravel(), deep=True))
     vol.SetAndObserveImageData(img)
     vol.SetSpacing(*SPACING)
     vol.SetOrigin(*ORIGIN)
     vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)
     return vol
+
+
+@pytest.fixture
+def volume(scene):
+    return scan_volume(scene, "us scan", make_image(0)[..., 0])
 
 
 @pytest.fixture
@@ -203,28 +206,15 @@ def test_server_errors_reach_the_user_verbatim(session, volume):
 def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, scene):
     """A clip loaded as a Slicer sequence: uploaded once, all frames segmented as a segmentation sequence that
     the clip's browser keeps in step, and a run on the current frame lands on the proxy volume."""
-    from vtk.util import numpy_support
-
-    def frame_volume(target_scene, name, pixels):
-        vol = target_scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", name)
-        img = vtk.vtkImageData()
-        img.SetDimensions(256, 256, 1)
-        img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(np.ascontiguousarray(pixels).ravel(), deep=True))
-        vol.SetAndObserveImageData(img)
-        vol.SetSpacing(*SPACING)
-        vol.SetOrigin(*ORIGIN)
-        vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)
-        return vol
-
     frames = [make_image(0)[..., 0], np.full((256, 256), 200, np.uint8), make_image(0)[..., 0]]
     seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "cine")
     seq.SetIndexName("frame")
     seq.SetIndexType(seq.NumericIndex)
     for f, pixels in enumerate(frames):
-        seq.SetDataNodeAtValue(frame_volume(slicer.vtkMRMLScene(), f"f{f}", pixels), str(f))
+        seq.SetDataNodeAtValue(scan_volume(slicer.vtkMRMLScene(), f"f{f}", pixels), str(f))
     browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", "cine browser")
     browser.SetAndObserveMasterSequenceNodeID(seq.GetID())
-    proxy = frame_volume(scene, "cine proxy", frames[0])
+    proxy = scan_volume(scene, "cine proxy", frames[0])
     browser.AddProxyNode(proxy, seq, False)
 
     _, nodes = session.run(proxy, "segment", prompt="lesion", browser_node=browser, all_frames=True)
