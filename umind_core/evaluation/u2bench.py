@@ -1,38 +1,44 @@
 """The U2-Bench scoring protocol (Dolphin AI, ICLR 2026), so UMind can be compared on its eight tasks.
 
-U2-Bench asks localisation tasks (lesion localisation LL, organ detection OD, keypoint detection KD)
-as a choice among nine image regions plus "not visible", scores clinical value estimation (CVE) by
-a min-max scaled RMSE, text generation (RG, CG) by BLEU among others, classification (DD, VRA) by
-accuracy, and folds the task scores into one weighted U2-Score.
+The definitions follow the benchmark's own evaluation code: the evaluation kit
+(dolphin-sound/u2-bench-evalkit, `vlmeval/eval_func`) for per-dataset scores and the U2-Score table
+script of gurenolun/Dolphin-ai-bench (`table_fill/update_table_score_format.py`) for the aggregate.
+Our code is written from those definitions, not copied:
 
-The region rule follows the benchmark's evaluation kit (dolphin-sound/u2-bench-evalkit,
-`new_seg_eval`): a centre coordinate below 0.45 is left/top, from 0.45 up to (not including) 0.55 is
-centre, 0.55 and above is right/bottom. The benchmark spells the rows "upper / middle / lower";
-`normalize_position` maps those (and "top", "bottom", "centre", hyphens) onto POSITION_CLASSES.
+- Localisation (LL, OD, KD): the true centre falls into one of nine regions (a coordinate below 0.45 is
+  left/upper, below 0.55 centre/middle, else right/lower; named "upper left" ... "center" ... "lower
+  right"); a missing or NaN centre is "not visible". The answer must equal that name after lowercasing;
+  non-string answers are dropped from the denominator.
+- Classification (DD, VRA): accuracy after lowercasing; integer labels need an integer answer and
+  unparsable answers are dropped from the denominator.
+- CVE: per dataset, prediction and truth are min-max scaled by a fixed clinical range (EF 10-75 %,
+  IMT 0.3-1.5 mm, AC 100-400 mm, fat 0-85 %) and the RMSE taken over parsable answers.
+- RG / CG: BLEU-4 as pycocoevalcap computes it (whitespace tokens, case kept), as a fraction.
+- Aggregate: each task is the unweighted mean over its datasets (fixed lists); a task without any
+  dataset scores 0, except CVE whose missing RMSE counts as 0 (score 1); CVE scores 1 - mean RMSE;
+  every task score is clipped to [0, 1] after averaging; the U2-Score is the weighted sum with all
+  eight weights.
+
+Lenient variants (free-text region names, ranges from the sample, our own BLEU tokenisation,
+weights renormalised over the tasks present) exist only as explicit options, because they give other
+numbers than the published table.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._bleu import bleu_lenient, tokenize  # noqa: F401  (re-exported)
+
 __all__ = [
-    "U2BenchInputError",
-    "POSITION_CLASSES",
-    "NOT_VISIBLE",
-    "U2_WEIGHTS",
-    "position_class",
-    "normalize_position",
-    "localization_accuracy",
-    "cve_score",
-    "tokenize",
-    "bleu",
-    "u2_score",
+    "U2BenchInputError", "POSITION_CLASSES", "NOT_VISIBLE", "U2_WEIGHTS", "U2_DATASETS", "CVE_RANGES",
+    "position_class", "region_of", "normalize_position", "localization_accuracy",
+    "classification_accuracy", "cve_rmse", "bleu4", "bleu_lenient", "tokenize", "task_scores", "u2_score",
 ]
 
 
@@ -40,12 +46,13 @@ class U2BenchInputError(ValueError):
     """An input to a U2-Bench scorer is malformed; the message names it."""
 
 
+#: The nine region answers, spelled as the benchmark spells them (row first, a space, column).
 POSITION_CLASSES: tuple[str, ...] = (
-    "top-left", "top-center", "top-right",
-    "middle-left", "center", "middle-right",
-    "bottom-left", "bottom-center", "bottom-right",
+    "upper left", "upper center", "upper right",
+    "middle left", "center", "middle right",
+    "lower left", "lower center", "lower right",
 )
-#: The tenth answer U2-Bench offers: the target is absent.
+#: The tenth answer: the target is absent.
 NOT_VISIBLE = "not visible"
 
 #: Task weights of the U2-Score (DD disease diagnosis, VRA view recognition and assessment, LL lesion
@@ -55,7 +62,25 @@ U2_WEIGHTS: dict[str, float] = {
     "DD": 0.20, "VRA": 0.20, "LL": 0.07, "OD": 0.27, "KD": 0.07, "CVE": 0.07, "RG": 0.08, "CG": 0.04,
 }
 
-_ROWS = ("top", "middle", "bottom")
+#: The datasets each task averages over in the published table (ids as the benchmark names them).
+U2_DATASETS: dict[str, tuple[str, ...]] = {
+    "DD": ("21", "23", "25", "28_1", "32", "40", "42", "44", "57", "66", "70", "74is_normal", "75"),
+    "VRA": ("03", "10", "18", "28", "37", "50", "53", "69", "74is_visible", "anatomy"),
+    "LL": ("04", "17", "23", "32", "64"),
+    "OD": ("09", "13", "16", "18", "31", "37", "38", "47", "49", "50", "52", "53", "67"),
+    "KD": ("48",),
+    "CVE": ("18", "27", "31", "50", "57"),
+    "RG": ("39",),
+    "CG": ("10", "44"),
+}
+
+#: Fixed (min, max) used to scale each CVE dataset: EF %, IMT mm, abdominal circumference mm, fat %.
+#: Dataset 31 has no range in the benchmark (it is evaluated apart); pass value_range for it.
+CVE_RANGES: dict[str, tuple[float, float]] = {
+    "18": (10.0, 75.0), "27": (0.3, 1.5), "50": (100.0, 400.0), "57": (0.0, 85.0),
+}
+
+_ROWS = ("upper", "middle", "lower")
 _COLS = ("left", "center", "right")
 
 
@@ -64,30 +89,46 @@ def _bin(v: float, low: float, high: float) -> int:
 
 
 def position_class(x_rel: float, y_rel: float, low: float = 0.45, high: float = 0.55) -> str:
-    """The 3 x 3 region of a point given relative to the image (0..1, origin top-left).
+    """The region name of a centre given relative to the image (origin top-left).
 
-    v < low -> left / top; low <= v < high -> center; v >= high -> right / bottom (the evalkit's rule).
+    v < low -> left / upper; low <= v < high -> center / middle; v >= high -> right / lower. As in
+    the benchmark, values outside [0, 1] are binned, not refused; a NaN coordinate is "not visible".
     """
     if not (0.0 < low < high < 1.0):
         raise U2BenchInputError(f"low, high: need 0 < low < high < 1, got {low}, {high}")
-    for name, v in (("x_rel", x_rel), ("y_rel", y_rel)):
-        if not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or not 0.0 <= v <= 1.0:
-            raise U2BenchInputError(f"{name}: must be a number in [0, 1], got {v!r}")
+    if math.isnan(x_rel) or math.isnan(y_rel):
+        return NOT_VISIBLE
     row, col = _ROWS[_bin(y_rel, low, high)], _COLS[_bin(x_rel, low, high)]
-    return "center" if (row, col) == ("middle", "center") else f"{row}-{col}"
+    return "center" if (row, col) == ("middle", "center") else f"{row} {col}"
 
 
-_ROW_WORDS = {"top": "top", "upper": "top", "middle": "middle", "mid": "middle", "central": "middle",
-              "bottom": "bottom", "lower": "bottom"}
+def region_of(centre: Any, low: float = 0.45, high: float = 0.55) -> str:
+    """The true region of a target: a region name is kept, a centre (x_rel, y_rel, ...) is binned,
+    and None, NaN or anything without two numbers is "not visible" (the benchmark's rule)."""
+    if isinstance(centre, str):
+        name = centre.strip().lower()
+        if name in POSITION_CLASSES or name == NOT_VISIBLE:
+            return name
+        raise U2BenchInputError(f"centre: {centre!r} is not a region name")
+    if not isinstance(centre, (list, tuple, np.ndarray)) or len(centre) < 2:
+        return NOT_VISIBLE
+    try:
+        x, y = float(centre[0]), float(centre[1])
+    except (TypeError, ValueError):
+        return NOT_VISIBLE
+    return position_class(x, y, low, high)
+
+
+_ROW_WORDS = {"top": "upper", "upper": "upper", "middle": "middle", "mid": "middle", "central": "middle",
+              "bottom": "lower", "lower": "lower"}
 _COL_WORDS = {"left": "left", "right": "right", "center": "center", "centre": "center", "middle": "center",
               "central": "center"}
 
 
 def normalize_position(text: str) -> str | None:
-    """Map a free-text region answer ("Upper left", "lower-centre", "not visible") to a canonical name.
+    """Lenient only: map free text ("Top-left", "lower centre", "not visible") to a region name.
 
-    Returns a POSITION_CLASSES member, NOT_VISIBLE, or None when the text names no region (which then
-    counts as a wrong answer).
+    Returns a POSITION_CLASSES member, NOT_VISIBLE, or None when the text names no region.
     """
     if not isinstance(text, str):
         raise U2BenchInputError(f"text: expected a string, got {type(text).__name__}")
@@ -106,168 +147,196 @@ def normalize_position(text: str) -> str | None:
         row, col = _ROW_WORDS[b], _COL_WORDS[a]
     else:
         return None
-    return "center" if (row, col) == ("middle", "center") else f"{row}-{col}"
+    return "center" if (row, col) == ("middle", "center") else f"{row} {col}"
 
 
-def _region(item: Any, name: str, low: float, high: float) -> str | None:
-    if item is None:
+def _lenient_answer(p: Any, low: float, high: float) -> str | None:
+    if p is None:
         return NOT_VISIBLE
-    if isinstance(item, str):
-        return normalize_position(item)
-    try:
-        x, y = (float(v) for v in item)
-    except (TypeError, ValueError) as exc:
-        raise U2BenchInputError(f"{name}: expected (x_rel, y_rel), a region name or None, got {item!r}") from exc
-    try:
-        return position_class(x, y, low, high)
-    except U2BenchInputError as exc:
-        raise U2BenchInputError(f"{name}: {exc}") from exc
+    if isinstance(p, str):
+        return normalize_position(p)
+    return region_of(p, low, high)
 
 
-def localization_accuracy(
-    pred_xy_rel: Sequence[Any], gt_xy_rel: Sequence[Any], low: float = 0.45, high: float = 0.55
-) -> float:
-    """Fraction of items whose predicted region equals the true one (U2-Bench LL / OD / KD).
+def localization_accuracy(preds: Sequence[Any], gts: Sequence[Any], *, lenient: bool = False,
+                          low: float = 0.45, high: float = 0.55) -> float:
+    """Accuracy of region answers on one dataset (LL / OD / KD).
 
-    Each entry is (x_rel, y_rel), a region name (free text is normalised), or None for "not visible".
-    A prediction that names no region is wrong.
+    Official: an answer counts only if it is a string equal to the true region name after
+    lowercasing (no trimming); non-string answers leave the denominator. NaN when no answer is left
+    (the benchmark then has no row for the dataset). lenient=True normalises free text, reads
+    coordinate answers, and counts a None answer as "not visible".
     """
-    P, G = list(pred_xy_rel), list(gt_xy_rel)
+    P, G = list(preds), list(gts)
     if len(P) != len(G):
-        raise U2BenchInputError(f"pred_xy_rel: {len(P)} items for {len(G)} ground truths")
+        raise U2BenchInputError(f"preds: {len(P)} items for {len(G)} ground truths")
     if not G:
-        raise U2BenchInputError("gt_xy_rel: empty")
-    hits = 0
-    for i, (p, g) in enumerate(zip(P, G)):
-        gr = _region(g, f"gt_xy_rel[{i}]", low, high)
-        if gr is None:
-            raise U2BenchInputError(f"gt_xy_rel[{i}]: {g!r} names no region")
-        hits += _region(p, f"pred_xy_rel[{i}]", low, high) == gr
-    return hits / len(G)
+        raise U2BenchInputError("gts: empty")
+    hits = n = 0
+    for p, g in zip(P, G):
+        truth = region_of(g, low, high)
+        if lenient:
+            answer = _lenient_answer(p, low, high)
+        elif isinstance(p, str):
+            answer = p.lower()
+        else:
+            continue
+        n += 1
+        hits += answer == truth
+    return hits / n if n else float("nan")
 
 
-def cve_score(
-    pred: Sequence[float], gt: Sequence[float], vmin: float | None = None, vmax: float | None = None
-) -> dict[str, float]:
-    """Clinical value estimation: RMSE after min-max scaling both series to the ground-truth range.
+def _label_text(g: str) -> str:
+    return g.replace("[", "").replace("]", "").replace("'", "").lower()
 
-    vmin / vmax default to the ground truth's minimum and maximum, so errors are in units of the
-    observed range and different quantities (EF %, angles, mm) become comparable.
-    score = clip(1 - rmse_scaled, 0, 1). Non-finite predictions are refused: drop unparsable answers
-    (and report the parse rate) before calling.
+
+def classification_accuracy(preds: Sequence[Any], gts: Sequence[Any]) -> float:
+    """Accuracy on one classification dataset (DD / VRA), as the benchmark counts it.
+
+    A string label (brackets and quotes removed) is compared with the lowercased answer; an integer
+    label with the answer read as an integer, and an answer that is not one leaves the denominator.
+    A non-string answer to a string label is dropped too (the benchmark's script would fail on it).
     """
-    p = np.asarray(pred, dtype=np.float64).reshape(-1)
-    g = np.asarray(gt, dtype=np.float64).reshape(-1)
-    if p.shape != g.shape:
-        raise U2BenchInputError(f"pred: {p.size} values for {g.size} ground truths")
-    if g.size == 0:
-        raise U2BenchInputError("gt: empty")
-    if not np.isfinite(p).all():
-        raise U2BenchInputError("pred: values must be finite (drop unparsable answers first)")
-    if not np.isfinite(g).all():
-        raise U2BenchInputError("gt: values must be finite")
-    lo = float(g.min()) if vmin is None else float(vmin)
-    hi = float(g.max()) if vmax is None else float(vmax)
+    P, G = list(preds), list(gts)
+    if len(P) != len(G):
+        raise U2BenchInputError(f"preds: {len(P)} items for {len(G)} labels")
+    if not G:
+        raise U2BenchInputError("gts: empty")
+    hits = n = 0
+    for p, g in zip(P, G):
+        if isinstance(g, (bool, np.bool_)) or not isinstance(g, (str, int, np.integer)):
+            raise U2BenchInputError(f"gts: labels must be strings or integers, got {g!r}")
+        if isinstance(g, str):
+            if not isinstance(p, str):
+                continue
+            ok = _label_text(g) == p.lower()
+        else:
+            try:
+                ok = int(p) == int(g)
+            except (TypeError, ValueError):
+                continue
+        n += 1
+        hits += ok
+    return hits / n if n else float("nan")
+
+
+def _as_float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def cve_rmse(preds: Sequence[Any], gts: Sequence[Any], dataset: str | None = None,
+             value_range: tuple[float, float] | None = None, *, sample_range: bool = False) -> dict[str, float]:
+    """RMSE of one CVE dataset after min-max scaling by a fixed range (not clipped here).
+
+    The range is value_range, else CVE_RANGES[dataset]; sample_range=True (lenient) uses the ground
+    truth's own min and max instead. Answers that do not parse as numbers are dropped and counted in
+    "failed"; a missing or NaN truth drops the item. Returns rmse, n (items used), failed.
+    """
+    P, G = list(preds), list(gts)
+    if len(P) != len(G):
+        raise U2BenchInputError(f"preds: {len(P)} values for {len(G)} ground truths")
+    pairs, failed = [], 0
+    for p, g in zip(P, G):
+        gv = _as_float(g)
+        if gv is None or math.isnan(gv):
+            continue
+        pv = _as_float(p)
+        if pv is None:
+            failed += 1
+            continue
+        pairs.append((pv, gv))
+    if not pairs:
+        return {"rmse": float("nan"), "n": 0, "failed": failed}
+    p_arr, g_arr = np.array(pairs, dtype=np.float64).T
+    if sample_range:
+        lo, hi = float(g_arr.min()), float(g_arr.max())
+    elif value_range is not None:
+        lo, hi = (float(v) for v in value_range)
+    elif dataset in CVE_RANGES:
+        lo, hi = CVE_RANGES[dataset]
+    else:
+        raise U2BenchInputError(f"dataset: no fixed range for {dataset!r}; pass value_range")
     if not hi > lo:
-        raise U2BenchInputError(f"vmin, vmax: the range must be positive, got [{lo}, {hi}] (pass vmin/vmax)")
-    rmse = float(np.sqrt(np.mean(((p - lo) / (hi - lo) - (g - lo) / (hi - lo)) ** 2)))
-    return {"rmse_scaled": rmse, "score": float(np.clip(1.0 - rmse, 0.0, 1.0)), "vmin": lo, "vmax": hi,
-            "n": int(g.size)}
+        raise U2BenchInputError(f"value range: must be increasing, got [{lo}, {hi}]")
+    err = (p_arr - lo) / (hi - lo) - (g_arr - lo) / (hi - lo)
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "n": len(pairs), "failed": failed}
 
 
-# ------------------------------------------------------------------------------------------- BLEU
+def bleu4(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) -> float:
+    """Corpus BLEU-4 in [0, 1] exactly as pycocoevalcap's Bleu(4) scores it (the benchmark's scorer,
+    which reports it x100): whitespace tokens, case kept, closest reference length."""
+    import contextlib
+    import io
 
-# Latin words and numbers stay whole; each CJK character is its own token (reports may be Chinese);
-# punctuation marks are tokens.
-_TOKEN = re.compile(r"[\u3400-\u9fff]|[^\W\u3400-\u9fff]+|[^\w\s]")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased tokens for BLEU."""
-    if not isinstance(text, str):
-        raise U2BenchInputError(f"text: expected a string, got {type(text).__name__}")
-    return _TOKEN.findall(text.lower())
-
-
-def _ngrams(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
-
-
-def bleu(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]], max_n: int = 4) -> float:
-    """Corpus BLEU (Papineni et al. 2002) in [0, 1], clipped n-gram counts pooled over the corpus.
-
-    Smoothing is the "exp" method (sacreBLEU's default) for orders 2..max_n: the k-th such order with
-    no match gets precision 1 / (2^k * total) instead of 0, so one missing order does not zero the
-    score. Unlike sacreBLEU, no unigram match at all gives 0: texts that share no word get no credit
-    (sacreBLEU would give a disjoint 4-word pair about 0.08). Orders for which
-    the hypotheses have no n-grams at all (every hypothesis shorter than n) are left out of the
-    geometric mean. A reference may be one string or a list of strings; with several, counts are
-    clipped by the maximum over them and the closest reference length enters the brevity penalty.
-    """
-    H = list(hypotheses)
-    R = list(references)
+    try:
+        from pycocoevalcap.bleu.bleu import Bleu
+    except ImportError as exc:  # pragma: no cover - the eval/test extras install it
+        raise ImportError("bleu4 needs pycocoevalcap: pip install 'umind[eval]'") from exc
+    H, R = list(hypotheses), list(references)
     if len(H) != len(R):
         raise U2BenchInputError(f"references: {len(R)} for {len(H)} hypotheses")
     if not H:
         raise U2BenchInputError("hypotheses: empty")
-    if max_n < 1:
-        raise U2BenchInputError(f"max_n: must be >= 1, got {max_n}")
-    matches = [0] * max_n
-    totals = [0] * max_n
-    hyp_len = ref_len = 0
+    res, gts = {}, {}
     for i, (h, r) in enumerate(zip(H, R)):
         refs = [r] if isinstance(r, str) else list(r)
-        if not refs:
-            raise U2BenchInputError(f"references[{i}]: no reference text")
-        ht = tokenize(h)
-        rts = [tokenize(x) for x in refs]
-        hyp_len += len(ht)
-        # Closest reference length; ties go to the shorter one.
-        ref_len += min((abs(len(rt) - len(ht)), len(rt)) for rt in rts)[1]
-        for n in range(1, max_n + 1):
-            hc = _ngrams(ht, n)
-            max_ref: Counter = Counter()
-            for rt in rts:
-                max_ref |= _ngrams(rt, n)
-            matches[n - 1] += sum(min(c, max_ref[g]) for g, c in hc.items())
-            totals[n - 1] += sum(hc.values())
-    if hyp_len == 0 or matches[0] == 0:
-        return 0.0
-    log_p = []
-    k = 0
-    for m, t in zip(matches, totals):
-        if t == 0:
-            continue
-        if m == 0:
-            k += 1
-            log_p.append(math.log(1.0 / (2 ** k * t)))
-        else:
-            log_p.append(math.log(m / t))
-    bp = 1.0 if hyp_len > ref_len else math.exp(1.0 - ref_len / hyp_len)
-    return bp * math.exp(sum(log_p) / len(log_p))
+        if not isinstance(h, str) or not refs or not all(isinstance(x, str) for x in refs):
+            raise U2BenchInputError(f"item {i}: hypothesis and references must be strings")
+        res[i], gts[i] = [h], refs
+    with contextlib.redirect_stdout(io.StringIO()):  # the scorer prints its length ratio
+        score, _ = Bleu(4).compute_score(gts, res)
+    return float(score[3])
 
 
 # -------------------------------------------------------------------------------------- U2-Score
 
 
-def u2_score(task_scores: Mapping[str, float], weights: Mapping[str, float] = U2_WEIGHTS) -> float:
-    """Weighted sum of task scores (each in [0, 1]) over the tasks given, divided by their total weight.
+def _check_per_dataset(per_dataset: Mapping[str, Mapping[str, float]],
+                       datasets: Mapping[str, Sequence[str]] | None) -> None:
+    for task, rows in per_dataset.items():
+        if task not in U2_WEIGHTS:
+            raise U2BenchInputError(f"per_dataset: unknown task {task!r}; expected some of {sorted(U2_WEIGHTS)}")
+        if not isinstance(rows, Mapping):
+            raise U2BenchInputError(f"per_dataset[{task!r}]: expected a mapping dataset id -> value")
+        if datasets is not None:
+            extra = sorted(set(rows) - set(datasets.get(task, ())))
+            if extra:
+                raise U2BenchInputError(
+                    f"per_dataset[{task!r}]: datasets {extra} are not in the {task} list; pass datasets=None "
+                    "to score your own datasets")
 
-    Renormalising keeps a partial run (say, no report-generation data) on the same 0..1 scale; with
-    all eight tasks it is the plain weighted sum. Unknown task names are refused, not ignored.
+
+def task_scores(per_dataset: Mapping[str, Mapping[str, float]],
+                datasets: Mapping[str, Sequence[str]] | None = U2_DATASETS) -> dict[str, float]:
+    """All eight task scores from per-dataset values, as the published table computes them.
+
+    per_dataset[task][dataset_id] is the dataset's accuracy (DD, VRA, LL, OD, KD), RMSE (CVE) or
+    BLEU-4 fraction (RG, CG). NaN or infinite values are left out. A task mean over its datasets is
+    taken first and clipped after; CVE scores 1 - mean RMSE; a task without values scores 0 (CVE 1).
     """
-    if not task_scores:
-        raise U2BenchInputError("task_scores: empty, no task to score")
-    total_w = 0.0
-    acc = 0.0
-    for task, score in task_scores.items():
-        if task not in weights:
-            raise U2BenchInputError(f"task_scores: unknown task {task!r}; expected some of {sorted(weights)}")
-        s = float(score)
-        if not (math.isfinite(s) and 0.0 <= s <= 1.0):
-            raise U2BenchInputError(f"task_scores[{task!r}]: must be in [0, 1], got {score!r}")
-        acc += weights[task] * s
-        total_w += weights[task]
-    if total_w <= 0:
-        raise U2BenchInputError("weights: the tasks given have zero total weight")
-    return acc / total_w
+    _check_per_dataset(per_dataset, datasets)
+    out = {}
+    for task in U2_WEIGHTS:
+        vals = [float(v) for v in per_dataset.get(task, {}).values() if math.isfinite(float(v))]
+        mean = sum(vals) / len(vals) if vals else 0.0
+        score = 1.0 - mean if task == "CVE" else mean
+        out[task] = min(1.0, max(0.0, score))
+    return out
+
+
+def u2_score(per_dataset: Mapping[str, Mapping[str, float]],
+             datasets: Mapping[str, Sequence[str]] | None = U2_DATASETS, *, renormalize: bool = False) -> float:
+    """The U2-Score: sum of U2_WEIGHTS x task_scores over all eight tasks.
+
+    renormalize=True (lenient) instead divides by the total weight of the tasks present in
+    per_dataset, so a partial run is not penalised; the published table never does this.
+    """
+    scores = task_scores(per_dataset, datasets)
+    tasks = [t for t in U2_WEIGHTS if t in per_dataset] if renormalize else list(U2_WEIGHTS)
+    if not tasks:
+        raise U2BenchInputError("per_dataset: empty, no task to score")
+    total = sum(U2_WEIGHTS[t] for t in tasks)
+    return sum(U2_WEIGHTS[t] * scores[t] for t in tasks) / total
