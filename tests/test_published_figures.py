@@ -1,0 +1,86 @@
+"""The cheap figures the README and the demo model card publish, recomputed from the artefacts.
+
+Parameter counts are counted here from the modules themselves (not through `parameter_counts`), the split from
+the record ids `umind synth` writes, the size from the files on disk; each is then looked up, as printed, in the
+document that states it. A figure that drifts from its artefact, or a document edited to another number, fails.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from umind_core import demo
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+CARD = demo.DEMO_MODEL_DIR / "MODEL_CARD.md"
+
+
+def _flat(path: Path) -> str:
+    """The document with line breaks folded, so a figure split across lines is still found."""
+    return re.sub(r"\s+", " ", path.read_text(encoding="utf-8"))
+
+
+def _count(model) -> tuple[int, int]:
+    """(total, trainable) over distinct tensors, counted directly from the module tree."""
+    seen, total, trainable = set(), 0, 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+            trainable += p.numel() if p.requires_grad else 0
+    return total, trainable
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+@pytest.fixture(scope="module")
+def demo_model():
+    if not demo.has_demo_model():
+        pytest.skip("the demo model is not built")
+    return demo.load_model(None)
+
+
+def test_demo_model_parameter_count_in_card_and_readme(demo_model):
+    total, _ = _count(demo_model)
+    assert demo_model.peft_model is None  # shipped without an adapter: every weight was trained
+    assert f"{_fmt(total)} parameters" in _flat(CARD)
+    assert f"| demo model (`small`, 256 px, no adapter) | {_fmt(total)} |" in README.read_text(encoding="utf-8")
+    assert f"{total / 1e6:.1f} M parameters" in _flat(README)
+
+
+@pytest.mark.parametrize("size,image_size,label", [
+    ("tiny", None, "`tiny` (tests)"),
+    ("small", None, "`small` (512 px default)"),
+])
+def test_config_sizes_in_readme(size, image_size, label):
+    from umind_core.modeling.tiny import build_model
+
+    total, trainable = _count(build_model(size, image_size=image_size))
+    assert f"| {label} | {_fmt(total)} | {_fmt(trainable)} |" in README.read_text(encoding="utf-8")
+
+
+def test_card_split_matches_split_records():
+    from umind_core.training.trainer import split_records
+
+    card = _flat(CARD)
+    n = int(re.search(r"-n (\d+) --seed0 0 --size 256", card).group(1))
+    frac = float(re.search(r"--val-fraction ([0-9.]+)", card).group(1))
+    ids = [f"syn-{seed:06d}" for seed in range(n)]  # the ids `umind synth` gives seeds 0..n-1
+    train, val = split_records(ids, frac)
+    assert f"the {_fmt(len(train))} training images" in card
+    assert f"validation loss ({len(val)} images)" in card
+
+
+def test_card_weight_size_matches_the_files(demo_model):
+    files = sorted(demo.DEMO_MODEL_DIR.rglob("*.safetensors"))
+    size = sum(p.stat().st_size for p in files)
+    assert len(files) == 2  # base weights and the mask decoder
+    assert f"({size / 1e6:.1f} MB, {_fmt(size)} bytes of safetensors)" in _flat(CARD)
+    total, _ = _count(demo_model)
+    assert 2 * total <= size < 2 * total + 200_000  # bfloat16: two bytes a parameter plus the headers
