@@ -1,10 +1,13 @@
-"""What the MONAI Label server adds to one `umind_segment` call: HTTP round trip vs a direct Predictor call.
+"""What the MONAI Label server adds to one `umind_segment` call, measured as paired differences in one run.
 
-Starts the real server (tiny model, or --model DIR) on a free loopback port, sends the same PNG repeatedly
-through /infer/umind_segment and times the same prompt with a Predictor in this process. Prints both medians
-and the overhead in ms (multipart encoding, image read, label-map write, the app's bookkeeping).
+Starts the real server with the shipped demo model (or --model DIR) on a loopback port and loads the same model
+in this process. Each round makes one HTTP call (POST /infer/umind_segment on a stored PNG) and one direct
+Predictor call on the same frame and prompt, back to back, alternating which goes first; the overhead is the
+median of the per-round differences, so a slow phase of a busy machine hits both halves of a pair instead of
+one series. Both sides answer the same question, and the label map the server returns is checked against
+the direct masks, so the two halves do the same work.
 
-    .venv/bin/python benchmarks/bench_server.py [--model DIR] [--repeats 10]
+    .venv/bin/python benchmarks/bench_server.py [--model DIR] [--size 256] [--repeats 30]
 """
 
 from __future__ import annotations
@@ -17,72 +20,110 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import make_image  # noqa: E402
 from server_utils import start_server  # noqa: E402
+
+PROMPT = "lesion"
+
+
+def _image(size: int) -> np.ndarray:
+    """A held-out synthetic breast scan (seed outside the demo model's training seeds), RGB uint8."""
+    from umind_core.data.synthetic import generate
+
+    sample = generate(seed=1_000_001, site="breast", size=size)
+    return np.repeat(sample.image[..., None], 3, axis=2)
+
+
+def _label_map(resp) -> np.ndarray:
+    """The label map of a multipart /infer reply."""
+    import io
+
+    from PIL import Image
+    from requests_toolbelt.multipart import decoder
+
+    for part in decoder.MultipartDecoder(resp.content, resp.headers["content-type"]).parts:
+        if b'name="params"' not in part.headers.get(b"Content-Disposition", b""):
+            return np.asarray(Image.open(io.BytesIO(part.content)))
+    raise RuntimeError("no label map in the reply")
+
+
+def _rounds(server_url: str, predictor, frame, repeats: int, warmup: int):
+    """(http seconds, direct seconds, http label map, direct masks) per round; warm-up rounds dropped."""
+    import requests
+
+    def http():
+        t0 = time.perf_counter()
+        r = requests.post(f"{server_url}/infer/umind_segment?image=img",
+                          data={"params": json.dumps({"prompt": PROMPT})}, timeout=600)
+        r.raise_for_status()
+        return time.perf_counter() - t0, r
+
+    def direct():
+        t0 = time.perf_counter()
+        res = predictor.predict_batch([frame], "segment", PROMPT)[0]
+        return time.perf_counter() - t0, res
+
+    out = []
+    for i in range(warmup + repeats):
+        if i % 2:
+            (td, res), (th, r) = direct(), http()
+        else:
+            (th, r), (td, res) = http(), direct()
+        if i >= warmup:
+            out.append((th, td, r, res))
+    return out
+
+
+def _same_work(resp, res) -> bool:
+    """True when the server's label map marks the pixels the direct masks mark."""
+    labels = _label_map(resp)
+    masks = [o.mask for o in res.objects if o.mask is not None]
+    direct = np.logical_or.reduce(masks) if masks else np.zeros(labels.shape, bool)
+    return labels.shape == direct.shape and bool(((labels > 0) == direct).all())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="UMind folder (default: a fresh tiny model)")
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--model", default=None, help="UMind folder (default: the shipped demo model)")
+    ap.add_argument("--size", type=int, default=256, help="side of the square test image in pixels")
+    ap.add_argument("--repeats", type=int, default=30, help="timed rounds (each one HTTP + one direct call)")
+    ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args(argv)
 
-    import requests
     from PIL import Image
 
+    from umind_core import demo
     from umind_core.imageio import read_image
-    from umind_core.modeling.umind import UMindVL
     from umind_core.predictor import Predictor
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         studies = root / "studies"
         studies.mkdir()
-        Image.fromarray(make_image(0)).save(studies / "img.png")
-        model_dir = args.model
-        if model_dir is None:
-            from umind_core.modeling.tiny import build_model
-
-            model_dir = str(root / "model")
-            build_model("tiny").save_pretrained(model_dir)
-        conf = {"model": model_dir, "workdir": str(root / "work"), "max_new_tokens": str(args.max_new_tokens),
-                "retrain_every": "0"}
+        Image.fromarray(_image(args.size)).save(studies / "img.png")
+        conf = {"workdir": str(root / "work"), "max_new_tokens": str(args.max_new_tokens), "retrain_every": "0"}
+        if args.model:
+            conf["model"] = args.model
+        predictor = Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens)
+        frame = read_image(studies / "img.png")
         server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
         try:
-            http, app_side = [], []
-            for i in range(args.repeats + 2):  # the first two calls load and warm the model: not timed
-                t0 = time.perf_counter()
-                r = requests.post(f"{server.url}/infer/umind_segment?image=img",
-                                  data={"params": json.dumps({"prompt": "lesion"})}, timeout=300)
-                r.raise_for_status()
-                if i >= 2:
-                    http.append(time.perf_counter() - t0)
-                    lat = json.loads(r.text)["latencies"] if "json" in r.headers["content-type"] else None
-                    if lat is None:  # multipart: read the params part
-                        from requests_toolbelt.multipart import decoder
-
-                        part = next(p for p in decoder.MultipartDecoder(r.content, r.headers["content-type"]).parts
-                                    if b'name="params"' in p.headers.get(b"Content-Disposition", b""))
-                        lat = json.loads(part.text)["latencies"]
-                    app_side.append(lat["total"] - lat["infer"])
+            rounds = _rounds(server.url, predictor, frame, args.repeats, args.warmup)
         finally:
             server.stop()
-        predictor = Predictor(UMindVL.from_pretrained(model_dir), max_new_tokens=args.max_new_tokens)
-        frame = read_image(studies / "img.png")
-        direct = []
-        for i in range(args.repeats + 2):
-            t0 = time.perf_counter()
-            predictor.predict_batch([frame], "segment", "lesion")
-            if i >= 2:
-                direct.append(time.perf_counter() - t0)
-    h, d = statistics.median(http) * 1000, statistics.median(direct) * 1000
-    print(f"umind_segment over HTTP: median {h:.1f} ms  ({args.repeats} calls)")
-    print(f"direct Predictor call:   median {d:.1f} ms")
-    print(f"server overhead:         {h - d:.1f} ms  (of which the app's own read/write/bookkeeping: "
-          f"{statistics.median(app_side) * 1000:.1f} ms; the rest is HTTP, multipart and machine noise)")
-    return 0
+    same = all(_same_work(r, res) for _, _, r, res in rounds)
+    diffs = sorted((th - td) * 1000 for th, td, _, _ in rounds)
+    q1, med, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
+    print(f"model: {args.model or 'shipped demo model'}; image {args.size}x{args.size} PNG; prompt {PROMPT!r}; "
+          f"max_new_tokens {args.max_new_tokens}; {args.repeats} paired rounds after {args.warmup} warm-up")
+    print(f"HTTP call median   {statistics.median(t[0] for t in rounds) * 1000:8.1f} ms")
+    print(f"direct call median {statistics.median(t[1] for t in rounds) * 1000:8.1f} ms")
+    print(f"server overhead: median of paired differences {med:.1f} ms (quartiles {q1:.1f} .. {q3:.1f} ms)")
+    print(f"label maps equal to the direct masks in every round: {same}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

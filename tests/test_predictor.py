@@ -27,6 +27,23 @@ def _upscaled(factor: int) -> np.ndarray:
     return np.kron(make_image(0), np.ones((factor, factor, 1), dtype=np.uint8))
 
 
+def _teacher_forced(model, image, task, prompt, answer_text):
+    """A second path to what the Predictor must report: one plain forward over prompt + answer (no KV cache,
+    no incremental decoding, no forced mask tokens). Returns the answer's token ids, the probability the model
+    gives each of them, and the mask logits of its mask groups at the image size."""
+    from umind_core import prompts
+
+    chat = prompts.chat_prompt(prompts.build_user_text(task, prompt))
+    enc = dict(model.processor(images=[image], text=[chat + answer_text + prompts.ASSISTANT_END],
+                               return_tensors="pt"))
+    n_prompt = len(model.processor(images=[image], text=[chat], return_tensors="pt")["input_ids"][0])
+    with torch.no_grad():
+        out = model(**enc)
+    ids = enc["input_ids"][0, n_prompt:]
+    probs = torch.softmax(out.logits[0, n_prompt - 1:-1].float(), dim=-1)
+    return ids, probs[torch.arange(len(ids)), ids], out.mask_logits[0].float()
+
+
 def test_segment_returns_a_mask_at_the_frame_resolution(predictor):
     res = predictor.predict("segment", "lesion")
     assert isinstance(res, Result) and res.task == "segment" and res.image_size == (256, 256)
@@ -37,7 +54,12 @@ def test_segment_returns_a_mask_at_the_frame_resolution(predictor):
     truth[Y0:Y1, X0:X1] = True
     iou = (obj.mask & truth).sum() / (obj.mask | truth).sum()
     assert iou > 0.6, iou
-    assert 0.5 < obj.score <= 1.0
+    # the score is the mean probability over the mask's pixels, recomputed here from a plain forward
+    _, _, logits = _teacher_forced(predictor.model, make_image(0), "segment", "lesion", res.text)
+    assert logits.shape == (1, 256, 256)
+    inside = logits[0] > 0
+    assert (inside.numpy() == obj.mask).mean() > 0.999
+    assert obj.score == pytest.approx(float(torch.sigmoid(logits[0])[inside].mean()), abs=1e-3)
 
 
 def test_detect_keypoints_measure_return_pixel_coordinates(predictor):
@@ -111,9 +133,12 @@ def test_one_forward_masks_equal_token_by_token(trained_tiny):
         queries[mode] = torch.stack(decoded[0].mask_queries)
     assert queries[True].shape == (1, 16, trained_tiny.qwen.config.text_config.hidden_size)
     torch.testing.assert_close(queries[True], queries[False], rtol=1e-5, atol=1e-5)
-    assert results[True].objects == results[False].objects or all(
-        np.array_equal(a.mask, b.mask) for a, b in zip(results[True].objects, results[False].objects))
-    assert results[True].objects[0].score == pytest.approx(results[False].objects[0].score, abs=1e-5)
+    one, many = results[True].objects, results[False].objects
+    assert len(one) == len(many) >= 1 and results[True].text == results[False].text
+    for a, b in zip(one, many):
+        assert (a.label, a.box, a.points, a.line) == (b.label, b.box, b.points, b.line)
+        assert a.mask is not None and b.mask is not None and np.array_equal(a.mask, b.mask)
+        assert a.score == pytest.approx(b.score, abs=1e-5)
 
 
 def test_predict_batch_matches_single_frames_and_keeps_order(trained_tiny):
@@ -142,7 +167,17 @@ def test_bfloat16_predictions(trained_tiny, tmp_path):
     p = Predictor(model, max_new_tokens=64)
     p.set_image(make_image(0))
     res = p.predict("segment", "lesion")
-    assert any(o.mask is not None and o.mask.shape == (256, 256) for o in res.objects)
+    ref = Predictor(trained_tiny, max_new_tokens=64)
+    ref.set_image(make_image(0))
+    want = ref.predict("segment", "lesion")
+    assert res.text == want.text  # the same answer in bfloat16 as in float32
+    (got,), (exp,) = [o.mask for o in res.objects if o.mask is not None], [o.mask for o in want.objects if o.mask is not None]
+    assert (got & exp).sum() / (got | exp).sum() > 0.95  # and nearly the same pixels
+    truth = np.zeros((256, 256), bool)
+    truth[Y0:Y1, X0:X1] = True
+    assert (got & truth).sum() / (got | truth).sum() > 0.6
+    box = p.predict("detect", "lesion").objects[0].box
+    assert box == pytest.approx((X0, Y0, X1 - 1, Y1 - 1), abs=4)
 
 
 def test_max_new_tokens_bounds_the_answer(trained_tiny):
@@ -201,8 +236,21 @@ def test_constant_and_grey_images_are_valid(trained_tiny):
 
 def test_results_carry_the_models_confidence(predictor, tmp_path):
     seg = predictor.predict("segment", "lesion")
-    assert 0 < seg.confidence["token_prob_min"] <= seg.confidence["token_prob_mean"] <= 1
-    assert 0 <= seg.confidence["mask_entropy"] <= 1
+    model = predictor.model
+    ids, token_p, logits = _teacher_forced(model, make_image(0), "segment", "lesion", seg.text)
+    # the 15 mask tokens after the first of each group are forced, not chosen: they carry no confidence
+    seg_id, n = model.seg_mask_id, model.num_mask_tokens
+    chosen, run = [], 0
+    for tok, prob in zip(ids.tolist(), token_p.tolist()):
+        run = run + 1 if tok == seg_id else 0
+        if not (tok == seg_id and run % n != 1):
+            chosen.append(prob)
+    assert len(chosen) == len(ids) - (n - 1)
+    assert seg.confidence["token_prob_min"] == pytest.approx(min(chosen), abs=1e-4)
+    assert seg.confidence["token_prob_mean"] == pytest.approx(sum(chosen) / len(chosen), abs=1e-4)
+    q = torch.sigmoid(logits).clamp(1e-6, 1 - 1e-6)
+    entropy = float((-(q * torch.log2(q) + (1 - q) * torch.log2(1 - q))).mean())  # mean binary entropy, bits
+    assert seg.confidence["mask_entropy"] == pytest.approx(entropy, abs=1e-3)
     assert "mask_entropy" not in predictor.predict("report").confidence
     back = Result.from_json(seg.to_json(tmp_path / "r.json"))
     assert back.confidence == seg.confidence
