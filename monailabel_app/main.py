@@ -4,7 +4,12 @@ Conf keys (all strings): model (UMind or Qwen3-VL folder; default the bundled de
 labels (comma-separated default targets), retrain_every (K new labels; 0 = off), workdir (versions, scores;
 default DIR/.umind), version (roll back to it at start), max_new_tokens, auto_retrain, and the training
 hyper-parameters of lib/conf.py TrainParams (epochs, max_steps, lr, batch_size, warmup_ratio, val_fraction,
-min_val, promote_tolerance, seed, refusal_rate).
+min_val, promote_tolerance, seed, refusal_rate), and the request caps and server-file access of the security
+section (max_clicks, max_targets, max_frames, max_pixels, image_dirs).
+
+The studies folder is a wall (lib/datastore.py, lib/names.py, lib/image_ref.py), uploads are checked at the
+door (lib/uploads.py), stock endpoints answer 4xx JSON (lib/edge.py), inference runs off the event loop
+(lib/offloop.py) and CORS allows no other origin unless configured (lib/cors.py).
 
 MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
 lib/model_holder.py does that on the first request that needs it.
@@ -13,11 +18,9 @@ lib/model_holder.py does that on the first request that needs it.
 from __future__ import annotations
 
 import logging
-import os
 
 from fastapi import HTTPException
 from monailabel.config import settings
-from monailabel.datastore.local import LocalDatastore
 from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.datastore import Datastore
 from monailabel.tasks.activelearning.first import First
@@ -25,9 +28,13 @@ from monailabel.tasks.activelearning.random import Random
 
 from lib.activelearning import MostUncertain, UMindUncertainty
 from lib.conf import parse_conf
-from lib.errors import guard_params_json
+from lib.cors import restrict_cors
+from lib.datastore import GuardedDatastore
+from lib.edge import install_edge, set_roots
+from lib.infer_guard import check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
 from lib.model_holder import holder
+from lib.offloop import UPLOADED, install_infer_route
 from lib.retrain import RetrainTrigger
 from lib.runtime import Runtime
 from lib.trainers import UMindLoRATrain
@@ -61,7 +68,7 @@ class UMindApp(MONAILabelApp):
             return super().init_datastore()
         extensions = list(settings.MONAI_LABEL_DATASTORE_FILE_EXT) + [
             e for e in EXTRA_EXTENSIONS if e not in settings.MONAI_LABEL_DATASTORE_FILE_EXT]
-        return LocalDatastore(self.studies, extensions=extensions,
+        return GuardedDatastore(self.studies, extensions=extensions,
                               auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
                               read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
 
@@ -85,26 +92,37 @@ class UMindApp(MONAILabelApp):
         return {"umind_uncertainty": UMindUncertainty(self.runtime)}
 
     # ------------------------------------------------------------------ server hooks
+    def _load_sessions(self, load=False):
+        """No sessions: UMind does not use them, and they store uploads outside the studies folder."""
+        return None
+
     def on_init_complete(self):
-        guard_params_json()
+        self._install_request_edge()
         if self.umind_conf.version is not None and self.umind_conf.version != self.runtime.versions.current():
             logger.info(f"umind: conf version {self.umind_conf.version}: rolling back")
             self.runtime.versions.rollback(self.umind_conf.version)
         super().on_init_complete()
 
+    def _install_request_edge(self):
+        """Error translation, threaded /infer and closed CORS on the running server (absent in subprocesses)."""
+        import sys
+
+        set_roots(None if self.studies.startswith(("http://", "https://")) else self.studies,
+                  str(self.umind_conf.workdir))
+        install_edge()
+        server = sys.modules.get("monailabel.app")
+        if server is not None:
+            install_infer_route(server.app)
+            restrict_cors(server.app, settings.MONAI_LABEL_CORS_ORIGINS)
+
     def infer(self, request, datastore=None):
-        """Unknown task or image -> 404 with a message (MONAI Label itself answers a bare 500)."""
+        """Unknown task -> 404; the image and save_label are checked by lib/infer_guard before anything is read."""
         model = request.get("model")
         if model not in self._infers:
             raise HTTPException(status_code=404, detail=f"unknown infer task {model!r}; available: "
                                                         f"{', '.join(sorted(self._infers))}")
-        image = request.get("image")
-        if isinstance(image, str) and not os.path.exists(image):
-            store = datastore or self.datastore()
-            uri = store.get_image_uri(image) if image else ""
-            if not uri or not os.path.exists(uri):
-                raise HTTPException(status_code=404, detail=f"image {image!r} is neither a datastore id nor a file")
-        return super().infer(request, datastore)
+        store = datastore or self.datastore()
+        return super().infer(check_infer_request(request, store, self.umind_conf, UPLOADED.get()), store)
 
     def on_save_label(self, image_id, label_id):
         super().on_save_label(image_id, label_id)

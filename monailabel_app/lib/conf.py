@@ -49,6 +49,13 @@ class AppConfig:
     version: int | None  # roll back to this version when the server starts; None = keep the promoted one
     auto_retrain: bool
     train: TrainParams = field(default_factory=TrainParams)
+    # per-request caps (lib/caps.py), checked before any allocation; a request over one is a 400 naming it
+    max_clicks: int = 64  # foreground + background clicks of one interactive request
+    max_targets: int = 32  # comma-separated prompt targets (one label each)
+    max_frames: int = 128  # frames one request runs the model on
+    max_pixels: int = 50_000_000  # pixels of the whole study (it is decoded whole)
+    #: folders whose files an infer `image` may name by absolute path; empty = datastore ids only
+    image_dirs: tuple[Path, ...] = ()
 
 
 def _int(key: str, value: object, minimum: int | None = None) -> int:
@@ -108,6 +115,19 @@ def parse_train_params(values: dict, base: TrainParams | None = None) -> TrainPa
     return TrainParams(**out)
 
 
+def _image_dirs(value: object) -> tuple[Path, ...]:
+    """Comma-separated existing folders (resolved); reading server files by path is off when empty."""
+    out = []
+    for item in str(value or "").split(","):
+        if not item.strip():
+            continue
+        p = Path(item.strip()).expanduser()
+        if not p.is_absolute() or not p.is_dir():
+            raise ConfError(f"image_dirs must list existing absolute folders, {item.strip()!r} is not one")
+        out.append(p.resolve())
+    return tuple(out)
+
+
 def parse_conf(conf: dict, studies: str) -> AppConfig:
     """Turn the raw conf dict into an AppConfig; unknown keys are left for MONAI Label itself."""
     model = (conf.get("model") or "").strip() or None
@@ -148,5 +168,10 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         max_new_tokens=_int("max_new_tokens", conf.get("max_new_tokens", "256"), 1),
         version=version_n,
         auto_retrain=_bool("auto_retrain", conf.get("auto_retrain", "true")),
+        max_clicks=_int("max_clicks", conf.get("max_clicks", AppConfig.max_clicks), 1),
+        max_targets=_int("max_targets", conf.get("max_targets", AppConfig.max_targets), 1),
+        max_frames=_int("max_frames", conf.get("max_frames", AppConfig.max_frames), 1),
+        max_pixels=_int("max_pixels", conf.get("max_pixels", AppConfig.max_pixels), 64),
+        image_dirs=_image_dirs(conf.get("image_dirs", "")),
         train=parse_train_params(conf),
     )

@@ -2,8 +2,8 @@
 
 MONAI Label 0.8.5 installs no exception handlers: anything a task raises, and the `json.loads(params)` its
 infer and save-label endpoints run before any app code, becomes "Internal Server Error". Tasks therefore
-raise fastapi's HTTPException themselves (`to_http`), and `guard_params_json` wraps the two endpoint
-functions that parse `params` so that malformed JSON is a 400. The endpoint modules look those functions up
+raise fastapi's HTTPException themselves (`to_http`), and `guard_params_json` wraps the endpoint
+functions that parse `params` (or `info`) so that malformed JSON is a 400. The endpoint modules look those functions up
 by name at call time, so wrapping the module attribute is enough; the wrapper is idempotent.
 """
 
@@ -54,8 +54,8 @@ def to_http(exc: BaseException, what: str) -> HTTPException:
     return HTTPException(status_code=500, detail=f"{what} failed: {type(exc).__name__}: {exc}")
 
 
-def check_params_json(params: object, where: str) -> None:
-    """Raise HTTP 400 unless `params` is empty or a JSON object."""
+def check_params_json(params: object, where: str, field: str = "params") -> None:
+    """Raise HTTP 400 unless the form field `params` (or `field`) is empty or a JSON object."""
     if params is None or params == "":
         return
     if not isinstance(params, str):
@@ -63,22 +63,22 @@ def check_params_json(params: object, where: str) -> None:
     try:
         value = json.loads(params)
     except ValueError as exc:
-        raise HTTPException(status_code=400, detail=f"{where}: params is not valid JSON ({exc})") from None
+        raise HTTPException(status_code=400, detail=f"{where}: {field} is not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise HTTPException(status_code=400,
-                            detail=f"{where}: params must be a JSON object, got {type(value).__name__}")
+                            detail=f"{where}: {field} must be a JSON object, got {type(value).__name__}")
 
 
-def _guard(module, name: str, where: str) -> None:
+def _guard(module, name: str, where: str, field: str = "params") -> None:
     original = getattr(module, name)
     if getattr(original, "_umind_guarded", False):
         return
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
-        params = kwargs.get("params", args[_params_position(original)] if len(args) > _params_position(original)
-                            else None)
-        check_params_json(params, where)
+        pos = _field_position(original, field)
+        params = kwargs.get(field, args[pos] if len(args) > pos else None)
+        check_params_json(params, where, field)
         return original(*args, **kwargs)
 
     wrapper._umind_guarded = True  # type: ignore[attr-defined]
@@ -86,17 +86,20 @@ def _guard(module, name: str, where: str) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _params_position(func) -> int:
+def _field_position(func, field: str) -> int:
     import inspect
 
-    return list(inspect.signature(func).parameters).index("params")
+    return list(inspect.signature(func).parameters).index(field)
 
 
 def guard_params_json() -> None:
-    """Make malformed `params` JSON a 400 on /infer/{model} and PUT /datastore/label."""
+    """Make malformed `params`/`info` JSON a 400 on /infer/{model} and the datastore's upload and info endpoints."""
     try:
         from monailabel.endpoints import datastore, infer
     except ImportError:  # an app built without the server (tests, scripts)
         return
     _guard(infer, "run_inference", "infer")
     _guard(datastore, "save_label", "save label")
+    _guard(datastore, "add_image", "upload image")
+    _guard(datastore, "update_image_info", "update image info", "info")
+    _guard(datastore, "update_label_info", "update label info", "info")

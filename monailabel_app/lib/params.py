@@ -50,11 +50,16 @@ def parse_prompt(name: str, value: object, required: bool = False) -> str | None
         raise BadRequest(f"{name} must be a string, got {type(value).__name__}")
     if len(value) > MAX_PROMPT_CHARS:
         raise BadRequest(f"{name} is too long: {len(value)} characters (at most {MAX_PROMPT_CHARS})")
+    bad = next((c for c in value if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127), None)
+    if bad is not None:  # NUL and friends would reach the prompt and come back in label_names
+        raise BadRequest(f"{name} contains the control character U+{ord(bad):04X}")
     return value.strip()
 
 
-def parse_targets(name: str, value: object) -> list[str | None]:
-    """'lesion, thyroid nodule' or ["lesion", "cyst"] -> one target per label; nothing -> [None] (default)."""
+def parse_targets(name: str, value: object, limit: int = 32) -> list[str | None]:
+    """'lesion, thyroid nodule' or ["lesion", "cyst"] -> one target per label; nothing -> [None] (default).
+
+    `limit` is the conf cap max_targets, checked on the raw items before any of them is parsed."""
     if isinstance(value, list):
         items = value
     elif value is None or isinstance(value, str):
@@ -62,21 +67,18 @@ def parse_targets(name: str, value: object) -> list[str | None]:
         items = [] if text is None else re.split(r"[;,\n]", text)
     else:
         raise BadRequest(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+    if sum(1 for item in items if not (isinstance(item, str) and not item.strip())) > limit:
+        raise BadRequest(f"{name} names more targets than the cap max_targets = {limit}")
     out = []
     for item in items:
         t = parse_prompt(name, item)
         if t and t not in out:
             out.append(t)
-    if len(out) > 32:
-        raise BadRequest(f"{name} names {len(out)} targets; at most 32 per request")
     return out or [None]
 
 
 def parse_frames(value: object, n_frames: int, current: int | None) -> list[int]:
     """'all' (default), 'current' (the `slice` param, else 0), an index, 'a-b' (inclusive) or a list of indices."""
-    if n_frames <= 1:
-        return [0]
-
     def check(i: int) -> int:
         if not 0 <= i < n_frames:
             raise BadRequest(f"frames: index {i} is out of range (the image has {n_frames} frames)")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from .conf import AppConfig
 from .model_holder import ModelSpec, holder
 from .versions import VersionStore
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "PREDICT_LOCK"]
+
+#: held while a request uses the shared Predictor: /infer runs in the thread pool (lib/offloop.py), and a
+#: Predictor keeps per-image state (set_image), so two requests must not interleave on it
+PREDICT_LOCK = threading.Lock()
 
 
 @dataclass

@@ -17,6 +17,7 @@ Outputs:
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from typing import Any, ClassVar
@@ -27,9 +28,10 @@ from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 from umind_core.imageio import Study, read_study, write_label_map, write_markups_json
 from umind_core.results import Result
 
+from ..caps import check_frame_count, check_image_size, check_request_counts, image_header_shape
 from ..errors import BadRequest, to_http
 from ..params import parse_bool, parse_frames, parse_prompt, parse_targets, visual_prompt, with_defaults
-from ..runtime import Runtime
+from ..runtime import PREDICT_LOCK, Runtime
 
 __all__ = ["UMindInferTask"]
 
@@ -75,15 +77,18 @@ class UMindInferTask(InferTask):
         t0 = time.perf_counter()
         try:
             opts = with_defaults(self._config, request)
+            check_request_counts(opts, self.runtime.conf)  # caps first: nothing is read or allocated yet
+            targets = self._targets(opts)
             study = self._read(opts)
             t1 = time.perf_counter()
-            predictor, version = self.runtime.predictor()
-            t2 = time.perf_counter()
-            runs = self._run(predictor, study, opts)
+            with PREDICT_LOCK:
+                predictor, version = self.runtime.predictor()
+                t2 = time.perf_counter()
+                runs = self._run(predictor, study, opts, targets)
             t3 = time.perf_counter()
             path, body = self._write(study, opts, runs)
         except Exception as exc:  # every failure leaves as an HTTP error naming the problem
-            raise to_http(exc, f"{self._name()} on {request.get('image')!r}") from exc
+            raise _named(to_http(exc, f"{self._name()} on {{image}}"), request.get("image")) from exc
         t4 = time.perf_counter()
         body["umind"] = {"version": version, "tasks": sorted({t for t, _, _ in runs}), **body.get("umind", {})}
         body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
@@ -100,7 +105,13 @@ class UMindInferTask(InferTask):
         axis = opts.get("axis")
         if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
             raise BadRequest(f"axis must be 0, 1 or 2, got {axis!r}")
+        check_image_size(image_header_shape(image), self.runtime.conf)
         return read_study(image, axis=axis)
+
+    def _targets(self, opts: dict) -> list[str | None]:
+        if self.multi_target:
+            return parse_targets("prompt", opts.get("prompt"), limit=self.runtime.conf.max_targets)
+        return [parse_prompt("prompt", opts.get("prompt"))]
 
     def _tasks(self, opts: dict) -> list[str]:
         task = opts.get("task", self.umind_tasks[0])
@@ -110,7 +121,8 @@ class UMindInferTask(InferTask):
             raise BadRequest(f"task must be one of {', '.join(self.umind_tasks)} (or 'all'), got {task!r}")
         return [task]
 
-    def _run(self, predictor, study: Study, opts: dict) -> list[tuple[str, str | None, list[Result]]]:
+    def _run(self, predictor, study: Study, opts: dict,
+             targets: list[str | None]) -> list[tuple[str, str | None, list[Result]]]:
         """(task, target, one Result per selected frame) for every task and target of the request."""
         geometry = study.geometry
         box = points = labels = None
@@ -124,11 +136,8 @@ class UMindInferTask(InferTask):
         else:
             frames = parse_frames(opts.get("frames"), geometry.n_frames,
                                   current if isinstance(current, int) and not isinstance(current, bool) else None)
+        check_frame_count(len(frames), self.runtime.conf)
         selected = [study.frames[i] for i in frames]
-        if self.multi_target:
-            targets = parse_targets("prompt", opts.get("prompt"))
-        else:
-            targets = [parse_prompt("prompt", opts.get("prompt"))]
         runs = []
         for task in self._tasks(opts):
             prompt_key = "question" if task == "ask" else "prompt"
@@ -219,6 +228,15 @@ class UMindInferTask(InferTask):
         first = frames[0]
         return {"task": task, "prompt": target, "answer": first["answer"], "class": first["class"],
                 "objects": first["objects"], "frames": frames}
+
+
+def _named(err, image: object):
+    """The error's message with the image's server path replaced by its file name (ids stay as they are)."""
+    shown = os.path.basename(image) if isinstance(image, str) else repr(image)
+    if isinstance(err.detail, str):
+        detail = err.detail.replace("{image}", repr(shown))
+        err.detail = detail.replace(image, shown) if isinstance(image, str) and image else detail
+    return err
 
 
 def _temp(suffix: str) -> str:

@@ -1,0 +1,37 @@
+"""An infer request's image and label-saving options, checked before MONAI Label acts on them.
+
+`UMindApp.infer` calls `check_infer_request` first: `image` goes through `image_ref` (a datastore id, this
+request's own upload, or an opt-in server folder), and `save_label` may store the model's output only under
+a tag that is a name and is not the final tag: final labels are what people corrected and what retraining
+learns from, so the model's own output must never land there.
+"""
+
+from __future__ import annotations
+
+from monailabel.interfaces.datastore import DefaultLabelTag
+
+from .conf import AppConfig
+from .errors import BadRequest
+from .image_ref import resolve_infer_image
+from .names import check_name
+from .params import parse_bool
+
+__all__ = ["check_infer_request"]
+
+FINAL = DefaultLabelTag.FINAL.value
+
+
+def check_infer_request(request: dict, datastore, conf: AppConfig, uploaded: bool) -> dict:
+    """A copy of `request` with `image` resolved and `save_label`/`label_tag` checked (BadRequest/NotFound)."""
+    out = dict(request)
+    out["image"], is_id = resolve_infer_image(request.get("image"), datastore, conf.image_dirs, uploaded)
+    save = parse_bool("save_label", request.get("save_label", False))
+    out["save_label"] = save and is_id
+    if save:
+        tag = check_name("label_tag", request.get("label_tag", DefaultLabelTag.ORIGINAL.value))
+        if tag == FINAL:
+            raise BadRequest(f"save_label cannot write the {FINAL!r} label: final labels are corrections that "
+                             "retraining learns from; save the model's output under another tag (default "
+                             f"{DefaultLabelTag.ORIGINAL.value!r}) and PUT the corrected label to /datastore/label")
+        out["label_tag"] = tag
+    return out

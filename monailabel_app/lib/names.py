@@ -1,0 +1,58 @@
+"""Image ids and label tags are names, never paths: the one rule the datastore guard and the infer path share.
+
+MONAI Label's LocalDatastore joins ids and tags onto the studies folder as given, so `../victim`, an absolute
+path or `.umind/versions` reach files outside the studies (or into the app's workdir). A name here is a
+single path component that cannot climb (`..`), cannot hide (leading `.`, which also keeps the default
+workdir `.umind` and the datastore's own `.lock` out of reach) and holds no separator, NUL or other control
+character. Everything that takes an id or tag from a client checks it with `check_name` before touching the
+disk; the message quotes the name, never a server path.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .errors import BadRequest
+
+__all__ = ["MAX_NAME_CHARS", "check_name", "is_name", "name_problem"]
+
+MAX_NAME_CHARS = 200
+
+
+def name_problem(value: object) -> str | None:
+    """Why `value` is not a name (a sentence), or None when it is one."""
+    if isinstance(value, Enum):
+        value = value.value
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if not value:
+        return "is empty"
+    if len(value) > MAX_NAME_CHARS:
+        return f"is {len(value)} characters long (at most {MAX_NAME_CHARS})"
+    if "/" in value or "\\" in value:
+        return "contains a path separator; ids and tags are names, not paths"
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        return f"contains the control character U+{ord(bad):04X}"
+    if value.startswith("."):
+        return "starts with '.'; such names are reserved (no '..', no hidden files)"
+    if value != value.strip():
+        return "starts or ends with white space"
+    return None
+
+
+def is_name(value: object) -> bool:
+    return name_problem(value) is None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_name(kind: str, value: object) -> str:
+    """`value` as a name, or BadRequest (400) saying which `kind` (e.g. 'image id', 'label tag') is wrong."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise BadRequest(f"{kind} {_shown(value)} is not a valid name: it {problem}")
+    return value.value if isinstance(value, Enum) else value  # type: ignore[return-value]

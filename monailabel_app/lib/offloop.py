@@ -1,0 +1,104 @@
+"""Inference off the event loop, so `/info`, `/datastore` and `/train` status answer while the model runs.
+
+MONAI Label 0.8.5's POST /infer/{model} is `async def` and calls the synchronous inference directly: one
+long request (24 s for 2,000 clicks) stalled every other request, `/info` included. `install_infer_route`
+swaps that route for one with the same path, parameters and auth dependency whose body runs the stock
+`run_inference` (as wrapped by `edge`) in the thread pool. Requests therefore overlap on the server, and
+the infer task serialises the model itself (`runtime.PREDICT_LOCK`), so the one Predictor is never used by
+two threads at once.
+
+The route also checks what only it can see, before anything is read: the request names an image or
+uploads one (not a session: UMind serves no sessions), and `params` does not carry the keys the server
+sets itself (`image`, `model`, `label`, ...), which MONAI Label would otherwise let params overwrite.
+`UPLOADED` tells `UMindApp.infer` that the temp file it is handed is this request's own upload.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+import logging
+
+from fastapi import HTTPException
+from starlette.concurrency import run_in_threadpool
+
+__all__ = ["install_infer_route", "UPLOADED", "RESERVED_PARAMS"]
+
+logger = logging.getLogger(__name__)
+
+UPLOADED: contextvars.ContextVar[bool] = contextvars.ContextVar("umind_infer_uploaded", default=False)
+#: request keys the server sets; a client's params may not overwrite them
+RESERVED_PARAMS = ("image", "model", "label", "file", "session", "session_id")
+
+
+def _check_request(image: str, session_id: str, params: object, file, label) -> None:
+    if session_id:
+        raise HTTPException(400, "infer: session_id is not supported by UMind (sessions are off); "
+                                 "give a datastore id as ?image= or upload the image as `file`")
+    if label is not None:
+        raise HTTPException(400, "infer: a `label` upload is not accepted by UMind infer tasks")
+    if not image and file is None:
+        raise HTTPException(400, "infer: image is required: a datastore id as ?image=ID, or upload the image "
+                                 "as the form field `file`")
+    try:
+        values = json.loads(params) if isinstance(params, str) and params else {}
+    except ValueError:
+        return  # the params guard (errors.guard_params_json) answers malformed JSON with its own 400
+    if isinstance(values, dict):
+        reserved = sorted(k for k in values if k in RESERVED_PARAMS)
+        if reserved:
+            raise HTTPException(400, f"infer: params may not set {', '.join(reserved)}: the server sets them "
+                                     "(give the image as ?image=ID or as an uploaded file)")
+
+
+def _run(kwargs: dict):
+    from monailabel.endpoints import infer as infer_module
+
+    _check_request(kwargs["image"], kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"])
+    UPLOADED.set(kwargs["file"] is not None)
+    return infer_module.run_inference(kwargs["background_tasks"], kwargs["model"], kwargs["image"],
+                                      kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"],
+                                      kwargs["output"])
+
+
+def _endpoint_like(original):
+    async def api_run_inference(**kwargs):
+        kwargs.pop("user", None)  # the auth dependency already ran (it is part of the copied signature)
+        return await run_in_threadpool(_run, kwargs)
+
+    api_run_inference.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    api_run_inference.__doc__ = original.__doc__
+    api_run_inference._umind_offloop = True  # type: ignore[attr-defined]
+    return api_run_inference
+
+
+def _find_route(router):
+    """(router, index, route) of POST .../infer/{model}, searching included routers too."""
+    from fastapi.routing import APIRoute
+
+    for i, route in enumerate(router.routes):
+        if isinstance(route, APIRoute) and route.path.endswith("/infer/{model}") and "POST" in route.methods:
+            return router, i, route
+        inner = getattr(route, "original_router", None)  # newer FastAPI includes routers lazily
+        if inner is not None:
+            found = _find_route(inner)
+            if found:
+                return found
+    return None
+
+
+def install_infer_route(app) -> bool:
+    """Replace POST .../infer/{model} on the FastAPI `app` (idempotent); False when the route is not there."""
+    found = _find_route(app.router)
+    if found is None:
+        logger.warning("umind: POST /infer/{model} not found; inference stays on the event loop")
+        return False
+    router, i, route = found
+    if getattr(route.endpoint, "_umind_offloop", False):
+        return True
+    router.routes[i] = type(route)(route.path, _endpoint_like(route.endpoint), methods=["POST"], name=route.name,
+                                   summary=route.summary, tags=route.tags, responses=route.responses)
+    getattr(router, "_mark_routes_changed", lambda: None)()  # FastAPI caches the effective routes per version
+    logger.info("umind: /infer/{model} runs inference in the thread pool")
+    return True

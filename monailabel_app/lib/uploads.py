@@ -1,0 +1,146 @@
+"""Uploads are checked at the door: an image must decode, a label must fit its image, both by content.
+
+MONAI Label stores whatever arrives under the extension of the client's file name, so random bytes, a
+`.py` file or a 10x10 label for a 256x256 image were stored and counted for retraining, and failed only in
+the training run an hour later. Here the format is sniffed from the bytes (the stored extension follows the
+content, never the name), images are decoded with the same reader inference uses, and labels are read with
+the same reader training uses (`load_label_stack`), so what passes the door is what training can read.
+Every refusal is an `UploadError` (400) whose message names the id, not the temp file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from .errors import BadRequest
+
+__all__ = ["UploadError", "sniff_format", "check_image_upload", "check_label_upload", "IMAGE_FORMATS",
+           "LABEL_FORMATS", "scratch_dir"]
+
+#: format -> the extension the datastore stores it under
+IMAGE_FORMATS = {"png": ".png", "jpeg": ".jpg", "dicom": ".dcm", "nifti": ".nii", "nifti-gz": ".nii.gz",
+                 "nrrd": ".nrrd"}
+LABEL_FORMATS = {"png": ".png", "nifti": ".nii", "nifti-gz": ".nii.gz", "nrrd": ".nrrd"}
+_LABEL_MAX = 65535
+
+
+class UploadError(BadRequest):
+    """An uploaded image or label that cannot be used; answered 400."""
+
+
+def _nifti_header(head: bytes) -> bool:
+    return len(head) >= 348 and head[344:348] in (b"n+1\x00", b"ni1\x00", b"n+2\x00")
+
+
+def sniff_format(path: str | os.PathLike) -> str | None:
+    """'png', 'jpeg', 'dicom', 'nifti', 'nifti-gz' or 'nrrd' from the file's first bytes; None if none fits."""
+    with open(path, "rb") as fh:
+        head = fh.read(540)
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if len(head) >= 132 and head[128:132] == b"DICM":
+        return "dicom"
+    if head.startswith(b"NRRD000"):
+        return "nrrd"
+    if _nifti_header(head):
+        return "nifti"
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            with gzip.open(path, "rb") as gz:
+                inner = gz.read(540)
+        except (OSError, EOFError):
+            return None
+        return "nifti-gz" if _nifti_header(inner) else None
+    return None
+
+
+def _renamed(path: str | os.PathLike, suffix: str, tmp_dir: str) -> str:
+    """A copy of `path` under `suffix` (the readers pick their decoder by suffix)."""
+    out = os.path.join(tmp_dir, "upload" + suffix)
+    shutil.copyfile(path, out)
+    return out
+
+
+def _first_line(exc: BaseException, hide: dict[str, str]) -> str:
+    """The exception's first line with server paths replaced by what the client knows them as."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    for path, shown in hide.items():
+        text = text.replace(path, shown)
+    return text
+
+
+def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str) -> str:
+    """The checked upload as a file under its content's extension (in `tmp_dir`); UploadError if it does not decode."""
+    from umind_core.imageio import read_study
+
+    fmt = sniff_format(path) if os.path.getsize(path) else None
+    if fmt is None:
+        raise UploadError(f"image {image_id!r}: the upload is not a PNG, JPEG, DICOM, NIfTI or NRRD image "
+                          "(checked by content, not by file name)")
+    copy = _renamed(path, IMAGE_FORMATS[fmt], tmp_dir)
+    try:
+        read_study(copy)
+    except Exception as exc:  # any decoder failure is the upload's fault
+        raise UploadError(f"image {image_id!r}: the {fmt} upload does not decode: {_first_line(exc, {copy: 'the upload'})}") from None
+    return copy
+
+
+def _integer_pixels(path: str, fmt: str) -> None:
+    """Refuse label files whose pixel type is not integral (a float map whose values are all integers passes)."""
+    if fmt == "png":
+        from PIL import Image
+
+        with Image.open(path) as im:
+            if im.mode not in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L"):
+                raise UploadError(f"a PNG label map must be single-channel integers, got mode {im.mode}")
+        return
+    import SimpleITK as sitk
+
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(path)
+    reader.ReadImageInformation()
+    if reader.GetNumberOfComponents() != 1:
+        raise UploadError(f"a label map must have one component per voxel, got {reader.GetNumberOfComponents()}")
+    if "float" in sitk.GetPixelIDValueAsString(reader.GetPixelIDValue()).lower():
+        arr = sitk.GetArrayViewFromImage(sitk.ReadImage(path))
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise UploadError("label values must be integers (the upload holds fractional values)")
+
+
+def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, tmp_dir: str) -> str:
+    """The checked label under its content's extension; UploadError unless it is an integer map fitting the image."""
+    from umind_core.imageio import read_study
+
+    from .trainers.dataset import load_label_stack
+
+    fmt = sniff_format(path) if os.path.getsize(path) else None
+    if fmt not in LABEL_FORMATS:
+        raise UploadError(f"label for {image_id!r}: the upload is not a label map (PNG, NIfTI or NRRD, checked "
+                          f"by content){'' if fmt is None else f'; got {fmt}'}")
+    copy = _renamed(path, LABEL_FORMATS[fmt], tmp_dir)
+    try:
+        _integer_pixels(copy, fmt)
+        study = read_study(image_path)
+        stack = load_label_stack(copy, study)
+    except UploadError as exc:
+        raise UploadError(f"label for {image_id!r}: {exc}") from None
+    except Exception as exc:
+        raise UploadError(f"label for {image_id!r} does not fit the image: "
+                          f"{_first_line(exc, {copy: 'the upload', image_path: repr(image_id)})}") from None
+    lo, hi = (int(stack.min()), int(stack.max())) if stack.size else (0, 0)
+    if lo < 0 or hi > _LABEL_MAX:
+        raise UploadError(f"label for {image_id!r}: values must lie in 0..{_LABEL_MAX}, got {lo}..{hi}")
+    return copy
+
+
+def scratch_dir() -> str:
+    """A private temp folder for one upload check (the caller removes it)."""
+    return tempfile.mkdtemp(prefix="umind-upload-")
+
