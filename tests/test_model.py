@@ -131,7 +131,26 @@ def test_full_training_mode_trains_every_weight(tiny_model_factory):
     assert counts["trainable"] == counts["total"] and counts["lora"] == 0
 
 
-def test_parameter_counts_are_consistent(tiny_model_factory):
-    counts = tiny_model_factory().parameter_counts()
-    assert counts["total"] == counts["base"] + counts["decoder"] + counts["lora"] + counts["trainable_tokens"]
-    assert counts["trainable"] == counts["decoder"] + counts["lora"] + counts["trainable_tokens"]
+def _distinct_numel(params) -> int:
+    seen = {id(p): p.numel() for p in params}
+    return sum(seen.values())
+
+
+def test_parameter_counts_match_an_independent_count(tiny_model_factory):
+    """Each part counted a second way: LoRA by hand from the config (r x (in + out) for every adapted linear
+    layer), the base from the same model built without LoRA, the decoder from its own modules."""
+    model = tiny_model_factory()
+    tc, vc = model.qwen.config.text_config, model.qwen.config.vision_config
+    D, r = tc.hidden_size, model.config.lora.r
+    q, kv, ff = tc.num_attention_heads * tc.head_dim, tc.num_key_value_heads * tc.head_dim, tc.intermediate_size
+    per_layer = (D + q) + 2 * (D + kv) + (q + D) + 2 * (D + ff) + (ff + D)  # q, k, v, o, gate, up, down
+    merged = vc.hidden_size * vc.spatial_merge_size ** 2  # the vision merger: merged -> merged -> out_hidden
+    lora = r * (tc.num_hidden_layers * per_layer + (merged + merged) + (merged + vc.out_hidden_size))
+    tokens = len(model.config.added_token_ids) * D  # one trainable embedding row per added token
+    base = _distinct_numel(tiny_model_factory(lora=None).qwen.parameters())
+    kinds = [type(m).__name__ for m in model.mask_decoder.modules() if len(list(m.parameters(recurse=False)))]
+    assert sorted(kinds) == ["LayerNorm", "Linear", "Linear", "Linear"]  # three linear layers and one LayerNorm
+    decoder = _distinct_numel(model.mask_decoder.parameters())
+    assert model.parameter_counts() == {
+        "total": base + decoder + lora + tokens, "trainable": decoder + lora + tokens, "decoder": decoder,
+        "lora": lora, "trainable_tokens": tokens, "base": base}
