@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -259,22 +258,57 @@ def test_generate_many_rejects_unknown_site():
         list(generate_many(2, sites=["breast", "spleen"]))
 
 
-def test_speed_is_hundreds_per_minute():
-    generate(0, size=256)
-    t = time.perf_counter()
-    for i, site in enumerate(SITES * 2):
-        generate(900 + i, site=site, size=256)
-    per_image = (time.perf_counter() - t) / 8
-    assert per_image < 0.3, f"{per_image:.3f} s per 256x256 image"
-
-
-def test_usaugment_hook_is_optional():
-    hook = usaugment_hook()
+def test_usaugment_is_absent_here_and_the_hook_says_so():
+    """usaugment 1.0.x needs numpy>=2.2 and this stack pins numpy<2, so it cannot be installed beside it:
+    the hook must then be None rather than fail."""
     try:
         import usaugment  # noqa: F401
     except ImportError:
-        assert hook is None
-        return
+        assert usaugment_hook() is None
+    else:  # pragma: no cover - an environment that has it
+        assert callable(usaugment_hook())
+
+
+def test_usaugment_hook_applies_the_transform_inside_the_scan_only(monkeypatch):
+    """The other branch, with stand-in modules whose transform is known (the real one is random): the hook
+    builds the four usaugment transforms with p, passes the scan mask along, keeps masks and geometry, and
+    blacks out what the transform paints outside the scan."""
+    import sys
+    import types
+
+    built = []
+
+    def transform_class(name):
+        def init(self, p):
+            built.append((name, p))
+        return type(name, (), {"__init__": init})
+
+    class Compose:
+        def __init__(self, transforms, additional_targets):
+            assert additional_targets == {"scan_mask": "mask"}
+            self.transforms = transforms
+
+        def __call__(self, image, scan_mask):
+            assert scan_mask.dtype == np.uint8 and image.dtype == np.uint8
+            return {"image": (255 - image).astype(np.float32) / 255.0, "scan_mask": scan_mask}  # floats in 0..1
+
+    fake_us = types.ModuleType("usaugment")
+    for name in ("DepthAttenuation", "GaussianShadow", "HazeArtifact", "SpeckleReduction"):
+        setattr(fake_us, name, transform_class(name))
+    fake_us_alb = types.ModuleType("usaugment.albumentations")
+    fake_us_alb.__dict__.update({k: v for k, v in vars(fake_us).items() if not k.startswith("__")})
+    monkeypatch.setitem(sys.modules, "albumentations", types.SimpleNamespace(Compose=Compose))
+    monkeypatch.setitem(sys.modules, "usaugment", fake_us)
+    monkeypatch.setitem(sys.modules, "usaugment.albumentations", fake_us_alb)
+
+    hook = usaugment_hook(p=0.3)
+    assert sorted(built) == [(n, 0.3) for n in ("DepthAttenuation", "GaussianShadow", "HazeArtifact",
+                                                  "SpeckleReduction")]
     s = generate(1, size=128)
     out = hook(s)
-    assert out.image.shape == s.image.shape and not out.image[~s.scan_mask].any()
+    inside = s.scan_mask
+    assert out.image.dtype == np.uint8 and out.image.shape == s.image.shape
+    np.testing.assert_allclose(out.image[inside].astype(int), 255 - s.image[inside].astype(int), atol=1)
+    assert not out.image[~inside].any()  # the inverted background (255) is blacked out again
+    assert [o.label for o in out.objects] == [o.label for o in s.objects]
+    assert all(np.array_equal(a.mask, b.mask) for a, b in zip(out.objects, s.objects))
