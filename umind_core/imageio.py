@@ -56,6 +56,7 @@ __all__ = [
     "write_label_map",
     "write_markups_json",
     "read_markups_json",
+    "parse_markups",
     "pixel_to_physical",
     "physical_to_pixel",
     "frame_axes_lps",
@@ -841,10 +842,18 @@ def read_markups_json(path: str | os.PathLike) -> list[dict]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise MarkupsError(f"{path}: cannot read markups JSON: {exc}") from exc
+    return parse_markups(doc, str(path))
+
+
+def parse_markups(doc: Any, path: str = "markups") -> list[dict]:
+    """A Slicer .mrk.json document (already parsed) -> the dicts `read_markups_json` returns;
+    `path` names the source in error messages."""
     if not isinstance(doc, dict) or not isinstance(doc.get("markups"), list):
         raise MarkupsError(f"{path}: no 'markups' list; not a Slicer markups file")
     out = []
     for k, m in enumerate(doc["markups"]):
+        if not isinstance(m, dict):
+            raise MarkupsError(f"{path}: markup #{k} is a {type(m).__name__}, not a markup object")
         system = str(m.get("coordinateSystem", "LPS")).upper()
         if system not in ("LPS", "RAS"):
             raise MarkupsError(f"{path}: markup #{k} has coordinateSystem {system!r}")
@@ -870,8 +879,10 @@ def read_markups_json(path: str | os.PathLike) -> list[dict]:
                 float(np.linalg.norm(np.subtract(lps[1], lps[0])))
         if item["type"] == "ROI" and "center" in m:
             c = to_lps(_vec3(m["center"], f"{path}: markup #{k} center"))
-            orient = np.asarray(m.get("orientation", np.eye(3).ravel()), dtype=np.float64)
-            orient = orient.reshape(3, 3)
+            try:
+                orient = np.asarray(m.get("orientation", np.eye(3).ravel()), dtype=np.float64).reshape(3, 3)
+            except (TypeError, ValueError) as exc:
+                raise MarkupsError(f"{path}: markup #{k} orientation is not 9 numbers") from exc
             if system == "RAS":
                 orient = np.diag([-1.0, -1.0, 1.0]) @ orient
             item.update({"center_lps": c, "center_ras": ras_to_lps(c),

@@ -1,20 +1,19 @@
-"""Start `umind_lora` after every K new final labels, one run at a time, never delaying the label save.
+"""Start `umind_lora` after every K new labels, one run at a time, never delaying the label save.
 
 `on_save_label` runs on the server's event loop right after the datastore stored the label, so the trigger
 only counts and, when due, submits the train job to MONAI Label's background executor (which returns at
-once). While a run is queued or running, due labels wait: the next save after it ends starts the next run.
-The count lives in workdir/trigger.json so that a server restart does not forget labels already saved.
+once). "New" means labeled images beyond those the last *completed* run (promoted or rejected) used, read
+from the datastore and the version store rather than kept as a counter: the labels of a run that failed or
+was killed count again for the next one, labels saved while a run trains count for the next one, and a
+server restart forgets nothing. While a run is queued or running, due labels wait: the next save after it
+ends starts the next run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
-import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 __all__ = ["RetrainTrigger", "train_busy"]
 
@@ -29,27 +28,20 @@ def train_busy() -> bool:
 
 
 class RetrainTrigger:
-    def __init__(self, workdir: Path, every: int, start: Callable[[], object],
-                 busy: Callable[[], bool] = train_busy):
-        self.path = Path(workdir) / "trigger.json"
+    def __init__(self, every: int, start: Callable[[], object], labeled: Callable[[], int],
+                 consumed: Callable[[], int], busy: Callable[[], bool] = train_busy):
         self.every = int(every)
         self._start, self._busy = start, busy
+        self._labeled, self._consumed = labeled, consumed
         self._lock = threading.Lock()
+        self._runs_started = 0
 
     def state(self) -> dict:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict):
-                return {"since_last_run": int(data.get("since_last_run", 0)), "runs_started": int(data.get("runs_started", 0))}
-        except (FileNotFoundError, ValueError, TypeError):
-            pass
-        return {"since_last_run": 0, "runs_started": 0}
-
-    def _save(self, state: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.parent / f".tmp-{uuid.uuid4().hex[:8]}-{self.path.name}"
-        tmp.write_text(json.dumps(state), encoding="utf-8")
-        os.replace(tmp, self.path)
+            since = max(0, int(self._labeled()) - int(self._consumed()))
+        except Exception as exc:  # /info must answer even when the version state is unreadable
+            return {"since_last_run": None, "runs_started": self._runs_started, "error": str(exc)}
+        return {"since_last_run": since, "runs_started": self._runs_started}
 
     def on_label(self, image_id: str) -> dict:
         """Count one saved label; start a run when K are due. Never raises: the save already succeeded."""
@@ -57,20 +49,16 @@ class RetrainTrigger:
             return {"retrain": "disabled"}
         with self._lock:
             try:
-                state = self.state()
-                state["since_last_run"] += 1
-                due = state["since_last_run"] >= self.every
+                since = max(0, int(self._labeled()) - int(self._consumed()))
                 status = "counting"
-                if due and self._busy():
+                if since >= self.every and self._busy():
                     status = "deferred: a training run is in progress"
-                elif due:
+                elif since >= self.every:
                     self._start()
-                    state["since_last_run"] = 0
-                    state["runs_started"] += 1
+                    self._runs_started += 1
                     status = "started"
-                self._save(state)
-                logger.info(f"umind retrain trigger after label of {image_id}: {status} {state}")
-                return {"retrain": status, "labels_since_last_run": state["since_last_run"], "retrain_every": self.every}
+                logger.info(f"umind retrain trigger after label of {image_id}: {status} ({since} new labels)")
+                return {"retrain": status, "labels_since_last_run": since, "retrain_every": self.every}
             except Exception as exc:
                 logger.exception("umind retrain trigger failed")
                 return {"retrain": f"error: {type(exc).__name__}: {exc}"}

@@ -158,11 +158,23 @@ class UMindWidget(ScriptedLoadableModuleWidget):
 
     # slots -----------------------------------------------------------------------------
 
+    def _askCredentials(self):
+        """User name and password for a server with auth on (the name is remembered, never the password)."""
+        settings = qt.QSettings()
+        user = qt.QInputDialog.getText(slicer.util.mainWindow(), "UMind login", "User name:",
+                                       qt.QLineEdit.Normal, str(settings.value("UMind/username", "")))
+        if not user:
+            return None
+        password = qt.QInputDialog.getText(slicer.util.mainWindow(), "UMind login",
+                                           f"Password for {user}:", qt.QLineEdit.Password, "")
+        settings.setValue("UMind/username", user)
+        return user, password
+
     def onConnect(self):
         url = self.ui.serverUrlComboBox.currentText.strip()
 
         def connect():
-            self.info = self.logic.connect(url)
+            self.info = self.logic.connect(url, credentials=self._askCredentials)
             self._remember(self.ui.serverUrlComboBox, SETTINGS_URLS, url)
             self.ui.modelComboBox.clear()
             self.ui.modelComboBox.addItem("(by task)")
@@ -227,9 +239,16 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 raise RequestError("connect to a server first")
             volume, browser = self._volumeAndBrowser()
             answer = self.ui.answerTextEdit.toPlainText()
-            res = self.logic.submit(volume, self.resultNodes, answer, browser)
+            finding = self.ui.findingComboBox.currentText
+            task = self.ui.taskComboBox.currentText
+            target = self.ui.promptComboBox.currentText if task == "landmarks" else ""
+            report = answer if task == "report" else ""  # a corrected report trains the report task
+            res = self.logic.submit(volume, self.resultNodes, answer, browser, finding=finding,
+                                    report=report, landmark_target=target)
+            retrain = res.get("retrain")
             self._status(f"Label saved for {res.get('image', '?')}"
-                         + (f"; {res['train']}" if res.get("train") else "."))
+                         + (f"; retraining: {retrain} ({res.get('labels_since_last_run')} new label(s))"
+                            if retrain else "."))
         self._guard("Submit", submit)
 
     def onNextSample(self):
@@ -280,10 +299,14 @@ class UMindLogic(ScriptedLoadableModuleLogic):
         ScriptedLoadableModuleLogic.__init__(self)
         self.session = None
 
-    def connect(self, url, timeout=60.0):
+    def connect(self, url, timeout=60.0, credentials=None):
+        """`credentials()` -> (user, password) is asked only when the server has auth on; the client then
+        sends the bearer token with every request, as the stock MONAILabel extension does."""
         from UMindLib.workflow import UMindSession
 
-        self.session = UMindSession(slicer.mrmlScene, UMindClient(url, timeout=timeout))
+        client = UMindClient(url, timeout=timeout)
+        client.login_if_required(credentials or (lambda: None))
+        self.session = UMindSession(slicer.mrmlScene, client)
         return self.session.info()
 
     def run(self, volume, task, prompt="", model="", positiveNode=None, negativeNode=None,
@@ -305,7 +328,7 @@ class UMindLogic(ScriptedLoadableModuleLogic):
             slicer.util.setSliceViewerLayers(background=volume)
         return reply, nodes
 
-    def submit(self, volume, resultNodes, answer="", browser=None):
+    def submit(self, volume, resultNodes, answer="", browser=None, finding="", report="", landmark_target=""):
         if self.session is None:
             raise RequestError("connect to a server first")
         if volume is None:
@@ -315,7 +338,8 @@ class UMindLogic(ScriptedLoadableModuleLogic):
             raise RequestError("submit one frame at a time: select the frame's segmentation")
         markups = resultNodes.all_markups() if resultNodes is not None else []
         sequence = browser.GetMasterSequenceNode() if browser is not None else None
-        return self.session.submit(volume, seg, markups, answer, sequence)
+        return self.session.submit(volume, seg, markups, answer, sequence, finding=finding, report=report,
+                                   landmark_target=landmark_target)
 
     def loadNextSample(self, strategy):
         from UMindLib.mrml import IMAGE_ID_ATTRIBUTE

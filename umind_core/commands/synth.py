@@ -24,6 +24,8 @@ def _positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..data.synthetic import APPEARANCES
+
     parser.add_argument("--out", required=True, help="output folder (created; manifest.jsonl, images/, masks/)")
     parser.add_argument("-n", type=_positive_int, required=True, help="number of images")
     parser.add_argument("--seed0", type=int, default=0, help="seed of the first image; image i uses seed0 + i")
@@ -31,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated sites to cycle through (default: all of breast,thyroid,kidney,"
                              "fetal_head)")
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
+    parser.add_argument("--appearance", default="default", choices=sorted(APPEARANCES),
+                        help="how the simulated scanner looks; 'scanner_b' is a domain the demo model never saw")
     parser.add_argument("--conversations", action=argparse.BooleanOptionalAction, default=True,
                         help="fill the manifest's training conversations (default: yes)")
     parser.add_argument("--refusal-rate", type=_fraction, default=0.15,
@@ -73,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     sites = parse_sites(args.sites)
     t0 = time.perf_counter()
     manifest = write_synthetic_dataset(args.out, args.n, seed0=args.seed0, sites=sites, size=args.size,
+                                       appearance=args.appearance,
                                        progress=True)
     extra = ""
     if args.conversations:

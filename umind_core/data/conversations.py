@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import grounding
 from ..prompts import TASKS, TEMPLATES, build_user_text
-from .manifest import Conversation, ManifestObject, ManifestRecord, read_manifest, write_manifest
+from .manifest import Conversation, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
 
 __all__ = [
     "ConversationError",
@@ -356,24 +356,6 @@ def _image_size(record: ManifestRecord) -> tuple[int, int]:
         return im.size
 
 
-def _rebase(record: ManifestRecord, new_root: Path) -> None:
-    """Rewrite the record's relative paths for a manifest written in another folder."""
-    old_root = record.root if record.root is not None else Path(".")
-    if old_root.resolve() == new_root.resolve():
-        return
-
-    def move(rel: str) -> str:
-        return Path(os.path.relpath((old_root / rel).resolve(), new_root.resolve())).as_posix()
-
-    record.image = move(record.image)
-    if record.scan_mask is not None:
-        record.scan_mask = move(record.scan_mask)
-    for obj in record.annotations.objects:
-        if obj.mask is not None:
-            obj.mask = move(obj.mask)
-    record.root = new_root
-
-
 def attach_conversations(
     manifest_in: str | os.PathLike,
     manifest_out: str | os.PathLike,
@@ -395,5 +377,5 @@ def attach_conversations(
         width, height = _image_size(rec)
         rng = random.Random(f"umind-conversations:{int(seed)}:{rec.id}")
         rec.conversations = build_conversations(rec, width, height, rng, tasks, refusal_rate)
-        _rebase(rec, out_path.parent)
+        rebase(rec, out_path.parent)
     return write_manifest(records, out_path)

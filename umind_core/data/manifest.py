@@ -397,6 +397,24 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def rebase(record: ManifestRecord, new_root: Path) -> None:
+    """Rewrite the record's relative paths for a manifest written in another folder."""
+    old_root = record.root if record.root is not None else Path(".")
+    if old_root.resolve() == Path(new_root).resolve():
+        return
+
+    def move(rel: str) -> str:
+        return Path(os.path.relpath((old_root / rel).resolve(), Path(new_root).resolve())).as_posix()
+
+    record.image = move(record.image)
+    if record.scan_mask is not None:
+        record.scan_mask = move(record.scan_mask)
+    for obj in record.annotations.objects:
+        if obj.mask is not None:
+            obj.mask = move(obj.mask)
+    record.root = Path(new_root)
+
+
 def write_manifest(records: Iterable[ManifestRecord], path: str | os.PathLike) -> Path:
     """Validate every record, then write the file atomically (a temporary file, then os.replace)."""
     path = Path(path)
@@ -418,7 +436,7 @@ def write_manifest(records: Iterable[ManifestRecord], path: str | os.PathLike) -
 
 def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
                             sites: Sequence[str] | None = None, size: int = 256,
-                            progress: bool = True) -> Path:
+                            progress: bool = True, appearance: str | None = None) -> Path:
     """Write ``n`` synthetic samples (seeds ``seed0..``) as images/, masks/ and manifest.jsonl.
 
     Conversations are left empty for the conversation builder. Returns the manifest path.
@@ -432,7 +450,7 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "masks").mkdir(parents=True, exist_ok=True)
     records = []
-    for sample in tqdm(generate_many(n, seed0=seed0, sites=sites, size=size), total=n,
+    for sample in tqdm(generate_many(n, seed0=seed0, sites=sites, size=size, appearance=appearance), total=n,
                        disable=not progress, desc="synthetic", unit="img"):
         sid = f"syn-{sample.seed:06d}"
         image_rel, scan_rel = f"images/{sid}.png", f"masks/{sid}_scan.png"
@@ -453,6 +471,7 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
             annotations=Annotations(objects, sample.diagnosis, sample.report, dict(sample.measurements)),
             conversations=[],
             extra={"source": {"generator": "umind synthetic", "seed": sample.seed,
-                              "geometry": sample.geometry, "size": size}},
+                              "geometry": sample.geometry, "size": size,
+                              "appearance": appearance or "default"}},
             root=out))
     return write_manifest(records, out / "manifest.jsonl")

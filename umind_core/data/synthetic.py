@@ -82,6 +82,56 @@ class SyntheticSample:
     geometry: str = "linear"
 
 
+@dataclass(frozen=True)
+class Appearance:
+    """How the simulated scanner renders a scene, apart from the scene itself.
+
+    The default is the look the demo model was trained on, and every default factor is a no-op (x1.0,
+    +0 dB), so samples of the default appearance are bit-identical to those made before this existed.
+    Another appearance is a held-out domain: the same anatomy and annotations seen through another
+    probe, beamformer and operator, for measuring what a model learned beyond one generator's texture.
+    """
+
+    name: str = "default"
+    #: site -> probe geometry, replacing DEFAULT_GEOMETRY (e.g. breast on a curvilinear probe)
+    geometry: tuple[tuple[str, str], ...] = ()
+    psf_axial: float = 1.0       # factor on the pulse length (speckle grain along depth)
+    psf_lateral: float = 1.0     # factor on the beam width (speckle grain across)
+    density: float = 1.0         # factor on scatterer density (below ~0.3 speckle turns into dots)
+    dynamic_range_db: float = 0.0  # added to the log-compression range (more = flatter, greyer image)
+    gain_db: float = 0.0         # overall gain
+    tgc_error_db: float = 0.0    # uncompensated loss at full depth (positive = deep tissue darker)
+    lesion_amp: float = 1.0      # factor on lesion and organ scatterer amplitude (echogenicity)
+    noise_db: float = 0.0        # added to the electronic noise level
+
+    def geometry_for(self, site: str) -> str:
+        return dict(self.geometry).get(site, DEFAULT_GEOMETRY[site])
+
+
+APPEARANCES: dict[str, Appearance] = {
+    "default": Appearance(),
+    # A second scanner: breast and thyroid on a curvilinear probe, kidney and fetal head on a linear one;
+    # coarser lateral and finer axial speckle, sparser scatterers, a flatter log curve with +4 dB gain, a
+    # TGC that under-compensates depth by 6 dB, brighter (less hypoechoic) lesions and more noise.
+    "scanner_b": Appearance(
+        name="scanner_b",
+        geometry=(("breast", "sector"), ("thyroid", "sector"), ("kidney", "linear"), ("fetal_head", "linear")),
+        psf_axial=0.7, psf_lateral=1.6, density=0.7, dynamic_range_db=10.0, gain_db=4.0, tgc_error_db=6.0,
+        lesion_amp=1.3, noise_db=6.0),
+}
+
+
+def appearance_of(name: str | Appearance | None) -> Appearance:
+    """An Appearance by name ("default", "scanner_b") or as given."""
+    if name is None:
+        return APPEARANCES["default"]
+    if isinstance(name, Appearance):
+        return name
+    if name not in APPEARANCES:
+        raise SyntheticError(f"appearance {name!r} is not one of {tuple(APPEARANCES)}")
+    return APPEARANCES[name]
+
+
 # --------------------------------------------------------------------------------------------- geometry
 
 @dataclass
@@ -411,10 +461,13 @@ def _next_fast_len(n: int) -> int:
     return best
 
 
-def _simulate(layers: Sequence[_Layer], probe: _Probe, rng: np.random.Generator) -> np.ndarray:
+def _simulate(layers: Sequence[_Layer], probe: _Probe, rng: np.random.Generator,
+              look: Appearance = Appearance()) -> np.ndarray:
     """B-mode image in [0, 1] on the pixel grid."""
     c = probe.beam_coords()
     maps = _paint(layers, c)
+    if look.density != 1.0:
+        maps.density = np.clip(maps.density * look.density, 0.0, 1.0)
     n_r, n_l = c.x.shape
 
     # Point-spread function, in beam samples.
@@ -422,8 +475,8 @@ def _simulate(layers: Sequence[_Layer], probe: _Probe, rng: np.random.Generator)
     # spectrum (centre 1/period, width 1/(2 pi sig_ax)) within (0, Nyquist): energy at DC or aliased
     # past Nyquist turns into streaks along the beams after the Hilbert transform.
     period = rng.uniform(3.6, 4.4)
-    sig_ax = rng.uniform(0.6, 0.72) * period
-    sig_lat = rng.uniform(2.0, 3.2)
+    sig_ax = rng.uniform(0.6, 0.72) * period * look.psf_axial
+    sig_lat = rng.uniform(2.0, 3.2) * look.psf_lateral
     if probe.geometry == "sector":
         sig_lat *= (n_l - 1) / (2 * probe.half * 0.5 * (probe.r0 + probe.r_max))
     k_ax, k_lat = int(math.ceil(3 * sig_ax)), int(math.ceil(3 * sig_lat))
@@ -453,17 +506,18 @@ def _simulate(layers: Sequence[_Layer], probe: _Probe, rng: np.random.Generator)
     # Reference: the rms envelope of unattenuated unit tissue (amp 1, density 0.6).
     env_ax = np.exp(-0.5 * (z / sig_ax) ** 2)
     unit_rms = math.sqrt(0.6 * np.sum(env_ax ** 2) * np.sum(np.exp(-(xl / sig_lat) ** 2)))
-    noise = unit_rms * 10 ** (-rng.uniform(40.0, 50.0) / 20) / math.sqrt(2)
+    noise = unit_rms * 10 ** ((look.noise_db - rng.uniform(40.0, 50.0)) / 20) / math.sqrt(2)
     analytic = analytic + noise * (rng.standard_normal((n_r, n_l)) + 1j * rng.standard_normal((n_r, n_l)))
 
     # Time-gain compensation: the nominal attenuation times an operator factor, plus slider wiggle.
     depth = np.arange(n_r, dtype=np.float64)
     sliders = rng.uniform(-2.0, 2.0, 8)
     wiggle = np.interp(depth, np.linspace(0, n_r - 1, 8), sliders)
-    tgc_db = 2 * alpha0 * depth * rng.uniform(0.92, 1.04) + wiggle
+    tgc_db = 2 * alpha0 * depth * rng.uniform(0.92, 1.04) + wiggle + look.gain_db \
+        - look.tgc_error_db * depth / max(n_r - 1, 1)
     env = np.abs(analytic) * 10 ** (tgc_db / 20)[:, None]
 
-    dyn_range = rng.uniform(50.0, 65.0)
+    dyn_range = rng.uniform(50.0, 65.0) + look.dynamic_range_db
     tissue_grey = rng.uniform(100.0, 140.0) / 255
     ref = unit_rms * 10 ** (dyn_range * (1 - tissue_grey) / 20)
     grey = np.clip(1 + 20 * np.log10(env / ref + 1e-12) / dyn_range, 0.0, 1.0)
@@ -884,8 +938,17 @@ def _check_args(seed, site, size, geometry, finding) -> None:
         raise SyntheticError(f"finding {finding!r} is not one of {tuple(_FINDING_WEIGHTS)}")
 
 
+def _with_echogenicity(scene: _Scene, factor: float) -> list[_Layer]:
+    """The scene's layers with the annotated structures' scatterer amplitude scaled by `factor`."""
+    if factor == 1.0:
+        return list(scene.layers)
+    shapes = [obj[1] for obj in scene.objects]
+    return [dataclasses.replace(layer, amp=layer.amp * factor) if any(layer.shape is sh for sh in shapes)
+            else layer for layer in scene.layers]
+
+
 def generate(seed: int, site: str | None = None, size: int = 256, geometry: str | None = None, *,
-             finding: str | None = None) -> SyntheticSample:
+             finding: str | None = None, appearance: str | Appearance | None = None) -> SyntheticSample:
     """One synthetic sample, a pure function of its arguments.
 
     ``site`` None draws one; ``geometry`` None uses the site's usual probe (linear for breast and
@@ -903,7 +966,8 @@ def generate(seed: int, site: str | None = None, size: int = 256, geometry: str 
     weights = np.array([_FINDING_WEIGHTS[f] for f in options])
     drawn_finding = str(options[int(choice.choice(len(options), p=weights / weights.sum()))])
     finding = finding or drawn_finding
-    geometry = geometry or DEFAULT_GEOMETRY[site]
+    look = appearance_of(appearance)
+    geometry = geometry or look.geometry_for(site)
 
     rng = np.random.default_rng([seed, 2])
     probe = _make_probe(geometry, size, rng)
@@ -911,7 +975,8 @@ def generate(seed: int, site: str | None = None, size: int = 256, geometry: str 
     pixels = probe.pixel_coords()
     inner = probe.scan_mask(margin=max(3.0, 0.015 * size))
     scene = _SCENES[site](rng, probe, spacing_mm, finding, pixels, inner)
-    image = np.round(_simulate(scene.layers, probe, rng) * 255).astype(np.uint8)
+    layers = _with_echogenicity(scene, look.lesion_amp)
+    image = np.round(_simulate(layers, probe, rng, look) * 255).astype(np.uint8)
 
     scan_mask = probe.scan_mask()
     objects = []
@@ -925,12 +990,13 @@ def generate(seed: int, site: str | None = None, size: int = 256, geometry: str 
 
 
 def generate_many(n: int, seed0: int = 0, sites: Sequence[str] | None = None, size: int = 256,
-                  augment: Callable[[SyntheticSample], SyntheticSample] | None = None
-                  ) -> Iterator[SyntheticSample]:
+                  augment: Callable[[SyntheticSample], SyntheticSample] | None = None,
+                  appearance: str | Appearance | None = None) -> Iterator[SyntheticSample]:
     """Samples with seeds ``seed0 .. seed0+n-1``; sites cycle through ``sites`` (default ``SITES``)
     so that a dataset is balanced. ``augment`` (e.g. ``usaugment_hook()``) is applied to each."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise SyntheticError(f"n must be a non-negative integer, got {n!r}")
+    look = appearance_of(appearance)
     sites = tuple(SITES if sites is None else sites)
     if not sites:
         raise SyntheticError("sites must not be empty")
@@ -938,7 +1004,7 @@ def generate_many(n: int, seed0: int = 0, sites: Sequence[str] | None = None, si
         if site not in SITES:
             raise SyntheticError(f"site {site!r} is not one of {SITES}")
     for i in range(int(n)):
-        sample = generate(seed0 + i, site=sites[i % len(sites)], size=size)
+        sample = generate(seed0 + i, site=sites[i % len(sites)], size=size, appearance=look)
         yield augment(sample) if augment is not None else sample
 
 

@@ -91,6 +91,7 @@ class UMindVL(nn.Module):
         self.mask_decoder.to(dtype=qwen.get_input_embeddings().weight.dtype)
         self._seg_mask_id = config.grounding_token_ids[SEG_MASK]
         self._dice_bce = None
+        self.loaded_from: Path | None = None  # the UMind folder this model was read from, if any
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -181,9 +182,36 @@ class UMindVL(nn.Module):
 
         model.mask_decoder.load_state_dict(load_file(str(folder / DECODER_FILE)))
         model.mask_decoder.to(dtype=dtype)
+        model.loaded_from = folder.resolve()
         if trainable and config.lora is None:
             qwen.requires_grad_(True)
         return model
+
+    def base_folder(self) -> Path:
+        """The folder holding this model's Qwen3-VL base weights (a copy inside the UMind folder, or a path)."""
+        if not self.config.base_is_copied:
+            return Path(self.config.base_model)
+        if self.loaded_from is None:
+            raise UMindModelError("this model was built in memory: save it (save_pretrained) and load it back "
+                                  "before referring to its base weights by path")
+        return self.loaded_from / self.config.base_model
+
+    def attach_lora(self, settings: LoraSettings | None = None) -> "UMindVL":
+        """Give a model without an adapter (a fully trained small model such as the demo) a fresh one.
+
+        Retraining then changes only the adapter, the new token rows and the decoder, as the report does,
+        instead of overwriting every weight on a handful of images; and a saved version holds only what
+        changed, referring to the (unchanged, frozen) base weights by path instead of copying them.
+        """
+        if self.config.lora is not None:
+            raise UMindModelError("this model already carries a LoRA adapter")
+        base = self.base_folder().resolve()
+        if not (base / "config.json").is_file():
+            raise UMindModelError(f"the base weights of this model are not at {base}: cannot refer to them")
+        self.config.lora = settings or LoraSettings()
+        self.config.base_model = str(base)
+        self.peft_model = _wrap_lora(self.qwen, self.config)
+        return self
 
     # ------------------------------------------------------------------ properties
     @property

@@ -1,24 +1,31 @@
 """`umind_uncertainty` scoring and the strategy that serves the most uncertain unlabeled image first.
 
-Score of one image = mean of (1 - mean probability of the tokens the model chose) and (mean binary entropy
-of its mask pixels, 0..1), from one segment prompt on the image's middle frame: both are 0 for a model that
-is sure and grow as it hesitates. Scores are kept per image with the model version that produced them, so
-a later scoring run only scores new images or images scored by an older version.
+For every target (the request's prompt, or the app's conf labels) the model segments the image's middle
+frame and its mirror image, and detects the target: signals.py turns these into the model's own
+confidence (token probability, mask entropy), flip disagreement and task disagreement. The score is the
+conf key `uncertainty_signal` (default "combined": the mean of the flip and task disagreements, because the
+model's confidence stays high on images from a scanner it never saw). Targets the model finds on neither
+image nor task say nothing and are left out; an image on which it finds none of the targets scores 1.
+All signals are stored, so they can be compared against the truth later.
 
-Scoring runs in MONAI Label's scoring subprocess, the strategy in the server: the scores travel through
-workdir/uncertainty.json (also copied into the datastore's image info for people to see), since the
-server's in-memory datastore only catches up with the subprocess's writes when its file watcher fires.
+Scores are kept per image with the model version that produced them, so a later scoring run only scores
+new images or images scored by an older version; `scoring_sample` caps how many one run scores (a random
+sample), for large pools. Scoring runs in MONAI Label's scoring subprocess, the strategy in the server: the
+scores travel through workdir/uncertainty.json (also copied into the datastore's image info for people to
+see), since the server's in-memory datastore only catches up with the subprocess's writes when its file
+watcher fires.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
+import random
 import threading
 import time
-import uuid
 from pathlib import Path
+
+from umind_core.atomic import write_text
 
 from monailabel.interfaces.datastore import Datastore
 from monailabel.interfaces.tasks.scoring import ScoringMethod
@@ -28,22 +35,43 @@ from umind_core.imageio import ImageReadError, read_study
 from umind_core.results import Result
 
 from ..runtime import Runtime
+from .signals import confidence_score, flip_disagreement, task_disagreement, union_mask
 
-__all__ = ["UMindUncertainty", "MostUncertain", "UncertaintyStore", "uncertainty_score", "SCORE_KEY"]
+__all__ = ["UMindUncertainty", "MostUncertain", "UncertaintyStore", "uncertainty_score", "image_signals",
+           "SCORE_KEY"]
 
 logger = logging.getLogger(__name__)
 SCORE_KEY = "umind_uncertainty"
 
 
 def uncertainty_score(result: Result) -> float:
-    """0 (sure) .. 1 (unsure) from the Result's confidence signals; an empty answer counts as fully unsure."""
-    conf = result.confidence or {}
-    parts = []
-    if "token_prob_mean" in conf:
-        parts.append(1.0 - float(conf["token_prob_mean"]))
-    if "mask_entropy" in conf:
-        parts.append(float(conf["mask_entropy"]))
-    return float(sum(parts) / len(parts)) if parts else 1.0
+    """The model's own confidence signal of one answer (kept for callers of the first version)."""
+    return confidence_score(result)
+
+
+def image_signals(predictor, frame, targets: list[str]) -> dict[str, float]:
+    """Every signal of one frame over `targets` (see the module docstring)."""
+    import numpy as np
+
+    from umind_core.imageio import Frame
+
+    mirror = Frame(pixels=np.ascontiguousarray(frame.pixels[:, ::-1]), spacing=frame.spacing, index=frame.index,
+                   source=frame.source)
+    shape = frame.pixels.shape[:2]
+    conf, flip, task = [], [], []
+    for target in targets:
+        seg, seg_mirror = predictor.predict_batch([frame, mirror], "segment", target)
+        det = predictor.predict_batch([frame], "detect", target)[0]
+        m, mm = union_mask(seg, shape), union_mask(seg_mirror, shape)
+        conf.append(confidence_score(seg))
+        if m.any() or mm.any() or any(o.box is not None for o in det.objects):
+            flip.append(flip_disagreement(m, mm))
+            task.append(task_disagreement(m, det))
+    out = {"confidence": float(sum(conf) / len(conf)),
+           "flip": float(sum(flip) / len(flip)) if flip else 1.0,
+           "task": float(sum(task) / len(task)) if task else 1.0}
+    out["combined"] = (out["flip"] + out["task"]) / 2
+    return out
 
 
 class UncertaintyStore:
@@ -66,47 +94,46 @@ class UncertaintyStore:
 
     def save(self, scores: dict[str, dict]) -> None:
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.parent / f".tmp-{uuid.uuid4().hex[:8]}-{self.path.name}"
-            tmp.write_text(json.dumps(scores, indent=2), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_text(self.path, json.dumps(scores, indent=2))
 
 
 class UMindUncertainty(ScoringMethod):
     def __init__(self, runtime: Runtime):
-        super().__init__("UMind uncertainty: token probabilities of the answer and entropy of the masks")
+        super().__init__("UMind uncertainty: disagreement of the model with itself (mirror image, segment vs "
+                         "detect) and its own confidence")
         self.runtime = runtime
         self.store = UncertaintyStore(runtime.conf.workdir)
 
     def __call__(self, request, datastore: Datastore):
         predictor, version = self.runtime.predictor()
-        target = request.get("prompt") or self.runtime.conf.labels[0]
+        prompt = request.get("prompt")
+        targets = [prompt] if isinstance(prompt, str) and prompt.strip() else list(self.runtime.conf.labels)
+        signal = self.runtime.conf.uncertainty_signal
         force = bool(request.get("force", False))
         scores = self.store.load()
-        scored, skipped, failed = [], 0, {}
-        for image_id in datastore.get_unlabeled_images():
-            old = scores.get(image_id)
-            if old and old.get("version") == version and not force:
-                skipped += 1
-                continue
+        todo = [i for i in datastore.get_unlabeled_images()
+                if force or (scores.get(i) or {}).get("version") != version]
+        skipped = len(datastore.get_unlabeled_images()) - len(todo)
+        if self.runtime.conf.scoring_sample and len(todo) > self.runtime.conf.scoring_sample:
+            todo = random.Random(f"umind-scoring:{version}:{len(scores)}").sample(todo, self.runtime.conf.scoring_sample)
+        scored, failed = [], {}
+        for image_id in todo:
             try:
                 study = read_study(datastore.get_image_uri(image_id))
             except ImageReadError as exc:
                 failed[image_id] = str(exc)
                 continue
-            frame = study.frames[len(study.frames) // 2]
-            result = predictor.predict_batch([frame], "segment", target)[0]
-            entry = {"score": uncertainty_score(result), "version": version, "ts": int(time.time()),
-                     "confidence": result.confidence}
-            scores[image_id] = entry
+            signals = image_signals(predictor, study.frames[len(study.frames) // 2], targets)
+            scores[image_id] = {"score": signals[signal], "signal": signal, "signals": signals, "version": version,
+                                "ts": int(time.time())}
             scored.append(image_id)
             try:
-                datastore.update_image_info(image_id, {SCORE_KEY: entry["score"]})
+                datastore.update_image_info(image_id, {SCORE_KEY: signals[signal]})
             except Exception as exc:  # the datastore copy is informative only
                 logger.warning(f"could not store the score of {image_id} in the datastore: {exc}")
         self.store.save(scores)
-        return {"method": SCORE_KEY, "version": version, "scored": len(scored), "skipped": skipped,
-                "failed": failed}
+        return {"method": SCORE_KEY, "signal": signal, "version": version, "scored": len(scored),
+                "skipped": skipped, "failed": failed}
 
 
 class MostUncertain(Strategy):

@@ -1,5 +1,6 @@
-"""The UMind train task and what it needs: datastore export, held-out evaluation."""
+"""The UMind train task and what it needs: label export, rehearsal, scoring and the promotion gate."""
 
-from .umind_lora import UMindLoRATrain, promotes
+from .gate import Tolerance, decide
+from .umind_lora import UMindLoRATrain
 
-__all__ = ["UMindLoRATrain", "promotes"]
+__all__ = ["UMindLoRATrain", "Tolerance", "decide"]

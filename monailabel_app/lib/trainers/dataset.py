@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from umind_core.data.manifest import Annotations, ManifestObject, ManifestRecord, write_manifest
+from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
 from umind_core.imageio import Study, read_study
+
+from .corrections import FrameCorrections, info_fields, read_corrections
 
 __all__ = ["ExportedData", "DatasetError", "export_datastore", "load_label_stack"]
 
@@ -41,6 +43,7 @@ class ExportedData:
     n_train_records: int
     n_val_records: int
     skipped: dict[str, str]
+    notes: list[str] = field(default_factory=list)  # markups, values and findings skipped, with the reason
 
 
 def load_label_stack(path: str | Path, study: Study) -> np.ndarray:
@@ -70,11 +73,11 @@ def load_label_stack(path: str | Path, study: Study) -> np.ndarray:
 
 def _label_names(info: dict, conf_labels: tuple[str, ...]) -> dict[int, str]:
     names = {i + 1: name for i, name in enumerate(conf_labels)}
-    given = (info or {}).get("label_names") or (info or {}).get("params", {}).get("label_names")
+    given = info_fields(info).get("label_names")
     if isinstance(given, dict):
         for name, value in given.items():
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                names[value] = str(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0 and str(name).strip():
+                names[value] = str(name).strip()
     return names
 
 
@@ -99,9 +102,89 @@ def _split(ids: list[str], fraction: float, min_val: int, seed: int) -> tuple[li
     return [i for i in ids if i not in val], sorted(val)
 
 
+def _frame_objects(lab: np.ndarray, names: dict[int, str], fixes: FrameCorrections, target: str | None,
+                   safe: str, out_dir: Path, notes: list[str]) -> list[ManifestObject]:
+    """Objects of one frame: one per named label value (mask + its box), then the corrected markups.
+
+    A corrected ROI replaces the box of the same-named mask object (the person drew it on purpose);
+    landmarks join the object whose mask holds them, else the landmark target the client named, else
+    an object of their own; lines join the object named by the target, else one of their own.
+    """
+    objects: list[ManifestObject] = []
+    masks: list[np.ndarray] = []
+    for v in [int(v) for v in np.unique(lab) if v > 0]:
+        if v not in names:
+            notes.append(f"{safe}: label value {v} has no name (label_names nor conf labels): skipped")
+            continue
+        m = lab == v
+        ys, xs = np.nonzero(m)
+        mask_rel = f"masks/{safe}_{v}.png"
+        Image.fromarray(m.astype(np.uint8) * 255).save(out_dir / mask_rel)
+        objects.append(ManifestObject(label=names[v], mask=mask_rel,
+                                      box=(int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))))
+        masks.append(m)
+    boxed: set[int] = set()
+    for label, box in fixes.boxes:
+        i = next((i for i, o in enumerate(objects) if o.label == label and o.mask and i not in boxed), None)
+        if i is None:
+            objects.append(ManifestObject(label=label, box=box))
+            masks.append(None)
+        else:
+            objects[i].box = box
+            boxed.add(i)
+    for name, xy in fixes.keypoints:
+        x, y = int(round(xy[0])), int(round(xy[1]))
+        i = next((i for i, m in enumerate(masks) if m is not None and m[y, x]), None)
+        if i is None:
+            i = _object_named(objects, masks, target or name)
+        objects[i].keypoints.append(Keypoint(name, xy))
+    for name, xy, mm in fixes.lines:
+        i = _object_named(objects, masks, target or name)
+        objects[i].lines.append(Line(name, xy, mm))
+    return objects
+
+
+def _object_named(objects: list[ManifestObject], masks: list, label: str) -> int:
+    i = next((i for i, o in enumerate(objects) if o.label == label), None)
+    if i is None:
+        objects.append(ManifestObject(label=label))
+        masks.append(None)
+        i = len(objects) - 1
+    return i
+
+
+def _image_records(image_id: str, study: Study, labels: np.ndarray, info: dict, conf_labels: tuple[str, ...],
+                   out_dir: Path, notes: list[str]) -> list[ManifestRecord]:
+    """Manifest records (one per annotated frame) of one labeled image."""
+    names = _label_names(info, conf_labels)
+    fixes = read_corrections(info, study)
+    notes += [f"{image_id}: {reason}" for reason in fixes.skipped]
+    recs = []
+    for frame in study.frames:
+        lab = labels[frame.index]
+        frame_fixes = fixes.frames.get(frame.index, FrameCorrections())
+        whole = study.geometry.kind == "2d"  # a finding is about the image; on a clip, about marked frames
+        if not lab.any() and not frame_fixes and not (whole and (fixes.finding or fixes.report)):
+            continue  # unlabeled slices of a volume/clip are not negatives: nobody looked at them
+        rid = f"{image_id}-f{frame.index:04d}"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)
+        Image.fromarray(frame.pixels).save(out_dir / "images" / f"{safe}.png")
+        objects = _frame_objects(lab, names, frame_fixes, fixes.landmark_target, safe, out_dir, notes)
+        diagnosis = fixes.finding
+        recs.append(ManifestRecord(id=safe, image=f"images/{safe}.png", frame=0, spacing=frame.spacing,
+                                   annotations=Annotations(objects, diagnosis=diagnosis, report=fixes.report),
+                                   conversations=[],
+                                   extra={"source": {"datastore_image": image_id, "frame": frame.index}},
+                                   root=out_dir))
+    return recs
+
+
 def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val_fraction: float,
-                     min_val: int, seed: int) -> ExportedData:
-    """Write out_dir/{images,masks} and train.jsonl / val.jsonl from the final labels."""
+                     min_val: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()) -> ExportedData:
+    """Write out_dir/{images,masks} and train_raw.jsonl / val.jsonl from the final labels.
+
+    `exclude`: image ids to leave out (labels saved after the run started belong to the next run).
+    """
     from monailabel.interfaces.datastore import DefaultLabelTag
 
     tag = DefaultLabelTag.FINAL.value
@@ -110,45 +193,24 @@ def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val
     (out_dir / "masks").mkdir(parents=True, exist_ok=True)
     records: dict[str, list[ManifestRecord]] = {}
     skipped: dict[str, str] = {}
-    for image_id in sorted(datastore.get_labeled_images()):
+    notes: list[str] = []
+    for image_id in sorted(set(datastore.get_labeled_images()) - set(exclude)):
         try:
             study = read_study(datastore.get_image_uri(image_id))
-            label_path = datastore.get_label_uri(image_id, tag)
-            labels = load_label_stack(label_path, study)
+            labels = load_label_stack(datastore.get_label_uri(image_id, tag), study)
             info = datastore.get_label_info(image_id, tag) or {}
+            recs = _image_records(image_id, study, labels, info, conf_labels, out_dir, notes)
         except Exception as exc:  # one bad label must not stop training on the others
             skipped[image_id] = f"{type(exc).__name__}: {exc}"
             logger.warning(f"umind train: skipping {image_id}: {exc}")
             continue
-        names = _label_names(info, conf_labels)
-        recs = []
-        for frame in study.frames:
-            lab = labels[frame.index]
-            values = [int(v) for v in np.unique(lab) if v > 0]
-            if not values and study.geometry.kind != "2d":
-                continue  # unlabeled slices of a volume/clip are not negatives: nobody looked at them
-            rid = f"{image_id}-f{frame.index:04d}"
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)
-            Image.fromarray(frame.pixels).save(out_dir / "images" / f"{safe}.png")
-            objects = []
-            for v in values:
-                m = lab == v
-                ys, xs = np.nonzero(m)
-                mask_rel = f"masks/{safe}_{v}.png"
-                Image.fromarray(m.astype(np.uint8) * 255).save(out_dir / mask_rel)
-                objects.append(ManifestObject(label=names.get(v, f"label {v}"), mask=mask_rel,
-                                              box=(int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))))
-            recs.append(ManifestRecord(id=safe, image=f"images/{safe}.png", frame=0, spacing=frame.spacing,
-                                       annotations=Annotations(objects), conversations=[],
-                                       extra={"source": {"datastore_image": image_id, "frame": frame.index}},
-                                       root=out_dir))
-        if recs:
+        if any(r.annotations.objects or r.annotations.diagnosis or r.annotations.report for r in recs):
             records[image_id] = recs
         else:
-            skipped[image_id] = "the label map is empty"
+            skipped[image_id] = "the label holds no annotation (empty label map, no markups or finding)"
     train_ids, val_ids = _split(sorted(records), val_fraction, min_val, seed)
     train = [r for i in train_ids for r in records[i]]
     val = [r for i in val_ids for r in records[i]]
     return ExportedData(write_manifest(train, out_dir / "train_raw.jsonl"),
                         write_manifest(val, out_dir / "val.jsonl"),
-                        train_ids, val_ids, len(train), len(val), skipped)
+                        train_ids, val_ids, len(train), len(val), skipped, notes)

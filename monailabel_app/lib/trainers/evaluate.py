@@ -1,45 +1,37 @@
-"""Held-out score of a model: mean Dice and IoU of its segment answers against the final labels.
+"""Scores of one model on the gate's sets, through the project's one evaluation (umind_core.evaluation).
 
-The same prompt the server answers (`segment` with the label's name) is asked for every labeled object of
-every held-out record; the predicted masks of that answer are merged and compared with the label's mask.
-An empty answer scores 0, so a model that stops answering is worse, never "undefined".
+The app does not score on its own: `runner.evaluate` asks the same prompts the server answers and scores
+them the way `umind eval` and the model card do, so a number in a run record means what it means there.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
 
-import numpy as np
+from umind_core.evaluation.runner import EVAL_TASKS, EvalError, evaluate
 
-from umind_core.data.manifest import read_manifest
-from umind_core.evaluation.metrics import mask_dice, mask_iou
-from umind_core.predictor import Predictor
+__all__ = ["score_sets", "summary"]
 
-__all__ = ["evaluate_segmentation"]
+logger = logging.getLogger(__name__)
 
 
-def evaluate_segmentation(model, manifest: Path, max_new_tokens: int = 256) -> dict:
-    predictor = Predictor(model, max_new_tokens=max_new_tokens)
-    dices, ious = [], []
-    for rec in read_manifest(manifest):
-        objects = rec.annotations.objects
-        if not objects:
-            continue
-        image = rec.load_image()
-        gts = rec.load_masks()
-        by_label: dict[str, np.ndarray] = {}
-        for obj, gt in zip(objects, gts):
-            if gt is None:
-                continue
-            by_label[obj.label] = gt if obj.label not in by_label else (by_label[obj.label] | gt)
-        for label, gt in by_label.items():
-            result = predictor.predict_batch([image], "segment", label)[0]
-            pred = np.zeros_like(gt, dtype=bool)
-            for o in result.objects:
-                if o.mask is not None and o.mask.shape == gt.shape:
-                    pred |= o.mask
-            dices.append(mask_dice(pred, gt))
-            ious.append(mask_iou(pred, gt))
-    if not dices:
-        return {"dice": None, "iou": None, "n": 0}
-    return {"dice": float(np.mean(dices)), "iou": float(np.mean(ious)), "n": len(dices)}
+def summary(predictor, records: list) -> dict:
+    """The evaluation summary of `records` (every task they have data for); {} when none is scorable."""
+    if not records:
+        return {}
+    try:
+        report = evaluate(predictor, records, tasks=EVAL_TASKS, progress=False)
+    except EvalError as exc:
+        logger.info(f"umind gate: nothing to score: {exc}")
+        return {}
+    out = dict(report.metrics["summary"])
+    out["n_samples"] = report.metrics["n_samples"]
+    return out
+
+
+def score_sets(model, sets: dict[str, list], max_new_tokens: int = 256) -> dict[str, dict]:
+    """{set name: summary} for a UMindVL (or a ready Predictor)."""
+    from umind_core.predictor import Predictor
+
+    predictor = model if isinstance(model, Predictor) else Predictor(model, max_new_tokens=max_new_tokens)
+    return {name: summary(predictor, records) for name, records in sets.items()}

@@ -1,132 +1,187 @@
-"""`umind_lora`: fine-tune the served adapter on the datastore's final labels; promote it only if not worse.
+"""`umind_lora`: retrain the served model's LoRA adapter on the datastore's labels, without forgetting.
 
 One run (in MONAI Label's train subprocess):
-1. export the final labels to a manifest and split off held-out images (dataset.py);
-2. build segment + detect conversations with the project's conversation builder;
-3. score the served version on the held-out labels;
-4. fine-tune a copy of the served version with the project's trainer and score it the same way;
-5. save it as the next numbered version and promote it when its Dice >= served Dice - promote_tolerance.
+1. record the run as running (a kill leaves a trace), work in a hidden staging folder;
+2. export the labels (label maps, corrected markups, findings) to a manifest, hold out images by id hash,
+   and build every task's conversations from them (dataset.py, corrections.py);
+3. mix in rehearsal images from a seeded synthetic pool (rehearsal.py), so the skills the new labels do
+   not cover are trained too;
+4. score the served version, attach a fresh adapter if it has none (the demo model, a plain folder),
+   fine-tune, and score the result, on every task of three sets: the new held-out labels, the held-out
+   labels of earlier runs, and a seeded synthetic regression set (evaluate.py);
+5. promote only when no task on any set got worse beyond the tolerance (gate.py); the per-task table is
+   in the run record either way, and a rejection names the task that regressed.
 
-Every run is recorded (metrics of both, promoted or not, or the error of a failed run) in the version
-store; a failure leaves the served version untouched. A request with {"rollback": N} serves version N
-instead of training.
+A version folder holds the adapter, decoder, processor and config only, and refers to its base by path.
+A failure leaves the served version untouched. A request with {"rollback": N} serves version N instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import time
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 
 from monailabel.interfaces.datastore import Datastore
 from monailabel.interfaces.tasks.train import TrainTask
 
 from umind_core.data.conversations import attach_conversations
+from umind_core.data.manifest import ManifestRecord, read_manifest
 
 from ..conf import TrainParams, parse_train_params
 from ..model_holder import load_model
 from ..runtime import Runtime
 from .dataset import export_datastore
-from .evaluate import evaluate_segmentation
+from .evaluate import score_sets
+from .gate import Tolerance, compare, decide, format_table
+from .rehearsal import REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, synthetic_set
 
-__all__ = ["UMindLoRATrain", "promotes"]
+__all__ = ["UMindLoRATrain", "trainer_config", "folder_bytes"]
 
 logger = logging.getLogger(__name__)
 
-TRAIN_TASKS = ("segment", "detect")
+SET_NEW, SET_EARLIER, SET_SYNTHETIC = "new labels", "earlier labels", "synthetic regression"
 
 
-def promotes(new: dict, current: dict, tolerance: float) -> bool:
-    """The new version may serve when its held-out Dice is at least the current one's minus `tolerance`."""
-    if new.get("dice") is None:
-        return False
-    if current.get("dice") is None:
-        return True
-    return float(new["dice"]) >= float(current["dice"]) - float(tolerance)
-
-
-def trainer_config(params: TrainParams, output_dir, full: bool):
-    """The project trainer's config for one run: our own held-out split replaces the trainer's."""
+def trainer_config(params: TrainParams, output_dir):
+    """The project trainer's config for one run: always LoRA; our own held-out split replaces the trainer's."""
     from umind_core.training.trainer import TrainConfig
 
     return TrainConfig(output_dir=str(output_dir), epochs=float(params.epochs), batch_size=params.batch_size,
                        lr=params.lr, warmup_ratio=params.warmup_ratio, val_fraction=0.0, seed=params.seed,
-                       max_steps=params.max_steps or None, full=full, progress=False, keep_checkpoints=1)
+                       max_steps=params.max_steps or None, full=False, progress=False, keep_checkpoints=1)
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+@dataclass
+class _Work:
+    """What one run trains and scores on."""
+
+    manifest: Path
+    sets: dict[str, list[ManifestRecord]]
+    new_val: list[ManifestRecord]
 
 
 class UMindLoRATrain(TrainTask):
     def __init__(self, runtime: Runtime):
-        super().__init__("UMind: LoRA fine-tuning on the final labels, promoted only if not worse on held-out "
-                         "labels")
+        super().__init__("UMind: LoRA fine-tuning on the labels with rehearsal, promoted only if no task gets "
+                         "worse on the held-out labels and the regression suite")
         self.runtime = runtime
 
     def config(self):
         p = self.runtime.conf.train
         return {"epochs": p.epochs, "max_steps": p.max_steps, "lr": p.lr, "batch_size": p.batch_size,
-                "val_fraction": p.val_fraction, "promote_tolerance": p.promote_tolerance, "rollback": ""}
+                "val_fraction": p.val_fraction, "score_tolerance": p.score_tolerance,
+                "error_tolerance": p.error_tolerance, "rehearsal": p.rehearsal, "rollback": ""}
 
     def stats(self):
         return self.runtime.versions.summary()
 
     def __call__(self, request, datastore: Datastore):
-        versions = self.runtime.versions
         rollback = request.get("rollback")
         if rollback not in (None, ""):
             try:
                 target = int(rollback)
             except (TypeError, ValueError):
                 raise ValueError(f"rollback must be a version number, got {rollback!r}") from None
-            out = versions.rollback(target)
+            out = self.runtime.versions.rollback(target)
             logger.info(f"umind: rolled back to version {target}")
             return out
-        current = versions.current()
-        version = versions.next_version()
-        vdir = versions.version_dir(version)
-        vdir.mkdir(parents=True, exist_ok=True)
+        return self._run(request, datastore)
+
+    def _run(self, request, datastore: Datastore) -> dict:
+        versions = self.runtime.versions
+        current, version = versions.current(), versions.next_version()
         run = {"version": version, "base_version": current, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        versions.start_run(run)
+        staging = versions.staging_dir(version)
         t0 = time.perf_counter()
         try:
             params = parse_train_params(request, base=self.runtime.conf.train)
             run["params"] = dataclasses.asdict(params)
-            data = export_datastore(datastore, vdir / "data", self.runtime.conf.labels, params.val_fraction,
-                                    params.min_val, params.seed)
-            run.update(train_images=data.train_ids, val_images=data.val_ids, skipped=data.skipped,
-                       n_train_records=data.n_train_records, n_val_records=data.n_val_records)
-            manifest = attach_conversations(data.train_manifest, vdir / "data" / "train.jsonl", seed=params.seed,
-                                            tasks=TRAIN_TASKS, refusal_rate=params.refusal_rate)
-            spec = self.runtime.spec(current)
-            served = load_model(spec)
-            run["metrics_current"] = evaluate_segmentation(served, data.val_manifest, self.runtime.conf.max_new_tokens)
-            del served
-            model = load_model(spec, trainable=True)
-            run["train_summary"] = self._train(model, manifest, params, vdir)
-            model.eval()
-            model.requires_grad_(False)
-            run["metrics_new"] = evaluate_segmentation(model, data.val_manifest, self.runtime.conf.max_new_tokens)
-            model.save_pretrained(vdir / "model")
-            promote = promotes(run["metrics_new"], run["metrics_current"], params.promote_tolerance)
-            run["status"] = "promoted" if promote else "rejected"
-            run["seconds"] = round(time.perf_counter() - t0, 2)
-            if not promote:
-                run["reason"] = (f"held-out dice {run['metrics_new'].get('dice')} < served "
-                                 f"{run['metrics_current'].get('dice')} - tolerance {params.promote_tolerance}")
+            work = self._prepare(datastore, params, staging, run)
+            self._train_and_score(current, work, params, staging, run)
+            tol = Tolerance(params.score_tolerance, params.error_tolerance)
+            promote, reason = decide(run["gate"], tol)
+            run.update(status="promoted" if promote else "rejected", reason=reason,
+                       seconds=round(time.perf_counter() - t0, 2))
+            versions.commit_version(staging, version, run)
             out = versions.record_run(run, promote=promote)
-            logger.info(f"umind: version {version} {run['status']}: new {run['metrics_new']} "
-                        f"current {run['metrics_current']}")
+            LabelHistory(versions.workdir / "regression" / "labels").add(work.new_val)
+            logger.info(f"umind: version {version} {run['status']} in {run['seconds']} s: {reason}\n"
+                        f"{run['gate_table']}")
             return out
         except Exception as exc:
+            shutil.rmtree(staging, ignore_errors=True)
             run.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                        traceback=traceback.format_exc(limit=8), seconds=round(time.perf_counter() - t0, 2))
             versions.record_run(run, promote=False)
             logger.error(f"umind: training run {version} failed: {exc}")
             raise
 
-    @staticmethod
-    def _train(model, manifest, params: TrainParams, vdir) -> dict:
-        """Fine-tune `model` in place; a model without LoRA (the small demo configs) trains all its weights."""
+    def _prepare(self, datastore, params: TrainParams, staging: Path, run: dict) -> _Work:
+        """Export the labels, add conversations and rehearsal, and assemble the three scoring sets."""
+        workdir = self.runtime.versions.workdir
+        run["labels_seen"] = len(datastore.get_labeled_images())
+        data = export_datastore(datastore, staging / "data", self.runtime.conf.labels, params.val_fraction,
+                                params.min_val, params.seed)
+        run.update(train_images=data.train_ids, val_images=data.val_ids, skipped=data.skipped,
+                   notes=data.notes, n_train_records=data.n_train_records, n_val_records=data.n_val_records)
+        labels = attach_conversations(data.train_manifest, staging / "data" / "labels.jsonl", seed=params.seed,
+                                      refusal_rate=params.refusal_rate)
+        pool = None
+        n_rehearsal = round(params.rehearsal * data.n_train_records) if params.rehearsal_pool else 0
+        if n_rehearsal:
+            pool = synthetic_set(workdir / "rehearsal", params.rehearsal_pool, REHEARSAL_SEED0,
+                                 refusal_rate=max(params.refusal_rate, 0.5))
+        manifest, run["n_rehearsal_records"] = mix_rehearsal(labels, pool, n_rehearsal, params.seed,
+                                                             staging / "data" / "train.jsonl")
+        history = LabelHistory(workdir / "regression" / "labels")
+        earlier_ids = history.image_ids()
+        val = read_manifest(data.val_manifest)
+        new_val = [r for r in val if r.extra.get("source", {}).get("datastore_image") not in earlier_ids]
+        sets = {SET_NEW: new_val, SET_EARLIER: history.records()}
+        if params.regression_size:
+            reg = synthetic_set(workdir / "regression" / "synthetic", params.regression_size, REGRESSION_SEED0)
+            sets[SET_SYNTHETIC] = read_manifest(reg)
+        run["set_sizes"] = {name: len(records) for name, records in sets.items()}
+        return _Work(manifest, sets, new_val)
+
+    def _train_and_score(self, current: int, work: _Work, params: TrainParams, staging: Path, run: dict) -> None:
         from umind_core.training.trainer import train
 
-        full = model.config.lora is None
-        summary = train(model, manifest, trainer_config(params, vdir / "trainer", full), tasks=TRAIN_TASKS)
-        return dict(dataclasses.asdict(summary), full=full)
+        spec = self.runtime.spec(current)
+        max_new = self.runtime.conf.max_new_tokens
+        served = load_model(spec)
+        t = time.perf_counter()
+        before = score_sets(served, work.sets, max_new)
+        run["seconds_scoring_served"] = round(time.perf_counter() - t, 2)
+        del served
+        model = load_model(spec, trainable=True)
+        run["adapter"] = "attached fresh" if model.config.lora is None else "continued"
+        if model.config.lora is None:
+            model.attach_lora()
+        t = time.perf_counter()
+        summary = train(model, work.manifest, trainer_config(params, staging / "trainer"))
+        run["seconds_training"] = round(time.perf_counter() - t, 2)
+        run["train_summary"] = dataclasses.asdict(summary)
+        model.eval()
+        model.requires_grad_(False)
+        after = score_sets(model, work.sets, max_new)
+        tol = Tolerance(params.score_tolerance, params.error_tolerance)
+        run.update(scores_current=before, scores_new=after,
+                   gate={name: compare(before[name], after[name], tol) for name in work.sets})
+        run["gate_table"] = format_table(run["gate"])
+        model.save_pretrained(staging / "model")
+        for ckpt in (staging / "trainer").glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)  # the version holds the model; checkpoints only resume
+        run["version_bytes"] = folder_bytes(staging / "model")
+        base = Path(model.config.base_model)
+        run["base_bytes"] = folder_bytes(base) if base.is_absolute() and base.is_dir() else None

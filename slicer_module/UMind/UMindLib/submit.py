@@ -20,7 +20,7 @@ from .client import MultipartFile
 from .labelfiles import encode_nrrd, encode_png
 from .mrml import (MRMLBuildError, ensure_node_classes, segment_array, volume_geometry)
 
-__all__ = ["SubmitError", "LabelSubmission", "segmentation_to_label_map", "markups_to_json",
+__all__ = ["SubmitError", "LabelSubmission", "FINDINGS", "segmentation_to_label_map", "markups_to_json",
            "label_info", "label_file", "prepare_submission"]
 
 
@@ -87,12 +87,21 @@ def markups_to_json(scene: Any, nodes: Sequence[Any]) -> dict | None:
     return merged
 
 
+#: what the finding of a submission may be (the server's trainer reads these, and skips anything else)
+FINDINGS = ("normal", "benign", "malignant")
+
+
 def label_info(label_names: dict[str, int], answer: str = "", markups: dict | None = None,
-               **extra: Any) -> dict:
-    """The params of PUT /datastore/label: names, the (corrected) answer, markups, extras."""
+               finding: str = "", report: str = "", landmark_target: str = "", **extra: Any) -> dict:
+    """The params of PUT /datastore/label: names, the (corrected) answer, markups, the finding, the report,
+    the structure the landmarks belong to, extras. Empty values are left out."""
     info: dict[str, Any] = {"label_names": {str(k): int(v) for k, v in label_names.items()}}
-    if answer:
-        info["answer"] = answer
+    if finding and finding.strip().lower() not in FINDINGS:
+        raise SubmitError(f"finding must be one of {', '.join(FINDINGS)}, got {finding!r}")
+    for key, value in (("answer", answer), ("finding", finding.strip().lower()), ("report", report),
+                       ("landmark_target", landmark_target)):
+        if value and value.strip():
+            info[key] = value.strip()
     if markups:
         info["markups"] = markups
     info.update(extra)
@@ -119,8 +128,12 @@ class LabelSubmission:
 
 
 def prepare_submission(scene: Any, volume_node: Any, image_id: str, segmentation_node: Any = None,
-                       markup_nodes: Sequence[Any] = (), answer: str = "") -> LabelSubmission:
-    """Everything the user corrected -> one submission; at least one of them must be there."""
+                       markup_nodes: Sequence[Any] = (), answer: str = "", finding: str = "",
+                       report: str = "", landmark_target: str = "") -> LabelSubmission:
+    """Everything the user corrected -> one submission; at least one of them must be there.
+
+    Segments, landmarks, measurement lines, boxes and the finding travel together, so that every task the
+    model serves learns from one correction, not only segmentation."""
     if not image_id:
         raise SubmitError("the image has no server id: run inference or fetch a sample first")
     if segmentation_node is not None:
@@ -128,7 +141,7 @@ def prepare_submission(scene: Any, volume_node: Any, image_id: str, segmentation
     else:
         labels, names = np.zeros(volume_geometry(volume_node).dims[::-1], np.uint8), {}
     markups = markups_to_json(scene, markup_nodes)
-    if not names and markups is None and not answer.strip():
-        raise SubmitError("nothing to submit: no segments, markups or answer")
+    if not names and markups is None and not answer.strip() and not finding.strip() and not report.strip():
+        raise SubmitError("nothing to submit: no segments, markups, finding or answer")
     return LabelSubmission(image_id, label_file(labels, volume_node, image_id),
-                           label_info(names, answer.strip(), markups))
+                           label_info(names, answer.strip(), markups, finding, report, landmark_target))

@@ -184,10 +184,11 @@ class UMindSession:
 
     def submit(self, volume_node: Any, segmentation_node: Any = None,
                markup_nodes: Sequence[Any] = (), answer: str = "",
-               sequence_node: Any = None) -> dict:
+               sequence_node: Any = None, finding: str = "", report: str = "",
+               landmark_target: str = "") -> dict:
         image_id = self.ensure_image_id(volume_node, sequence_node)
         sub = prepare_submission(self.scene, volume_node, image_id, segmentation_node,
-                                 markup_nodes, answer)
+                                 markup_nodes, answer, finding, report, landmark_target)
         return self.client.save_label(sub.image_id, sub.file, sub.info)
 
     def next_sample(self, strategy: str) -> tuple[str, bytes, str]:

@@ -1,0 +1,73 @@
+"""The promotion gate: a new version serves only if no task got worse, on every set it is scored on.
+
+A round of corrections on one domain can raise segmentation there while eroding detection, diagnosis or
+refusals elsewhere; a gate on segmentation Dice alone let exactly that through. So every set (the run's
+held-out new labels, the held-out labels of earlier runs, the seeded synthetic regression set) is scored
+on every task it has data for, and each task is compared with a tolerance: absolute for scores (higher is
+better), relative for errors (lower is better). The rule is the same on every set: "the tasks the new
+labels cover improve or hold within tolerance" and "no regression task worse by more than the tolerance"
+are one check applied to different sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GATE_METRICS", "Tolerance", "compare", "decide", "format_table"]
+
+#: task -> (summary key of umind_core.evaluation.runner, "score" | "error")
+GATE_METRICS: dict[str, tuple[str, str]] = {
+    "segment": ("segmentation_miou", "score"),
+    "detect": ("detection_f1", "score"),
+    "keypoints": ("keypoint_error_rel_width", "error"),
+    "measure": ("measurement_rel_error", "error"),
+    "diagnose": ("diagnosis_accuracy", "score"),
+    "refusal": ("refusal_accuracy", "score"),
+}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    score: float = 0.02  # absolute, for scores in [0, 1]
+    error: float = 0.05  # relative, for errors
+
+    def worse(self, kind: str, before: float, after: float) -> bool:
+        if kind == "score":
+            return after < before - self.score
+        return after > before * (1.0 + self.error) + 1e-12
+
+
+def compare(before: dict, after: dict, tol: Tolerance) -> list[dict]:
+    """One row per task both summaries have a value for: before, after, change, and whether it got worse."""
+    rows = []
+    for task, (key, kind) in GATE_METRICS.items():
+        b, a = before.get(key), after.get(key)
+        if b is None or a is None:
+            continue
+        rows.append({"task": task, "metric": key, "kind": kind, "before": round(float(b), 4),
+                     "after": round(float(a), 4), "change": round(float(a) - float(b), 4),
+                     "worse": tol.worse(kind, float(b), float(a))})
+    return rows
+
+
+def decide(tables: dict[str, list[dict]], tol: Tolerance) -> tuple[bool, str]:
+    """(promote, reason) from the per-set tables; the reason names every task that regressed and where."""
+    if not any(tables.values()):
+        return False, "no held-out set had data to score the new version on"
+    regressed = [(name, row) for name, rows in tables.items() for row in rows if row["worse"]]
+    if not regressed:
+        return True, "no task worse than the tolerance on any set"
+    parts = [f"{row['task']} on {name}: {row['before']:.3f} -> {row['after']:.3f}" for name, row in regressed]
+    return False, (f"rejected: {'; '.join(parts)} (tolerance {tol.score} absolute for scores, "
+                   f"{tol.error:.0%} relative for errors)")
+
+
+def format_table(tables: dict[str, list[dict]]) -> str:
+    """The per-task before/after table as plain text (run record, logs, the Slicer panel)."""
+    lines = [f"{'set':<22} {'task':<10} {'before':>8} {'after':>8} {'change':>8}"]
+    for name, rows in tables.items():
+        for row in rows:
+            flag = "  WORSE" if row["worse"] else ""
+            lines.append(f"{name:<22} {row['task']:<10} {row['before']:>8.3f} {row['after']:>8.3f} "
+                         f"{row['change']:>+8.3f}{flag}")
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""The data a run keeps the old skills with: a rehearsal pool and a regression suite, per workdir.
+
+Rehearsal: every run trains on the new labels mixed with images from a seeded synthetic pool with every
+task's conversations (boxes, landmarks, calipers, findings, reports, refusals). Chosen over the other
+candidate, the served model's own answers on unlabeled datastore images, because (1) it has exact ground
+truth for every task, where pseudo-labels would rehearse the model's own mistakes on the new domain;
+(2) it is the distribution the shipped model learned its other skills on, which is what forgetting erodes;
+(3) it costs no annotation and no inference. The seeds are disjoint from the demo model's training
+(0..7,999), its evaluation (1,000,000+) and the sample studies (5,000,000+).
+
+Regression suite: a seeded synthetic set (the tasks no label covers) made once per workdir, plus the
+held-out labels of every earlier run, which only grows. The gate scores both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+
+from umind_core.atomic import new_temp_dir, replace_dir
+from umind_core.data.conversations import attach_conversations
+from umind_core.data.manifest import ManifestRecord, read_manifest, rebase, write_manifest
+
+__all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "mix_rehearsal", "LabelHistory"]
+
+logger = logging.getLogger(__name__)
+
+REHEARSAL_SEED0 = 2_000_000
+REGRESSION_SEED0 = 3_000_000
+_META = "set.json"
+
+
+def synthetic_set(folder: Path, n: int, seed0: int, size: int = 256, refusal_rate: float = 0.5) -> Path:
+    """folder/manifest.jsonl: `n` seeded synthetic images with all conversations, made once and reused.
+
+    Built in a temporary folder and renamed into place, so a run killed while making it leaves nothing
+    half-made; a folder made with other settings is made again.
+    """
+    folder = Path(folder)
+    manifest = folder / "manifest.jsonl"
+    meta = {"n": int(n), "seed0": int(seed0), "size": int(size), "refusal_rate": float(refusal_rate)}
+    try:
+        if manifest.is_file() and json.loads((folder / _META).read_text()) == meta:
+            return manifest
+    except (OSError, ValueError):
+        pass
+    from umind_core.data.manifest import write_synthetic_dataset
+
+    logger.info(f"umind: making the synthetic set {folder.name} ({n} images, seeds {seed0}..)")
+    tmp = new_temp_dir(folder)
+    try:
+        raw = write_synthetic_dataset(tmp, n, seed0=seed0, size=size, progress=False)
+        attach_conversations(raw, raw, seed=seed0, refusal_rate=refusal_rate)
+        (tmp / _META).write_text(json.dumps(meta))
+        replace_dir(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed: int, out: Path) -> tuple[Path, int]:
+    """Write `out`: the new labels' records plus `n` records drawn from the rehearsal pool."""
+    records = read_manifest(train_manifest)
+    for rec in records:
+        rebase(rec, out.parent)
+    picked: list[ManifestRecord] = []
+    if pool_manifest is not None and n > 0:
+        pool = read_manifest(pool_manifest)
+        picked = random.Random(f"umind-rehearsal:{seed}").sample(pool, min(int(n), len(pool)))
+        for rec in picked:
+            rebase(rec, out.parent)
+            rec.id = f"rehearsal-{rec.id}"
+    return write_manifest(records + picked, out), len(picked)
+
+
+class LabelHistory:
+    """The held-out labels of all earlier runs: a manifest that only grows, with its own copies of the files
+    (a later run's export folder is not kept, and a person may later change a label)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.manifest = self.folder / "manifest.jsonl"
+
+    def records(self) -> list[ManifestRecord]:
+        return read_manifest(self.manifest) if self.manifest.is_file() else []
+
+    def image_ids(self) -> set[str]:
+        return {_image_id(r) for r in self.records()}
+
+    def add(self, records: list[ManifestRecord]) -> int:
+        """Append copies of `records` whose datastore image is not there yet; returns how many were added."""
+        have = self.records()
+        known = {_image_id(r) for r in have}
+        new = [r for r in records if _image_id(r) not in known]
+        if not new:
+            return 0
+        (self.folder / "files").mkdir(parents=True, exist_ok=True)
+        for rec in new:
+            _copy_files(rec, self.folder / "files")
+            rebase(rec, self.folder)
+        write_manifest(have + new, self.manifest)
+        return len(new)
+
+
+def _image_id(rec: ManifestRecord) -> str:
+    return str(rec.extra.get("source", {}).get("datastore_image", rec.id))
+
+
+def _copy_files(rec: ManifestRecord, dest: Path) -> None:
+    """Copy the record's image and masks into `dest` and point the record at the copies."""
+    def copy(rel: str) -> str:
+        src = rec.resolve(rel)
+        target = dest / src.name
+        shutil.copyfile(src, target)
+        return str(target)
+
+    rec.image = copy(rec.image)
+    for obj in rec.annotations.objects:
+        if obj.mask is not None:
+            obj.mask = copy(obj.mask)
+    rec.root = None
