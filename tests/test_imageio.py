@@ -342,12 +342,12 @@ def _bad_inputs():
         "all nan": (all_nan, "NaN"),
         "4d": (nifti_4d, "unknown frame layout"),
         "no pixel data": (lambda t: F.dicom_without_pixels(t / "np.dcm"), "no PixelData"),
-        "truncated png": (trunc_png, ""),
-        "truncated dicom": (trunc_dicom, ""),
+        "truncated png": (trunc_png, "cannot read png data"),
+        "truncated dicom": (trunc_dicom, "cannot decode DICOM pixel data"),
         "truncated nifti": (trunc_nifti, "truncated"),
         "truncated nii": (lambda t: _truncate(F.sitk_volume(t / "t.nii", np.ones(
             (6, 30, 30), np.float32))), "truncated"),
-        "not really dicom": (lambda t: _write(t / "fake.dcm", b"\0" * 400), ""),
+        "not really dicom": (lambda t: _write(t / "fake.dcm", b"\0" * 400), "not a readable DICOM file"),
         "directory": (lambda t: (t / "d.nrrd").mkdir() or t / "d.nrrd", "directory"),
     }
 
@@ -358,6 +358,7 @@ def test_bad_input_raises_naming_file(tmp_path, case):
     path = make(tmp_path)
     with pytest.raises(ImageReadError) as info:
         read_study(path)
+    assert fragment, "every case names the words its message must contain"
     assert str(path) in str(info.value)
     assert fragment.lower() in str(info.value).lower()
     assert isinstance(info.value, ValueError)
