@@ -58,9 +58,10 @@ class UMindApp(MONAILabelApp):
             description="UMind ultrasound vision-language model: segment, detect, landmarks, interpret",
             version="0.1.0",
         )
-        self.trigger = RetrainTrigger(self.umind_conf.workdir,
-                                      self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
-                                      start=lambda: self.async_training(TRAINER, enqueue=True))
+        self.trigger = RetrainTrigger(self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
+                                      start=lambda: self.async_training(TRAINER, enqueue=True),
+                                      labeled=lambda: len(self.datastore().get_labeled_images()),
+                                      consumed=self.runtime.versions.labels_consumed)
 
     # ------------------------------------------------------------------ tasks
     def init_datastore(self) -> Datastore:

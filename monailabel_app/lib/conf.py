@@ -15,6 +15,8 @@ __all__ = ["AppConfig", "ConfError", "TrainParams", "parse_conf", "parse_train_p
 WORKDIR_NAME = ".umind"
 _DTYPES = ("float32", "float16", "bfloat16")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+#: what umind_uncertainty can rank by (lib/activelearning/signals.py computes them)
+SIGNALS = ("confidence", "flip", "task", "combined")
 
 
 class ConfError(ValueError):
@@ -32,9 +34,13 @@ class TrainParams:
     warmup_ratio: float = 0.05
     val_fraction: float = 0.2
     min_val: int = 1
-    promote_tolerance: float = 0.0
+    score_tolerance: float = 0.02  # gate: a score (mIoU, F1, accuracy) may drop this much (absolute)
+    error_tolerance: float = 0.05  # gate: an error (keypoint, caliper) may grow this much (relative)
     seed: int = 0
-    refusal_rate: float = 0.0
+    refusal_rate: float = 0.15
+    rehearsal: float = 1.0  # rehearsal images per new training image (0 = none)
+    rehearsal_pool: int = 200  # seeded synthetic images the rehearsal draws from (made once per workdir)
+    regression_size: int = 40  # seeded synthetic images of the regression suite (made once per workdir)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class AppConfig:
     version: int | None  # roll back to this version when the server starts; None = keep the promoted one
     auto_retrain: bool
     train: TrainParams = field(default_factory=TrainParams)
+    uncertainty_signal: str = "combined"  # umind_uncertainty's score: confidence | flip | task | combined
+    scoring_sample: int = 0  # images one umind_uncertainty run scores (a random sample); 0 = all
     # per-request caps (lib/caps.py), checked before any allocation; a request over one is a 400 naming it
     max_clicks: int = 64  # foreground + background clicks of one interactive request
     max_targets: int = 32  # comma-separated prompt targets (one label each)
@@ -80,6 +88,13 @@ def _float(key: str, value: object, lo: float | None = None, hi: float | None = 
     return out
 
 
+def _choice(key: str, value: object, options: tuple[str, ...]) -> str:
+    v = str(value).strip().lower()
+    if v not in options:
+        raise ConfError(f"{key} must be one of {', '.join(options)}, got {value!r}")
+    return v
+
+
 def _bool(key: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -99,16 +114,25 @@ _TRAIN_PARSERS = {
     "warmup_ratio": lambda k, v: _float(k, v, 0.0, 1.0),
     "val_fraction": lambda k, v: _float(k, v, 0.0, 0.9),
     "min_val": lambda k, v: _int(k, v, 1),
-    "promote_tolerance": lambda k, v: _float(k, v, 0.0),
+    "score_tolerance": lambda k, v: _float(k, v, 0.0, 1.0),
+    "error_tolerance": lambda k, v: _float(k, v, 0.0),
     "seed": lambda k, v: _int(k, v),
     "refusal_rate": lambda k, v: _float(k, v, 0.0, 1.0),
+    "rehearsal": lambda k, v: _float(k, v, 0.0, 20.0),
+    "rehearsal_pool": lambda k, v: _int(k, v, 0),
+    "regression_size": lambda k, v: _int(k, v, 0),
 }
+#: older names still accepted: key -> the parameter it sets
+_TRAIN_ALIASES = {"promote_tolerance": "score_tolerance"}
 
 
 def parse_train_params(values: dict, base: TrainParams | None = None) -> TrainParams:
     """Override `base` with the train keys present in `values` (conf strings or request JSON values)."""
     base = base or TrainParams()
     out = {f.name: getattr(base, f.name) for f in fields(TrainParams)}
+    for alias, key in _TRAIN_ALIASES.items():
+        if alias in values and values[alias] is not None and values[alias] != "":
+            out[key] = _TRAIN_PARSERS[key](alias, values[alias])
     for key, parse in _TRAIN_PARSERS.items():
         if key in values and values[key] is not None and values[key] != "":
             out[key] = parse(key, values[key])
@@ -174,4 +198,6 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         max_pixels=_int("max_pixels", conf.get("max_pixels", AppConfig.max_pixels), 64),
         image_dirs=_image_dirs(conf.get("image_dirs", "")),
         train=parse_train_params(conf),
+        uncertainty_signal=_choice("uncertainty_signal", conf.get("uncertainty_signal", "combined"), SIGNALS),
+        scoring_sample=_int("scoring_sample", conf.get("scoring_sample", "0"), 0),
     )
