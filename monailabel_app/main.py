@@ -28,12 +28,15 @@ from monailabel.tasks.activelearning.random import Random
 
 from lib.activelearning import MostUncertain, UMindUncertainty
 from lib.conf import parse_conf
+from lib.auth import install_auth_fixes
 from lib.cors import restrict_cors
 from lib.datastore import GuardedDatastore
 from lib.edge import install_edge, set_roots
 from lib.infer_guard import check_infer_request
+from lib.login import install_login_route
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
 from lib.model_holder import holder
+from lib.offloop import UPLOADED, install_infer_route
 from lib.offloop import UPLOADED, install_infer_route
 from lib.retrain import RetrainTrigger
 from lib.runtime import Runtime
@@ -111,9 +114,12 @@ class UMindApp(MONAILabelApp):
         set_roots(None if self.studies.startswith(("http://", "https://")) else self.studies,
                   str(self.umind_conf.workdir))
         install_edge()
+        install_auth_fixes()
         server = sys.modules.get("monailabel.app")
         if server is not None:
             install_infer_route(server.app)
+            if settings.MONAI_LABEL_AUTH_ENABLE:
+                install_login_route(server.app)
             restrict_cors(server.app, settings.MONAI_LABEL_CORS_ORIGINS)
 
     def infer(self, request, datastore=None):

@@ -80,6 +80,10 @@ def start_server(studies: Path, conf: dict[str, str], log: Path, env: dict | Non
         try:
             server.get_json("/info/", timeout=5)
             return server
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:  # auth is on: the server is up and wants a token
+                return server
+            time.sleep(0.5)
         except (urllib.error.URLError, ConnectionError, OSError, ValueError):
             time.sleep(0.5)
     server.stop()

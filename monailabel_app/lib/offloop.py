@@ -16,12 +16,13 @@ sets itself (`image`, `model`, `label`, ...), which MONAI Label would otherwise 
 from __future__ import annotations
 
 import contextvars
-import inspect
 import json
 import logging
 
 from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
+
+from .routes import replace_route, same_signature
 
 __all__ = ["install_infer_route", "UPLOADED", "RESERVED_PARAMS"]
 
@@ -67,38 +68,12 @@ def _endpoint_like(original):
         kwargs.pop("user", None)  # the auth dependency already ran (it is part of the copied signature)
         return await run_in_threadpool(_run, kwargs)
 
-    api_run_inference.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
-    api_run_inference.__doc__ = original.__doc__
-    api_run_inference._umind_offloop = True  # type: ignore[attr-defined]
-    return api_run_inference
-
-
-def _find_route(router):
-    """(router, index, route) of POST .../infer/{model}, searching included routers too."""
-    from fastapi.routing import APIRoute
-
-    for i, route in enumerate(router.routes):
-        if isinstance(route, APIRoute) and route.path.endswith("/infer/{model}") and "POST" in route.methods:
-            return router, i, route
-        inner = getattr(route, "original_router", None)  # newer FastAPI includes routers lazily
-        if inner is not None:
-            found = _find_route(inner)
-            if found:
-                return found
-    return None
+    return same_signature(api_run_inference, original)
 
 
 def install_infer_route(app) -> bool:
     """Replace POST .../infer/{model} on the FastAPI `app` (idempotent); False when the route is not there."""
-    found = _find_route(app.router)
-    if found is None:
-        logger.warning("umind: POST /infer/{model} not found; inference stays on the event loop")
-        return False
-    router, i, route = found
-    if getattr(route.endpoint, "_umind_offloop", False):
-        return True
-    router.routes[i] = type(route)(route.path, _endpoint_like(route.endpoint), methods=["POST"], name=route.name,
-                                   summary=route.summary, tags=route.tags, responses=route.responses)
-    getattr(router, "_mark_routes_changed", lambda: None)()  # FastAPI caches the effective routes per version
-    logger.info("umind: /infer/{model} runs inference in the thread pool")
-    return True
+    done = replace_route(app, "/infer/{model}", "POST", _endpoint_like)
+    if done:
+        logger.info("umind: /infer/{model} runs inference in the thread pool")
+    return done

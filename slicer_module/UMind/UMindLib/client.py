@@ -4,6 +4,10 @@ Slicer's Python has no `requests` and Python 3.13 has no `cgi` (the stock MONAI 
 needs both), so requests are built with `urllib` and replies are parsed by `replies` (on the
 `email` package). Every failure becomes one `UMindServerError` whose message can be shown to
 the user as is: the server's own words for 4xx, a plain sentence for a dead server or timeout.
+
+With MONAI Label's auth on (`MONAI_LABEL_AUTH_ENABLE`), every endpoint wants a bearer token: `login`
+gets one from the server's /auth/token (which asks the realm, e.g. Keycloak, with the user's name and
+password), as the stock MONAILabel extension does, and every later request sends it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .replies import ParsedReply, filename_from_disposition, parse_reply
 
@@ -91,6 +95,46 @@ class UMindClient:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.server_url = url.rstrip("/")
         self.timeout = float(timeout)
+        self.token: str | None = None
+
+    # auth --------------------------------------------------------------------------------
+
+    def auth_enabled(self) -> bool:
+        """GET /auth/: does the server check tokens? (The route is absent when auth is off.)"""
+        url = self._url("/auth/")
+        try:
+            d = self._send("GET", url).json(url)
+        except UMindServerError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return bool(d.get("enabled")) if isinstance(d, dict) else False
+
+    def login(self, username: str, password: str) -> str:
+        """POST /auth/token with the user's name and password; keeps and returns the access token."""
+        if not username:
+            raise ValueError("login needs a user name")
+        body = urllib.parse.urlencode({"username": username, "password": password,
+                                       "grant_type": "password"}).encode("utf-8")
+        url = self._url("/auth/token")
+        d = self._send("POST", url, body, "application/x-www-form-urlencoded").json(url)
+        token = d.get("access_token") if isinstance(d, dict) else None
+        if not token:
+            raise UMindServerError("the server answered the login without an access token", None, url)
+        self.token = str(token)
+        return self.token
+
+    def login_if_required(self, credentials: Callable[[], tuple[str, str] | None]) -> bool:
+        """Log in when the server has auth on; `credentials()` asks the user (None = cancelled).
+        Returns True when a token is now held."""
+        if not self.auth_enabled():
+            return False
+        given = credentials()
+        if not given:
+            raise UMindServerError("the server requires a login; no credentials were given", 401,
+                                   self.server_url)
+        self.login(*given)
+        return True
 
     # endpoints ---------------------------------------------------------------------------
 
@@ -199,6 +243,8 @@ class UMindClient:
               content_type: str | None = None, timeout: float | None = None) -> _Response:
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/json, multipart/form-data, */*")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
         if content_type:
             req.add_header("Content-Type", content_type)
         limit = self.timeout if timeout is None else float(timeout)

@@ -1,0 +1,37 @@
+"""POST /auth/token answers a failed login with 401 (or 502), not MONAI Label's bare 500.
+
+The stock endpoint forwards the user's name and password to the realm's token endpoint and calls
+`raise_for_status()`, so a wrong password (the realm's 401) left the server as "Internal Server Error".
+The replacement route keeps the stock behaviour for a good login and translates the realm's answers.
+"""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+
+from .routes import replace_route, same_signature
+
+__all__ = ["install_login_route"]
+
+
+def _login_like(original):
+    async def access_token(**kwargs):
+        import requests
+
+        try:
+            return await original(**kwargs)
+        except requests.HTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (400, 401, 403):
+                raise HTTPException(401, "login failed: wrong user name or password",
+                                    headers={"WWW-Authenticate": "Bearer"}) from None
+            raise HTTPException(502, f"login failed: the identity provider answered {status}") from None
+        except requests.RequestException as exc:
+            raise HTTPException(502, f"login failed: the identity provider cannot be reached "
+                                     f"({type(exc).__name__})") from None
+
+    return same_signature(access_token, original)
+
+
+def install_login_route(app) -> bool:
+    return replace_route(app, "/auth/token", "POST", _login_like)
