@@ -4,8 +4,31 @@
 #   scripts/serve.sh                       # synthetic sample studies, port 8000
 #   UMIND_STUDIES=/data/us PORT=8080 scripts/serve.sh --conf model /models/umind
 # Extra arguments go to `monailabel start_server` (e.g. --conf retrain_every 5).
+# Security: binds 127.0.0.1. `--host ADDR` for another address is refused unless MONAI Label's auth is on
+# (MONAI_LABEL_AUTH_ENABLE=true with MONAI_LABEL_AUTH_REALM_URI) or UMIND_ALLOW_OPEN=1 says so explicitly.
+# CORS allows no other origin unless MONAI_LABEL_CORS_ORIGINS lists some (the app closes it: lib/cors.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HOST=127.0.0.1
+ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --host) HOST="${2:?--host needs an address}"; shift 2 ;;
+    --host=*) HOST="${1#--host=}"; shift ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
+case "$HOST" in
+  127.*|localhost|::1) ;;
+  *)
+    AUTH="$(printf '%s' "${MONAI_LABEL_AUTH_ENABLE:-false}" | tr '[:upper:]' '[:lower:]')"
+    if [ "$AUTH" != "true" ] && [ "$AUTH" != "1" ] && [ "${UMIND_ALLOW_OPEN:-0}" != "1" ]; then
+      echo "umind: refusing to bind $HOST without auth: anyone who can reach it could read, write and delete" \
+           "studies, labels and models. Turn on MONAI Label's auth (MONAI_LABEL_AUTH_ENABLE=true," \
+           "MONAI_LABEL_AUTH_REALM_URI=...), or set UMIND_ALLOW_OPEN=1 if the network is trusted." >&2
+      exit 2
+    fi ;;
+esac
 source "$ROOT/scripts/env.sh"
 # outside the source tree: the app keeps adapter versions under STUDIES/.umind and refuses the repository
 STUDIES="${UMIND_STUDIES:-${XDG_DATA_HOME:-$HOME/.local/share}/umind/sample-studies}"
@@ -15,9 +38,10 @@ if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi
 cat <<MSG
-umind: serving $STUDIES at http://127.0.0.1:$PORT
+umind: serving $STUDIES at http://$HOST:$PORT
   3D Slicer: add $ROOT/slicer_module/UMind under Edit > Application Settings > Modules > Additional module
   paths, restart, open Ultrasound > UMind and connect to http://127.0.0.1:$PORT
   (the stock MONAILabel extension works too: umind_segment, umind_interactive, umind_detect).
 MSG
-exec monailabel start_server --app "$ROOT/monailabel_app" --studies "$STUDIES" --host 127.0.0.1 --port "$PORT" "$@"
+exec monailabel start_server --app "$ROOT/monailabel_app" --studies "$STUDIES" --host "$HOST" --port "$PORT" \
+  ${ARGS[@]+"${ARGS[@]}"}
