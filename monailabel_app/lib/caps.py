@@ -37,7 +37,7 @@ def image_header_shape(path: str) -> tuple[int, ...]:
     try:
         return _header_shape(path, fmt)
     except Exception as exc:  # a header no reader understands: the same 400 the full read would give
-        raise ImageReadError(f"{path}: cannot read the {fmt} header ({type(exc).__name__})") from None
+        raise ImageReadError(f"{path}: cannot read {fmt} data (header: {type(exc).__name__})") from None
 
 
 def _header_shape(path: str, fmt: str) -> tuple[int, ...]:
