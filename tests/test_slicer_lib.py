@@ -1,7 +1,5 @@
-"""UMindLib under pytest: headless MRML from slicer-core, a stub HTTP server on 127.0.0.1.
-
-The stub replays the replies the UMind MONAI Label server sends (multipart params + label file,
-JSON only, FastAPI errors); it is not the real server (end-to-end tests run that)."""
+"""UMindLib under pytest: headless MRML from slicer-core; the HTTP client and whole round trips against the
+real UMind MONAI Label server (tests/real_server.py), through a proxy that keeps each request and reply."""
 
 from __future__ import annotations
 
@@ -11,11 +9,8 @@ import io
 import json
 import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
@@ -439,108 +434,94 @@ def test_prepare_submission_files_and_errors(scene, volume):
         submit.prepare_submission(scene, single, "img7")
 
 
-# HTTP client against a stub -------------------------------------------------------------
-
-class Stub:
-    """Records requests; answers from a {(method, path): handler} table."""
-
-    def __init__(self):
-        self.requests = []
-        self.routes = {}
-
-
-def _handler(stub):
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _do(self):
-            url = urlsplit(self.path)
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            stub.requests.append({"method": self.command, "path": url.path,
-                                  "query": {k: v[0] for k, v in parse_qs(url.query).items()},
-                                  "headers": dict(self.headers), "body": body})
-            fn = stub.routes.get((self.command, url.path))
-            if fn is None:
-                status, ctype, out = 404, "application/json", b'{"detail": "Not Found"}'
-            else:
-                status, ctype, out = fn(stub.requests[-1])
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        do_GET = do_POST = do_PUT = do_DELETE = _do
-    return H
-
+# HTTP client and whole round trips against the real server ---------------------------------
+# Replies come from a real `monailabel start_server` with the demo model (tests/real_server.py), through a
+# proxy that keeps every request and reply; expectations are read from those bytes with other parsers
+# (requests_toolbelt, PIL, SimpleITK) than the Lib's. Only a reply that never comes is made up locally.
 
 @pytest.fixture
-def stub():
-    s = Stub()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(s))
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    s.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield s
+def proxy():
+    from real_server import shared_server, start_proxy
+
+    server = shared_server()
+    p, httpd = start_proxy(server.url)
+    p.studies = server.studies
+    yield p
     httpd.shutdown()
     httpd.server_close()
 
 
-def js(d, status=200):
-    return lambda req: (status, "application/json", json.dumps(d).encode())
-
-
-def multipart_fields(req):
-    head = f"Content-Type: {req['headers']['Content-Type']}\r\n\r\n".encode()
-    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + req["body"])
+def multipart_fields(ex):
+    """The fields of a multipart request the Lib sent: {name: (filename, bytes)}."""
+    head = f"Content-Type: {ex.headers['Content-Type']}\r\n\r\n".encode()
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + ex.body)
     return {p.get_param("name", header="content-disposition"): (p.get_filename(), p.get_payload(decode=True))
             for p in msg.iter_parts()}
 
 
-INFO = {"name": "UMind", "version": "0.8.5",
-        "models": {"umind_segment": {"type": "segmentation", "labels": {"lesion": 1}},
-                   "umind_interactive": {"type": "deepgrow"}, "umind_detect": {"type": "detection"},
-                   "umind_landmarks": {"type": "others"}, "umind_interpret": {"type": "others"}},
-        "trainers": {"umind_lora": {}}, "strategies": {"umind_uncertainty": {}},
-        "umind": {"current_version": 3, "available_versions": [0, 1, 2, 3]}}
+def reply_parts(ex):
+    """(params JSON, label file bytes, file name) of a multipart /infer reply, read with requests_toolbelt."""
+    from requests_toolbelt.multipart import decoder
+
+    params, data, name = None, None, None
+    for part in decoder.MultipartDecoder(ex.reply, ex.content_type).parts:
+        disp = part.headers.get(b"Content-Disposition", b"").decode()
+        if 'name="params"' in disp:
+            params = json.loads(part.text)
+        else:
+            data, name = part.content, disp.split("filename=")[-1].strip('"')
+    return params, data, name
 
 
-def infer_reply(labels, params):
-    from requests_toolbelt import MultipartEncoder
+def label_array(data: bytes, name: str) -> np.ndarray:
+    """A reply's label file as (frames, rows, cols), read with PIL or SimpleITK."""
+    import tempfile
 
-    def fn(req):
-        enc = MultipartEncoder(fields={
-            "params": (None, json.dumps(params), "application/json"),
-            "image": ("label.png", io.BytesIO(lf.encode_png(labels)), "image/png")})
-        return 200, enc.content_type, enc.to_string()
-    return fn
+    import SimpleITK as sitk
+    from PIL import Image
+
+    if name.endswith(".png"):
+        return np.asarray(Image.open(io.BytesIO(data)))[None]
+    suffix = ".nii.gz" if name.endswith(".nii.gz") else Path(name).suffix
+    with tempfile.NamedTemporaryFile(suffix=suffix) as fh:
+        fh.write(data)
+        fh.flush()
+        return sitk.GetArrayFromImage(sitk.ReadImage(fh.name)).reshape(-1, *sitk.ReadImage(fh.name).GetSize()[1::-1])
 
 
-def test_client_info_infer_and_errors_verbatim(stub):
-    stub.routes[("GET", "/info/")] = js(INFO)
-    params = {"label_names": {"nodule": 1}, "umind": {"version": 0, "results": [server_result_dict(0)]}}
-    stub.routes[("POST", "/infer/umind_segment")] = infer_reply(frame_labels(), params)
-    stub.routes[("POST", "/infer/umind_interpret")] = js({"answer": "benign"})
-    stub.routes[("POST", "/infer/umind_detect")] = js({"detail": "Image 'x' not found"}, 404)
-    c = UMindClient(stub.url.replace("http://", ""), timeout=5)
-    assert c.info()["umind"]["current_version"] == 3
-    parsed = c.infer("umind_segment", "img 1", {"prompt": "Segment.", "foreground": [[1, 2, 0]]})
-    assert parsed.params == params and np.array_equal(
-        lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
-    req = stub.requests[-1]
-    assert req["query"] == {"image": "img 1", "output": "all"}
-    assert json.loads(multipart_fields(req)["params"][1]) == {"prompt": "Segment.",
-                                                              "foreground": [[1, 2, 0]]}
-    assert c.infer("umind_interpret", "img", output="json").params == {"answer": "benign"}
+def breast_scan():
+    """A held-out synthetic breast scan with a lesion (uint8, 256 x 256) and the lesion's centre (x, y)."""
+    from umind_core.data.synthetic import generate
+
+    sample = next(s for s in (generate(seed=seed, site="breast", size=256) for seed in range(1_000_003, 1_000_100))
+                  if s.objects)
+    ys, xs = np.nonzero(sample.objects[0].mask)
+    return sample.image, (int(xs.mean()), int(ys.mean()))
+
+
+def test_client_info_infer_and_errors_verbatim(proxy):
+    c = UMindClient(proxy.url.replace("http://", ""), timeout=300)
+    info = c.info()
+    assert info == json.loads(proxy.last("GET", "/info/").reply)
+    parsed = c.infer("umind_segment", "img0", {"prompt": "lesion"})
+    ex = proxy.last("POST", "/infer/umind_segment")
+    assert ex.query == {"image": "img0", "output": "all"}
+    assert json.loads(multipart_fields(ex)["params"][1]) == {"prompt": "lesion"}
+    params, data, name = reply_parts(ex)
+    assert parsed.params == params and params["umind"]["results"]
+    assert np.array_equal(lf.decode_label_file(parsed.label_bytes, parsed.label_filename).array,
+                          label_array(data, name))
+    body = c.infer("umind_interpret", "img0", {"task": "diagnose"}, output="json").params
+    assert body == json.loads(proxy.last("POST", "/infer/umind_interpret").reply) and body["answer"]
     with pytest.raises(UMindServerError) as err:
-        c.infer("umind_detect", "x")
-    assert err.value.status == 404 and err.value.message == "Image 'x' not found"
+        c.infer("umind_detect", "no-such-image")
+    ex = proxy.last("POST", "/infer/umind_detect")
+    assert err.value.status == ex.status == 404 and err.value.message == json.loads(ex.reply)["detail"]
     with pytest.raises(ValueError, match="not an http"):
         UMindClient("ftp://host")
 
 
-def test_client_server_down_and_timeout(stub):
+def test_client_server_down_and_timeout(proxy):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -549,78 +530,92 @@ def test_client_server_down_and_timeout(stub):
         UMindClient(f"http://127.0.0.1:{port}", timeout=2).info()
     assert err.value.status is None and "cannot reach the server" in err.value.message
 
-    def slow(req):
+    def slow(ex):
         time.sleep(1.5)
         return 200, "application/json", b"{}"
-    stub.routes[("GET", "/info/")] = slow
+    proxy.routes[("GET", "/info/")] = slow
     with pytest.raises(UMindServerError, match="did not answer within 0.3 s"):
-        UMindClient(stub.url, timeout=0.3).info()
+        UMindClient(proxy.url, timeout=0.3).info()
 
 
-def test_client_labels_samples_and_training(stub):
-    stub.routes[("PUT", "/datastore/label")] = js({"image": "im1", "label": "im1", "train": "queued"})
-    stub.routes[("POST", "/activelearning/umind_uncertainty")] = js({"id": "im2", "weight": 1})
-    stub.routes[("POST", "/activelearning/random")] = js({})
-    stub.routes[("GET", "/datastore/image")] = lambda req: (200, "application/octet-stream", b"IMG")
-    stub.routes[("POST", "/train/umind_lora")] = js({"id": "t1", "status": "SUBMITTED"})
-    stub.routes[("DELETE", "/train/")] = js({"id": "t1", "status": "STOPPED"})
-    c = UMindClient(stub.url, timeout=5)
-    res = c.save_label("im1", MultipartFile("im1.png", b"PNGDATA", "image/png"),
-                       {"label_names": {"nodule": 1}, "answer": "benign"})
-    assert res["train"] == "queued"
-    req = stub.requests[-1]
-    assert req["query"] == {"image": "im1", "tag": "final"}
-    fields = multipart_fields(req)
-    assert fields["label"] == ("im1.png", b"PNGDATA")
-    assert json.loads(fields["params"][1]) == {"label_names": {"nodule": 1}, "answer": "benign"}
-    assert c.next_sample("umind_uncertainty")["id"] == "im2"
-    with pytest.raises(UMindServerError, match="no sample"):
-        c.next_sample("random")
-    assert c.download_image("im2") == (b"IMG", "im2")
-    assert c.train_start(params={"epochs": 1})["status"] == "SUBMITTED"
-    assert json.loads(stub.requests[-1]["body"]) == {"epochs": 1}
-    assert c.train_status() == {}  # 404 "no train task" is an answer
-    stub.routes[("GET", "/train/")] = js({"id": "t1", "status": "RUNNING"})
-    assert c.train_status()["status"] == "RUNNING" and c.train_status(check_if_running=True)
-    assert c.train_stop()["status"] == "STOPPED"
+def _label_png(image_id):
+    lab = np.zeros((256, 256), np.uint8)
+    lab[100:140, 90:150] = 1
+    return MultipartFile(f"{image_id}.png", lf.encode_png(lab), "image/png")
 
 
-# workflow: whole round trips ----------------------------------------------------------
+def test_client_labels_samples_and_training(proxy):
+    """In file order this is the first label and the first training on the shared server."""
+    c = UMindClient(proxy.url, timeout=300)
+    assert c.train_status() == {} and proxy.last("GET", "/train/").status == 404  # "no train task" is an answer
+    sample = c.next_sample("umind_uncertainty")
+    assert sample == json.loads(proxy.last("POST", "/activelearning/umind_uncertainty").reply)
+    assert sample["id"] in ("img0", "img1")
+    label = _label_png("img1")
+    res = c.save_label("img1", label, {"label_names": {"lesion": 1}, "answer": "benign"})
+    ex = proxy.last("PUT", "/datastore/label")
+    assert res == json.loads(ex.reply)
+    assert res["retrain"] == "counting" and res["retrain_every"] == 100 and res["labels_since_last_run"] >= 1
+    assert ex.query == {"image": "img1", "tag": "final"}
+    fields = multipart_fields(ex)
+    assert fields["label"] == ("img1.png", label.data)
+    assert json.loads(fields["params"][1]) == {"label_names": {"lesion": 1}, "answer": "benign"}
+    c.save_label("img0", _label_png("img0"))
+    with pytest.raises(UMindServerError, match="no sample"):  # every study labelled: the server answers {}
+        c.next_sample("first")
+    assert json.loads(proxy.last("POST", "/activelearning/first").reply) == {}
+    data, name = c.download_image("img0")
+    assert data == (proxy.studies / "img0.png").read_bytes() and name == "img0.png"
+    started = c.train_start(params={"max_steps": 1})
+    assert started == json.loads(proxy.last("POST", "/train/umind_lora").reply) and started["status"] == "SUBMITTED"
+    assert c.train_status()["id"] == started["id"]
+    stopped = c.train_stop()
+    assert stopped == json.loads(proxy.last("DELETE", "/train/").reply)
+    assert stopped["id"] == started["id"] and stopped["status"] == "STOPPED"
+    assert c.train_status()["status"] == "STOPPED"
 
-def test_session_run_and_submit_round_trip(stub, scene):
-    single = make_volume(scene, dims=(60, 40, 1), name="us frame")
-    stub.routes[("GET", "/info/")] = js(INFO)
-    stub.routes[("PUT", "/datastore/image")] = js({"image": "us_frame"})
-    params = {"label_names": {"nodule": 1, "cyst": 2}, "answer": "Two lesions.",
-              "umind": {"version": 3, "results": [server_result_dict(0)]}}
-    stub.routes[("POST", "/infer/umind_interactive")] = infer_reply(frame_labels(), params)
-    stub.routes[("PUT", "/datastore/label")] = js({"image": "us_frame", "label": "us_frame"})
-    session = UMindSession(scene, UMindClient(stub.url, timeout=5))
+
+def _scan_volume(scene, pixels, name):
+    return make_volume(scene, dims=(pixels.shape[1], pixels.shape[0], 1), name=name, values=pixels[None])
+
+
+def test_session_run_and_submit_round_trip(proxy, scene):
+    pixels, (cx, cy) = breast_scan()
+    single = _scan_volume(scene, pixels, "us frame")
+    session = UMindSession(scene, UMindClient(proxy.url, timeout=300))
     info = session.info()
-    assert info.model_version == "3" and "umind_lora" in info.trainers
+    server_info = json.loads(proxy.last("GET", "/info/").reply)
+    assert info.model_version == str(server_info["umind"]["current_version"]) and "umind_lora" in info.trainers
     pos = scene.AddNewNodeByClass("vtkMRMLMarkupsFiducialNode")
     g = mrml.volume_geometry(single)
-    pos.AddControlPoint(vtk.vtkVector3d(*geo.ijk_to_ras(g.ijk_to_ras, (10, 7, 0))))
+    pos.AddControlPoint(vtk.vtkVector3d(*geo.ijk_to_ras(g.ijk_to_ras, (cx, cy, 0))))
     reply, nodes = session.run(single, "segment", foreground=markup_positions(pos),
                                available_models=list(info.models))
-    upload = stub.requests[1]
-    assert upload["path"] == "/datastore/image" and multipart_fields(upload)["file"][0] == "us_frame.nrrd"
-    sent = json.loads(multipart_fields(stub.requests[2])["params"][1])
-    assert sent["foreground"] == [[10, 7, 0]] and sent["task"] == "segment"
-    assert stub.requests[2]["query"]["image"] == "us_frame"
-    assert reply.answer == "Two lesions." and nodes.text.GetText() == "Two lesions."
+    upload = proxy.last("PUT", "/datastore/image")
+    assert multipart_fields(upload)["file"][0] == "us_frame.nrrd"
+    infer = proxy.last("POST", "/infer/umind_interactive")
+    sent = json.loads(multipart_fields(infer)["params"][1])
+    assert sent["foreground"] == [[cx, cy, 0]] and sent["task"] == "segment"
+    assert infer.query["image"] == json.loads(upload.reply)["image"]
+    params, data, name = reply_parts(infer)
+    names = sorted(params["label_names"], key=params["label_names"].get)
+    assert names, "the demo model segments the clicked lesion"
     s = nodes.segmentation.GetSegmentation()
-    assert [s.GetNthSegment(i).GetName() for i in range(2)] == ["nodule", "cyst"]
-    assert len(nodes.lines) == 1 and len(nodes.rois) == 1 and len(nodes.fiducials) == 1
-    session.run(single, "segment", available_models=list(info.models), model="umind_interactive")
-    assert sum(r["path"] == "/datastore/image" for r in stub.requests) == 1  # uploaded once
+    assert [s.GetNthSegment(i).GetName() for i in range(s.GetNumberOfSegments())] == names
+    labels = label_array(data, name)
+    for i, seg_name in enumerate(names):
+        a = mrml.segment_array(scene, nodes.segmentation, s.GetNthSegmentID(i), single)
+        assert np.array_equal(a, labels == params["label_names"][seg_name])
+    session.run(single, "segment", foreground=markup_positions(pos), available_models=list(info.models),
+                model="umind_interactive")
+    assert sum(e.path == "/datastore/image" for e in proxy.exchanges) == 1  # uploaded once
     session.submit(single, nodes.segmentation, nodes.all_markups(), "One lesion, benign.")
-    fields = multipart_fields(stub.requests[-1])
+    submitted = proxy.last("PUT", "/datastore/label")
+    fields = multipart_fields(submitted)
     info_sent = json.loads(fields["params"][1])
-    assert info_sent["label_names"] == {"nodule": 1, "cyst": 2}
-    assert info_sent["answer"] == "One lesion, benign."
-    assert [m["type"] for m in info_sent["markups"]["markups"]] == ["Fiducial", "Line", "ROI"]
-    assert np.array_equal(lf.decode_label_file(fields["label"][1]).array[0], frame_labels())
+    assert info_sent["label_names"] == params["label_names"] and info_sent["answer"] == "One lesion, benign."
+    assert np.array_equal(lf.decode_label_file(fields["label"][1], fields["label"][0]).array, labels)
+    assert json.loads(submitted.reply)["image"] == infer.query["image"]
 
 
 def _clip(scene, n=3):
@@ -654,39 +649,48 @@ def test_cine_clip_frames_and_segmentation_sequence(scene):
         mrml.segmentation_sequence(scene, browser, labels[:2], {"nodule": 1})
 
 
-def test_session_runs_on_all_frames_of_a_clip(stub, scene):
-    seq, browser, proxy = _clip(scene)
+def test_session_runs_on_all_frames_of_a_clip(proxy, scene):
+    pixels, _ = breast_scan()
+    frames = [pixels, np.full_like(pixels, 200), pixels]
+    seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "clip")
+    seq.SetIndexName("frame")
+    seq.SetIndexType(seq.NumericIndex)
+    for f, frame in enumerate(frames):
+        seq.SetDataNodeAtValue(_scan_volume(slicer.vtkMRMLScene(), frame, f"f{f}"), str(f))
+    browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", "clip browser")
+    browser.SetAndObserveMasterSequenceNodeID(seq.GetID())
+    proxy_volume = _scan_volume(scene, frames[0], "clip proxy")
+    browser.AddProxyNode(proxy_volume, seq, False)
     browser.SetSelectedItemNumber(1)
-    stack = np.stack([frame_labels() * (f != 0) for f in range(3)])
-    params = {"label_names": {"nodule": 1, "cyst": 2},
-              "umind": {"version": 0, "results": [server_result_dict(f) for f in range(3)]}}
-
-    def reply(req):
-        from requests_toolbelt import MultipartEncoder
-
-        enc = MultipartEncoder(fields={
-            "params": (None, json.dumps(params), "application/json"),
-            "image": ("label.nrrd", io.BytesIO(lf.encode_nrrd(stack)), "application/octet-stream")})
-        return 200, enc.content_type, enc.to_string()
-    stub.routes[("PUT", "/datastore/image")] = js({"image": "clip"})
-    stub.routes[("POST", "/infer/umind_segment")] = reply
-    session = UMindSession(scene, UMindClient(stub.url, timeout=5))
-    _, nodes = session.run(proxy, "segment", browser_node=browser, all_frames=True)
-    uploaded = lf.decode_label_file(multipart_fields(stub.requests[0])["file"][1])  # reads NRRD
-    assert uploaded.array.shape == (3, 40, 60) and int(uploaded.array[2, 0, 0]) == 20
-    sent = json.loads(multipart_fields(stub.requests[1])["params"][1])
+    session = UMindSession(scene, UMindClient(proxy.url, timeout=300))
+    _, nodes = session.run(proxy_volume, "segment", prompt="lesion", browser_node=browser, all_frames=True)
+    uploaded = lf.decode_label_file(multipart_fields(proxy.last("PUT", "/datastore/image"))["file"][1])  # NRRD
+    assert uploaded.array.shape == (3, 256, 256) and np.array_equal(uploaded.array[2], pixels)
+    infer = proxy.last("POST", "/infer/umind_segment")
+    sent = json.loads(multipart_fields(infer)["params"][1])
     assert sent["frames"] == "all" and sent["slice"] == 1
+    params, data, name = reply_parts(infer)
+    labels = label_array(data, name)
+    assert labels.shape == (3, 256, 256) and len(params["umind"]["results"]) == 3
     assert nodes.segmentation.IsA("vtkMRMLSequenceNode")
     assert nodes.segmentation.GetNumberOfDataNodes() == 3
-    assert len(nodes.lines) == 1 and nodes.lines[0].GetNthControlPointPositionVector(0)[2] == \
-        pytest.approx(ORIGIN[2])
-    _, one = session.run(proxy, "segment", browser_node=browser)
-    sent = json.loads(multipart_fields(stub.requests[-1])["params"][1])
+    names = sorted(params["label_names"], key=params["label_names"].get)
+    for f in range(3):
+        item = nodes.segmentation.GetDataNodeAtValue(str(f)).GetSegmentation()
+        present = [n for n in names if (labels[f] == params["label_names"][n]).any()]
+        assert [item.GetNthSegment(i).GetName() for i in range(item.GetNumberOfSegments())] in (names, present)
+    _, one = session.run(proxy_volume, "segment", prompt="lesion", browser_node=browser)
+    infer = proxy.last("POST", "/infer/umind_segment")
+    sent = json.loads(multipart_fields(infer)["params"][1])
     assert sent["frames"] == "current" and sent["slice"] == 1
+    params, data, name = reply_parts(infer)
     assert one.segmentation.IsA("vtkMRMLSegmentationNode")
-    a = mrml.segment_array(scene, one.segmentation,
-                           one.segmentation.GetSegmentation().GetNthSegmentID(0), proxy)
-    assert np.array_equal(a[0], frame_labels() == 1)
+    current = label_array(data, name)
+    if params["label_names"]:
+        seg = one.segmentation.GetSegmentation()
+        a = mrml.segment_array(scene, one.segmentation, seg.GetNthSegmentID(0), proxy_volume)
+        first = min(params["label_names"].values())
+        assert np.array_equal(a[0], current.reshape(-1, 256, 256)[0] == first)
 
 
 def test_markup_helpers(scene):

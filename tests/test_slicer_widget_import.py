@@ -8,10 +8,8 @@ import contextlib
 import json
 import re
 import sys
-import threading
 import types
 import xml.etree.ElementTree as ET
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest.mock import MagicMock
 
@@ -143,41 +141,27 @@ def test_widget_setup_fills_tasks_and_errors_become_status_messages(umind, monke
 
 
 def test_connect_fills_models_strategies_and_version(umind, monkeypatch):
-    info = {"name": "UMind", "version": "0.8.5", "strategies": {"umind_uncertainty": {}},
-            "models": {"umind_segment": {"type": "segmentation"},
-                       "umind_interpret": {"type": "others"}},
-            "trainers": {"umind_lora": {}}, "umind": {"current_version": 3}}
+    """Against the real server (tests/real_server.py): every model it lists appears with the type it states."""
+    import urllib.request
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    from real_server import shared_server
 
-        def do_GET(self):
-            body = json.dumps(info).encode() if self.path == "/info/" else \
-                b'{"detail": "Not Found"}'
-            self.send_response(200 if self.path == "/info/" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        widget, ui = make_widget(umind, monkeypatch)
-        ui.serverUrlComboBox.currentText = f"http://127.0.0.1:{httpd.server_address[1]}"
-        ui.serverUrlComboBox.count = 0
-        widget.onConnect()
-        models = [c.args for c in ui.modelComboBox.addItem.call_args_list]
-        assert models[0] == ("(by task)",)
-        assert ("umind_segment (segmentation)", "umind_segment") in models
-        ui.strategyComboBox.addItem.assert_called_with("umind_uncertainty")
-        ui.modelVersionLabel.setText.assert_called_with("3")
-        assert "Connected to UMind" in ui.statusLabel.setText.call_args.args[0]
-        ui.serverUrlComboBox.currentText = "http://127.0.0.1:1"
-        widget.onConnect()
-        msg = ui.statusLabel.setText.call_args.args[0]
-        assert msg.startswith("Connect failed: cannot reach the server at http://127.0.0.1:1")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    server = shared_server()
+    with urllib.request.urlopen(server.url + "/info/", timeout=60) as r:
+        info = json.loads(r.read())
+    assert info["models"]["umind_interpret"]["type"] == "classification"
+    widget, ui = make_widget(umind, monkeypatch)
+    ui.serverUrlComboBox.currentText = server.url
+    ui.serverUrlComboBox.count = 0
+    widget.onConnect()
+    models = [c.args for c in ui.modelComboBox.addItem.call_args_list]
+    assert models[0] == ("(by task)",)
+    assert sorted(models[1:]) == sorted((f"{name} ({m['type']})", name) for name, m in info["models"].items())
+    strategies = [c.args[0] for c in ui.strategyComboBox.addItem.call_args_list]
+    assert sorted(strategies) == sorted(info["strategies"])
+    ui.modelVersionLabel.setText.assert_called_with(str(info["umind"]["current_version"]))
+    assert "Connected to UMind" in ui.statusLabel.setText.call_args.args[0]
+    ui.serverUrlComboBox.currentText = "http://127.0.0.1:1"
+    widget.onConnect()
+    msg = ui.statusLabel.setText.call_args.args[0]
+    assert msg.startswith("Connect failed: cannot reach the server at http://127.0.0.1:1")
