@@ -69,6 +69,7 @@ RANDOM = np.random.default_rng(7).bytes(4096)
 PNG = png()
 TRUNCATED_PNG = PNG[:200]
 LABEL = label_png()
+PNG_SEED0 = png(seed=0)
 
 
 @dataclass
@@ -96,6 +97,14 @@ def _listing_has_no_hidden(resp, server):
     assert ids and not any(i.startswith(".") for i in ids), ids
 
 
+def _train_list_has_no_hidden(resp, server):
+    assert not any("/.hidden" in str(item.get("image", "")) for item in resp.json()), resp.json()
+
+
+def _img0_unchanged(resp, server):
+    assert (server.studies / "img0.png").read_bytes() == PNG_SEED0
+
+
 def _stored_as_png(resp, server):
     assert (server.studies / "by_content.png").is_file()
     assert not (server.studies / "by_content.py").exists()
@@ -108,6 +117,7 @@ def _label_stored_as_png(resp, server):
 
 def cases(root: Path) -> list[Case]:
     victim, victim_png = str(root / "victim"), str(root / "victim.png")
+    allowed_png = str(root / "allowed" / "ok.png")
     name_words = ("not a valid name",)
     C = Case
     up = {"file": ("x.png", PNG)}
@@ -209,9 +219,9 @@ def cases(root: Path) -> list[Case]:
         C("updatelabelinfo ../x", "PUT", "/datastore/updatelabelinfo", 400, name_words,
           {"label": "../x", "tag": "final"}, form={"params": "{}"}),
         # ---- infer: what `image` may be
-        C("infer absolute path beside studies", "POST", "/infer/umind_interpret", 400, ("not a datastore id",),
+        C("infer absolute path beside studies", "POST", "/infer/umind_interpret", 400, ("datastore id", "image_dirs"),
           {"image": victim_png}, params={}),
-        C("infer absolute missing path", "POST", "/infer/umind_interpret", 400, ("not a datastore id",),
+        C("infer absolute missing path", "POST", "/infer/umind_interpret", 400, ("datastore id", "image_dirs"),
           {"image": str(root / "nothing.png")}, params={}),
         C("infer ../victim.png", "POST", "/infer/umind_segment", 400, ("not a datastore id",),
           {"image": "../victim.png"}, params={}),
@@ -253,9 +263,38 @@ def cases(root: Path) -> list[Case]:
           params={"prompt": "lesion\x00evil"}),
         C("infer valid id", "POST", "/infer/umind_segment", 200, (), {"image": "img0", "output": "json"},
           params={"prompt": "lesion"}),
+        C("infer frames range far out", "POST", "/infer/umind_segment", 400, ("frames", "out of range"),
+          {"image": "cine"}, params={"frames": "0-100000000"}),
+        C("infer prompt list of 100", "POST", "/infer/umind_segment", 400, ("max_targets",), {"image": "img0"},
+          params={"prompt": [f"t{i}" for i in range(100)]}),
+        # ---- infer: server files only inside conf image_dirs (this server allows root/allowed)
+        C("infer file in image_dirs", "POST", "/infer/umind_segment", 200, (), {"image": allowed_png,
+          "output": "json"}, params={}),
+        C("infer image_dirs/../victim.png", "POST", "/infer/umind_segment", 400, ("image_dirs",),
+          {"image": str(root / "allowed" / ".." / "victim.png")}, params={}),
+        C("infer symlink out of image_dirs", "POST", "/infer/umind_segment", 400, ("image_dirs",),
+          {"image": str(root / "allowed" / "link.png")}, params={}),
+        C("infer image_dirs folder itself", "POST", "/infer/umind_segment", 400, ("image_dirs",),
+          {"image": str(root / "allowed")}, params={}),
+        C("infer relative path into image_dirs", "POST", "/infer/umind_segment", 400, ("not a datastore id",),
+          {"image": "../allowed/ok.png"}, params={}),
+        C("wsi infer ../victim", "POST", "/infer/wsi/umind_segment", 404, ("whole-slide",), {"image": "../victim"}),
+        C("wsi_v2 infer absolute", "POST", "/infer/wsi_v2/umind_segment", 404, ("whole-slide",),
+          {"image": victim_png}, headers={"Content-Type": "application/json"}, form={}),
         # ---- other stock endpoints
         C("model upload", "PUT", "/model/umind_segment", 405, ("not supported",),
           files={"file": ("m.pt", b"\x00" * 16)}),
+        C("model delete", "DELETE", "/model/umind_segment", 405, ("not supported",)),
+        C("session delete", "DELETE", "/session/nosuch", 406, ("session",)),
+        C("training list hides dot files", "GET", "/datastore/", 200, (), {"output": "train"},
+          check=_train_list_has_no_hidden),
+        C("overwrite img0 with random bytes", "PUT", "/datastore/image", 400, ("not a png",), {"image": "img0"},
+          files={"file": ("img0.png", RANDOM)}, check=_img0_unchanged),
+        C("head label ../x", "HEAD", "/datastore/label", 400, (), {"image": "../x", "tag": "final"}),
+        C("label info unknown tag", "GET", "/datastore/label/info", 404, ("no label",),
+          {"label": "img0", "tag": "nosuch"}),
+        C("label tag with trailing space", "PUT", "/datastore/label", 400, ("white space",),
+          {"image": "img0", "tag": "final "}, files=lab),
         C("session create", "PUT", "/session/", 406, ("session",), files={"files": ("s.png", PNG)}),
         C("session get", "GET", "/session/nosuch", 406, ("session",)),
         C("cors preflight from another origin", "OPTIONS", "/datastore/image", 400, (),
@@ -278,8 +317,8 @@ def build_tree(root: Path, model_dir: Path) -> tuple[Path, Path]:
 
     studies = root / "studies"
     studies.mkdir(parents=True)
-    for i in range(2):
-        (studies / f"img{i}.png").write_bytes(png(seed=i))
+    (studies / "img0.png").write_bytes(PNG_SEED0)
+    (studies / "img1.png").write_bytes(png(seed=1))
     (studies / "big.png").write_bytes(png(400, 400))
     dicom_mono_multiframe(studies / "cine.dcm", n=3)
     (studies / ".hidden.png").write_bytes(png(seed=9))
@@ -287,6 +326,9 @@ def build_tree(root: Path, model_dir: Path) -> tuple[Path, Path]:
     (root / "victim.png").write_bytes(png(seed=3))
     (root / "sentinel" / "x").mkdir(parents=True)
     (root / "sentinel" / "x" / "secret.txt").write_text("sentinel\n")
+    (root / "allowed").mkdir()
+    (root / "allowed" / "ok.png").write_bytes(png(seed=4))
+    (root / "allowed" / "link.png").symlink_to(root / "victim.png")
     build_model("tiny", lora=None).save_pretrained(model_dir)
     return studies, model_dir
 
@@ -298,14 +340,18 @@ def snapshot(root: Path) -> dict[str, str]:
         rel = p.relative_to(root)
         if rel.parts[0] == "studies":
             continue
-        out[str(rel)] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_symlink():
+            out[str(rel)] = f"link to {os.readlink(p)}"
+        else:
+            out[str(rel)] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
 def start(tmp: Path):
     root, model_dir = tmp / "wall", tmp / "model"
     studies, _ = build_tree(root, model_dir)
-    conf = {"model": str(model_dir), "max_new_tokens": "4", "retrain_every": "1000", **CAPS}
+    conf = {"model": str(model_dir), "max_new_tokens": "4", "retrain_every": "1000",
+            "image_dirs": str(root / "allowed"), **CAPS}
     srv = start_server(studies, conf, tmp / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     srv.root, srv.studies = root, studies
     return srv

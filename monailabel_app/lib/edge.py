@@ -5,7 +5,8 @@ call the datastore without catching anything, so a malformed `info`, an unknown 
 back as "Internal Server Error". Its `async def` routes look the helper functions (`add_image`,
 `save_label`, `run_inference`, ...) up by module attribute at call time, so wrapping those attributes
 is enough to translate every exception on the way out (`http_error`). The same place refuses the stock
-features UMind does not serve (model-file upload, sessions) with a message instead of a 500.
+features UMind does not serve (model-file upload, whole-slide inference; sessions are off in main.py)
+with a message instead of a 500.
 
 Server paths never leave in a message: `scrub` replaces the studies folder, the workdir and the temp
 folder with placeholders.
@@ -113,10 +114,12 @@ def install_edge() -> None:
         for name in names:
             _wrap(module, name)
     try:
-        from monailabel.endpoints import model
+        from monailabel.endpoints import model, wsi_infer
     except ImportError:
         return
     msg = ("uploading or deleting model files is not supported by UMind: models are versioned by training "
            "(POST /train/umind_lora, rollback with {\"rollback\": N})")
     _refuse(model, "update_model", 405, msg)
     _refuse(model, "delete_model", 405, msg)
+    # whole-slide inference would take any server path or upload as `image`; UMind has no WSI task
+    _refuse(wsi_infer, "run_wsi_inference", 404, "UMind serves no whole-slide (WSI) inference; use /infer/{task}")

@@ -109,7 +109,7 @@ def _integer_pixels(path: str, fmt: str) -> None:
     if reader.GetNumberOfComponents() != 1:
         raise UploadError(f"a label map must have one component per voxel, got {reader.GetNumberOfComponents()}")
     if "float" in sitk.GetPixelIDValueAsString(reader.GetPixelIDValue()).lower():
-        arr = sitk.GetArrayViewFromImage(sitk.ReadImage(path))
+        arr = sitk.GetArrayFromImage(sitk.ReadImage(path))  # a copy: a view would outlive its image
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise UploadError("label values must be integers (the upload holds fractional values)")
 
