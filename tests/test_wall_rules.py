@@ -1,0 +1,132 @@
+"""The studies-folder wall's rules without a server: names, content sniffing, infer image refs, caps, conf.
+
+The corpus (test_security_corpus.py) replays them against a real server; these pin each rule's edges in
+milliseconds so a change to one shows which rule moved.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
+
+from lib.caps import check_frame_count, check_image_size, check_request_counts, image_header_shape  # noqa: E402
+from lib.conf import ConfError, parse_conf  # noqa: E402
+from lib.errors import BadRequest, NotFound  # noqa: E402
+from lib.image_ref import resolve_infer_image  # noqa: E402
+from lib.names import check_name, is_name  # noqa: E402
+from lib.uploads import UploadError, check_image_upload, sniff_format  # noqa: E402
+
+
+@pytest.mark.parametrize("value", ["img0", "case 12", "scan-3_b", "a..b", "é", "x" * 200])
+def test_names_that_pass(value):
+    assert is_name(value) and check_name("image id", value) == value
+
+
+@pytest.mark.parametrize("value,words", [
+    ("../x", "separator"), ("a/b", "separator"), ("a\\b", "separator"), ("/etc/passwd", "separator"),
+    ("..", "starts with '.'"), (".umind", "starts with '.'"), ("a\x00b", "U+0000"), ("a\nb", "U+000A"),
+    ("", "is empty"), ("x" * 201, "characters long"), (" x", "white space"), (5, "must be a string"),
+])
+def test_names_that_fail_say_why(value, words):
+    with pytest.raises(BadRequest) as err:
+        check_name("label tag", value)
+    assert words in str(err.value) and "label tag" in str(err.value)
+
+
+def _png_bytes(h=32, w=32) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray((np.random.default_rng(0).random((h, w)) * 255).astype(np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("data,fmt", [
+    (_png_bytes(), "png"), (b"\xff\xd8\xff\xe0" + b"\x00" * 20, "jpeg"), (b"\x00" * 128 + b"DICM" + b"\x00" * 8, "dicom"),
+    (b"NRRD0004\n", "nrrd"), (b"\x00" * 344 + b"n+1\x00" + b"\x00" * 10, "nifti"),
+    (gzip.compress(b"\x00" * 344 + b"n+1\x00" + b"\x00" * 200), "nifti-gz"), (gzip.compress(b"hello"), None),
+    (b"import os\n", None), (b"{}", None), (b"", None),
+])
+def test_format_is_sniffed_from_content(tmp_path, data, fmt):
+    p = tmp_path / "upload.png"  # the name never matters
+    p.write_bytes(data)
+    assert sniff_format(p) == fmt
+
+
+def test_image_upload_must_decode(tmp_path):
+    good, bad = tmp_path / "a.py", tmp_path / "b.png"
+    good.write_bytes(_png_bytes())
+    bad.write_bytes(_png_bytes()[:len(_png_bytes()) // 2])  # cut inside the pixel data
+    assert check_image_upload(good, "a", str(tmp_path)).endswith(".png")
+    with pytest.raises(UploadError) as err:
+        check_image_upload(bad, "b", str(tmp_path))
+    assert "does not decode" in str(err.value) and str(tmp_path) not in str(err.value)
+
+
+class _Store:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_image_uri(self, image_id):
+        if image_id not in self.ids:
+            raise NotFound(f"image {image_id!r} is not in the datastore")
+        return f"/studies/{image_id}.png"
+
+
+def test_infer_image_is_a_datastore_id_unless_image_dirs_allow_the_file(tmp_path):
+    store = _Store({"img0"})
+    assert resolve_infer_image("img0", store, (), uploaded=False) == ("img0", True)
+    with pytest.raises(NotFound):
+        resolve_infer_image("nosuch", store, (), uploaded=False)
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "ok.png").write_bytes(_png_bytes())
+    (tmp_path / "secret.png").write_bytes(_png_bytes())
+    (allowed / "link.png").symlink_to(tmp_path / "secret.png")
+    for path in (str(allowed / "ok.png"), str(tmp_path / "secret.png")):
+        with pytest.raises(BadRequest) as err:  # off by default: same answer whether the file exists or not
+            resolve_infer_image(path, store, (), uploaded=False)
+        assert "not a datastore id" in str(err.value)
+    dirs = (allowed.resolve(),)
+    assert resolve_infer_image(str(allowed / "ok.png"), store, dirs, uploaded=False)[1] is False
+    for path in (str(allowed / ".." / "secret.png"), str(allowed / "link.png"), str(allowed), "../allowed/ok.png"):
+        with pytest.raises(BadRequest):
+            resolve_infer_image(path, store, dirs, uploaded=False)
+    with pytest.raises(BadRequest):  # only this request's own upload (a temp file) is accepted as a path
+        resolve_infer_image(str(tmp_path / "secret.png"), store, (), uploaded=True)
+
+
+def test_caps_name_their_conf_key(tmp_path):
+    conf = parse_conf({"max_clicks": "3", "max_frames": "2", "max_pixels": "1000"}, str(tmp_path))
+    check_request_counts({"foreground": [[1, 1, 0]] * 2, "background": [[2, 2, 0]]}, conf)
+    with pytest.raises(BadRequest, match="max_clicks = 3"):
+        check_request_counts({"foreground": [[1, 1, 0]] * 2, "background": [[2, 2, 0]] * 2}, conf)
+    with pytest.raises(BadRequest, match="max_frames = 2"):
+        check_frame_count(3, conf)
+    p = tmp_path / "big.png"
+    p.write_bytes(_png_bytes(40, 30))
+    assert image_header_shape(str(p)) == (40, 30)
+    with pytest.raises(BadRequest, match="max_pixels = 1,000"):
+        check_image_size(image_header_shape(str(p)), conf)
+
+
+@pytest.mark.parametrize("conf,words", [
+    ({"max_clicks": "0"}, "max_clicks must be at least 1"), ({"max_pixels": "many"}, "max_pixels must be an integer"),
+    ({"image_dirs": "relative/dir"}, "image_dirs must list existing absolute folders"),
+    ({"image_dirs": "/no/such/folder"}, "image_dirs must list existing absolute folders"),
+])
+def test_bad_cap_or_image_dirs_stop_the_start(tmp_path, conf, words):
+    with pytest.raises(ConfError, match=words):
+        parse_conf(conf, str(tmp_path))
+
+
+def test_defaults_are_on_and_server_paths_off(tmp_path):
+    conf = parse_conf({}, str(tmp_path))
+    assert (conf.max_clicks, conf.max_targets, conf.max_frames, conf.max_pixels) == (64, 32, 128, 50_000_000)
+    assert conf.image_dirs == ()
