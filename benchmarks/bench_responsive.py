@@ -2,7 +2,7 @@
 
 Starts the real server with the shipped demo model (or --model DIR), warms the model up, then runs
 `--clients` threads that each send POST /infer/umind_segment back to back, while one more thread polls
-GET /info/ (and GET /datastore/) every `--interval` seconds for `--seconds`. Prints the latency
+GET /info/ (and GET /datastore/, GET /train/) every `--interval` seconds for `--seconds`. Prints the latency
 percentiles of the cheap endpoints and how many infers completed, so the figure is comparable between the
 stock route (inference on the event loop: /info waits behind every infer) and the app's threaded route.
 
@@ -54,7 +54,8 @@ def _poll(url: str, path: str, stop: threading.Event, interval: float, out: list
     while not stop.is_set():
         t0 = time.perf_counter()
         r = requests.get(url + path, timeout=120)
-        r.raise_for_status()
+        if r.status_code >= 500 or (r.status_code >= 400 and path != "/train/"):  # /train/: 404 = no run yet
+            raise RuntimeError(f"{path}: {r.status_code} {r.text[:80]}")
         out.append(time.perf_counter() - t0)
         time.sleep(interval)
 
@@ -86,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             errors: list[str] = []
             info: list[float] = []
             store: list[float] = []
+            train: list[float] = []
             threads = [threading.Thread(target=_infer_loop, args=(server.url, stop, done, errors))
                        for _ in range(args.clients)]
             threads += [threading.Thread(target=_poll, args=(server.url, "/info/", stop, args.interval, info)),
-                        threading.Thread(target=_poll, args=(server.url, "/datastore/", stop, args.interval, store))]
+                        threading.Thread(target=_poll, args=(server.url, "/datastore/", stop, args.interval, store)),
+                        threading.Thread(target=_poll, args=(server.url, "/train/", stop, args.interval, train))]
             for t in threads:
                 t.start()
             time.sleep(args.seconds)
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     print(f"{args.clients} infer clients for {args.seconds:.0f} s: {len(done)} infers done "
           f"(median {statistics.median(done) if done else float('nan'):.2f} s each), {len(errors)} errors")
-    for name, lat in (("/info", info), ("/datastore", store)):
+    for name, lat in (("/info", info), ("/datastore", store), ("/train", train)):
         print(f"{name:11s} n={len(lat):4d}  p50 {_percentile(lat, 50) * 1000:7.1f} ms  "
               f"p95 {_percentile(lat, 95) * 1000:7.1f} ms  max {max(lat) * 1000 if lat else float('nan'):7.1f} ms")
     if errors:
