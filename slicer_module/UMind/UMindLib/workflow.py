@@ -94,7 +94,8 @@ class UMindSession:
         else:
             data, name = volume_array(volume_node), volume_node.GetName()
             m = volume_geometry(volume_node).ijk_to_ras
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "image"
+        # the server takes ids as names: no separators, and no leading '.' (reserved there)
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "image"
         return MultipartFile(f"{safe}.nrrd", encode_image_nrrd(data, m))
 
     def ensure_image_id(self, volume_node: Any, sequence_node: Any = None) -> str:
