@@ -39,7 +39,7 @@ from lib.model_holder import holder
 from lib.offloop import UPLOADED, install_infer_route
 from lib.offloop import UPLOADED, install_infer_route
 from lib.retrain import RetrainTrigger
-from lib.runtime import Runtime
+from lib.runtime import PREDICT_LOCK, Runtime
 from lib.trainers import UMindLoRATrain
 
 logger = logging.getLogger(__name__)
@@ -130,6 +130,11 @@ class UMindApp(MONAILabelApp):
                                                         f"{', '.join(sorted(self._infers))}")
         store = datastore or self.datastore()
         return super().infer(check_infer_request(request, store, self.umind_conf, UPLOADED.get()), store)
+
+    def scoring(self, request, datastore=None):
+        """Scoring run in this process (`run_sync=true`) uses the served Predictor, as /infer threads do."""
+        with PREDICT_LOCK:
+            return super().scoring(request, datastore)
 
     def on_save_label(self, image_id, label_id):
         super().on_save_label(image_id, label_id)
