@@ -120,7 +120,7 @@ class UMindApp(MONAILabelApp):
             install_infer_route(server.app)
             if settings.MONAI_LABEL_AUTH_ENABLE:
                 install_login_route(server.app)
-            restrict_cors(server.app, settings.MONAI_LABEL_CORS_ORIGINS)
+            restrict_cors(server.app, self.umind_conf.cors_origins)
 
     def infer(self, request, datastore=None):
         """Unknown task -> 404; the image and save_label are checked by lib/infer_guard before anything is read."""
@@ -151,4 +151,5 @@ class UMindApp(MONAILabelApp):
             "trigger": self.trigger.state(),
             "loaded": holder.loaded_key() is not None,
         }
+        meta["umind"]["warnings"] = meta["umind"].get("warnings", []) + self.runtime.warnings()
         return meta

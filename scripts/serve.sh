@@ -6,7 +6,7 @@
 # Extra arguments go to `monailabel start_server` (e.g. --conf retrain_every 5).
 # Security: binds 127.0.0.1. `--host ADDR` for another address is refused unless MONAI Label's auth is on
 # (MONAI_LABEL_AUTH_ENABLE=true with MONAI_LABEL_AUTH_REALM_URI) or UMIND_ALLOW_OPEN=1 says so explicitly.
-# CORS allows no other origin unless MONAI_LABEL_CORS_ORIGINS lists some (the app closes it: lib/cors.py).
+# CORS allows no other origin unless --conf cors_origins lists some (the app sets it: lib/cors.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HOST=127.0.0.1

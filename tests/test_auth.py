@@ -4,6 +4,7 @@ The server runs with `MONAI_LABEL_AUTH_ENABLE=true` against `auth_issuer.Issuer`
 realm). The UMind Slicer module's client (`UMindLib.UMindClient`) logs in through the server's /auth/token
 as the stock MONAILabel extension does and sends the bearer token; the roles decide what it may do:
 an annotator infers and saves labels, a plain user only infers, only an admin trains and rolls back.
+The same server checks that a configured CORS origin (conf cors_origins) is honoured and no other.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from server_utils import start_server  # noqa: E402
 from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+VIEWER = "http://viewer.example:3000"  # the one origin this server's CORS allows
 
 
 def _png(arr: np.ndarray) -> bytes:
@@ -52,7 +55,8 @@ def server(tmp_path_factory, issuer):
     build_model("tiny", lora=None).save_pretrained(model_dir)
     env = {"MONAI_LABEL_AUTH_ENABLE": "true", "MONAI_LABEL_AUTH_REALM_URI": issuer.realm_uri,
            "MONAI_LABEL_AUTO_UPDATE_SCORING": "false"}
-    srv = start_server(studies, {"model": str(model_dir), "max_new_tokens": "4", "retrain_every": "0"},
+    srv = start_server(studies, {"model": str(model_dir), "max_new_tokens": "4", "retrain_every": "0",
+                                 "cors_origins": VIEWER},
                        root / "server.log", env=env)
     yield srv
     srv.stop()
@@ -118,3 +122,13 @@ def test_admin_can_roll_back(server):
     c = client_as(server, "root", "root-pw")
     res = c.train_start("umind_lora", {"rollback": 0})
     assert res.get("status") in ("SUBMITTED", "RUNNING", "QUEUED", "DONE") or "id" in res, res
+
+
+def test_cors_allows_exactly_the_configured_origin(server):
+    def preflight(origin):
+        return requests.options(f"{server.url}/infer/umind_segment", timeout=30, headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+
+    ok, evil = preflight(VIEWER), preflight("http://evil.example")
+    assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == VIEWER
+    assert evil.status_code == 400 and "access-control-allow-origin" not in evil.headers

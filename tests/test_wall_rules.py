@@ -120,6 +120,8 @@ def test_caps_name_their_conf_key(tmp_path):
     ({"max_clicks": "0"}, "max_clicks must be at least 1"), ({"max_pixels": "many"}, "max_pixels must be an integer"),
     ({"image_dirs": "relative/dir"}, "image_dirs must list existing absolute folders"),
     ({"image_dirs": "/no/such/folder"}, "image_dirs must list existing absolute folders"),
+    ({"cors_origins": "*"}, "cors_origins must list origins"), ({"cors_origins": "ftp://x"}, "cors_origins"),
+    ({"cors_origins": "https://a.example/app"}, "cors_origins"),
 ])
 def test_bad_cap_or_image_dirs_stop_the_start(tmp_path, conf, words):
     with pytest.raises(ConfError, match=words):
@@ -129,4 +131,6 @@ def test_bad_cap_or_image_dirs_stop_the_start(tmp_path, conf, words):
 def test_defaults_are_on_and_server_paths_off(tmp_path):
     conf = parse_conf({}, str(tmp_path))
     assert (conf.max_clicks, conf.max_targets, conf.max_frames, conf.max_pixels) == (64, 32, 128, 50_000_000)
-    assert conf.image_dirs == ()
+    assert conf.image_dirs == () and conf.cors_origins == ()
+    assert parse_conf({"cors_origins": "https://a.example/, http://b:3000"}, str(tmp_path)).cors_origins == (
+        "https://a.example", "http://b:3000")

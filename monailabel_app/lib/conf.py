@@ -64,6 +64,8 @@ class AppConfig:
     max_pixels: int = 50_000_000  # pixels of the whole study (it is decoded whole)
     #: folders whose files an infer `image` may name by absolute path; empty = datastore ids only
     image_dirs: tuple[Path, ...] = ()
+    #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/cors.py)
+    cors_origins: tuple[str, ...] = ()
 
 
 def _int(key: str, value: object, minimum: int | None = None) -> int:
@@ -152,6 +154,20 @@ def _image_dirs(value: object) -> tuple[Path, ...]:
     return tuple(out)
 
 
+def _origins(value: object) -> tuple[str, ...]:
+    """Comma-separated web origins, each scheme://host[:port] with no path (what browsers send as Origin)."""
+    out = []
+    for item in str(value or "").split(","):
+        origin = item.strip().rstrip("/")
+        if not origin:
+            continue
+        scheme, _, rest = origin.partition("://")
+        if scheme not in ("http", "https") or not rest or "/" in rest:
+            raise ConfError(f"cors_origins must list origins like https://viewer.example:8443, got {item.strip()!r}")
+        out.append(origin)
+    return tuple(out)
+
+
 def parse_conf(conf: dict, studies: str) -> AppConfig:
     """Turn the raw conf dict into an AppConfig; unknown keys are left for MONAI Label itself."""
     model = (conf.get("model") or "").strip() or None
@@ -197,6 +213,7 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         max_frames=_int("max_frames", conf.get("max_frames", AppConfig.max_frames), 1),
         max_pixels=_int("max_pixels", conf.get("max_pixels", AppConfig.max_pixels), 64),
         image_dirs=_image_dirs(conf.get("image_dirs", "")),
+        cors_origins=_origins(conf.get("cors_origins", "")),
         train=parse_train_params(conf),
         uncertainty_signal=_choice("uncertainty_signal", conf.get("uncertainty_signal", "combined"), SIGNALS),
         scoring_sample=_int("scoring_sample", conf.get("scoring_sample", "0"), 0),
