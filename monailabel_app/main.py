@@ -33,10 +33,9 @@ from lib.cors import restrict_cors
 from lib.datastore import GuardedDatastore
 from lib.edge import install_edge, set_roots
 from lib.infer_guard import check_infer_request
-from lib.login import install_login_route
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
+from lib.login import install_login_route
 from lib.model_holder import holder
-from lib.offloop import UPLOADED, install_infer_route
 from lib.offloop import UPLOADED, install_infer_route
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime

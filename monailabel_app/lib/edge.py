@@ -58,7 +58,6 @@ def scrub(text: str) -> str:
 
 def http_error(exc: BaseException, where: str) -> HTTPException:
     """The HTTPException a failed endpoint answers with (message scrubbed of server paths)."""
-    from monailabel.interfaces.datastore import DefaultLabelTag  # noqa: F401  (imported for its module)
     from monailabel.interfaces.exception import ImageNotFoundException, LabelNotFoundException, MONAILabelException
 
     if isinstance(exc, HTTPException):
