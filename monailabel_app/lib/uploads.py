@@ -88,7 +88,8 @@ def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str) -> 
     try:
         read_study(copy)
     except Exception as exc:  # any decoder failure is the upload's fault
-        raise UploadError(f"image {image_id!r}: the {fmt} upload does not decode: {_first_line(exc, {copy: 'the upload'})}") from None
+        why = _first_line(exc, {copy: "the upload"})
+        raise UploadError(f"image {image_id!r}: the {fmt} upload does not decode: {why}") from None
     return copy
 
 
