@@ -36,7 +36,7 @@ from lib.infer_guard import check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
 from lib.login import install_login_route
 from lib.model_holder import holder
-from lib.offloop import UPLOADED, install_infer_route
+from lib.offloop import UPLOADED, install_infer_route, install_upload_routes
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime
 from lib.trainers import UMindLoRATrain
@@ -117,6 +117,7 @@ class UMindApp(MONAILabelApp):
         server = sys.modules.get("monailabel.app")
         if server is not None:
             install_infer_route(server.app)
+            install_upload_routes(server.app)
             if settings.MONAI_LABEL_AUTH_ENABLE:
                 install_login_route(server.app)
             restrict_cors(server.app, self.umind_conf.cors_origins)

@@ -1,4 +1,4 @@
-"""Inference off the event loop, so `/info`, `/datastore` and `/train` status answer while the model runs.
+"""Inference and upload checks off the event loop, so `/info`, `/datastore` and `/train` answer meanwhile.
 
 MONAI Label 0.8.5's POST /infer/{model} is `async def` and calls the synchronous inference directly: one
 long request (24 s for 2,000 clicks) stalled every other request, `/info` included. `install_infer_route`
@@ -11,6 +11,9 @@ The route also checks what only it can see, before anything is read: the request
 uploads one (not a session: UMind serves no sessions), and `params` does not carry the keys the server
 sets itself (`image`, `model`, `label`, ...), which MONAI Label would otherwise let params overwrite.
 `UPLOADED` tells `UMindApp.infer` that the temp file it is handed is this request's own upload.
+
+The datastore's image and label uploads decode the upload (and, for a label, its image) at the door
+(lib/uploads.py): `install_upload_routes` runs those endpoints' stock helpers in the thread pool too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .routes import replace_route, same_signature
 
-__all__ = ["install_infer_route", "UPLOADED", "RESERVED_PARAMS"]
+__all__ = ["install_infer_route", "install_upload_routes", "UPLOADED", "RESERVED_PARAMS"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +80,26 @@ def install_infer_route(app) -> bool:
     if done:
         logger.info("umind: /infer/{model} runs inference in the thread pool")
     return done
+
+
+def _upload_like(helper: str):
+    """A route body that calls monailabel.endpoints.datastore.<helper> (as wrapped by `edge`) in a thread."""
+    def make(original):
+        async def endpoint(**kwargs):
+            from monailabel.endpoints import datastore as datastore_module
+
+            user = kwargs.pop("user", None)
+            return await run_in_threadpool(getattr(datastore_module, helper), **kwargs,
+                                           user=getattr(user, "username", None))
+
+        return same_signature(endpoint, original)
+
+    return make
+
+
+def install_upload_routes(app) -> bool:
+    """PUT /datastore/image (and the deprecated PUT /datastore/) and PUT /datastore/label in the thread pool."""
+    done = [replace_route(app, "/datastore/image", "PUT", _upload_like("add_image")),
+            replace_route(app, "/datastore/", "PUT", _upload_like("add_image")),
+            replace_route(app, "/datastore/label", "PUT", _upload_like("save_label"))]
+    return all(done)
