@@ -30,8 +30,11 @@ class GuardedDatastore(LocalDatastore):
     # ------------------------------------------------------------------ index
     def _hide_non_names(self) -> None:
         objects = self._datastore.objects
+        warned = self.__dict__.setdefault("_umind_hidden", set())
         for image_id in [k for k in objects if not is_name(k)]:
-            logger.warning(f"umind: datastore file with id {image_id!r} is not a valid name; it is not served")
+            if image_id not in warned:  # every refresh finds the file again; say it once
+                warned.add(image_id)
+                logger.warning(f"umind: datastore file with id {image_id!r} is not a valid name; it is not served")
             del objects[image_id]
         for obj in objects.values():
             for tag in [t for t in obj.labels if not is_name(t)]:
