@@ -105,6 +105,10 @@ def _img0_unchanged(resp, server):
     assert (server.studies / "img0.png").read_bytes() == PNG_SEED0
 
 
+def _is_img1(resp, server):
+    assert resp.content == (server.studies / "img1.png").read_bytes()
+
+
 def _stored_as_png(resp, server):
     assert (server.studies / "by_content.png").is_file()
     assert not (server.studies / "by_content.py").exists()
@@ -165,6 +169,8 @@ def cases(root: Path) -> list[Case]:
         C("download absolute", "GET", "/datastore/image", 400, name_words, {"image": victim_png}),
         C("download workdir file", "GET", "/datastore/image", 400, name_words, {"image": ".umind/versions"}),
         C("download unknown", "GET", "/datastore/image", 404, ("not in the datastore",), {"image": "nosuch"}),
+        C("download img1", "GET", "/datastore/image", 200, (), {"image": "img1"}, check=_is_img1),
+        C("head img1", "HEAD", "/datastore/image", 200, (), {"image": "img1"}),
         C("head ../victim", "HEAD", "/datastore/image", 400, (), {"image": "../victim"}),
         C("image info ../victim", "GET", "/datastore/image/info", 400, name_words, {"image": "../victim"}),
         C("image info unknown", "GET", "/datastore/image/info", 404, ("not in the datastore",), {"image": "nosuch"}),
@@ -208,6 +214,8 @@ def cases(root: Path) -> list[Case]:
         C("label png named .py", "PUT", "/datastore/label", 200, (), {"image": "img1", "tag": "final"},
           files={"label": ("l.py", LABEL)}, counted=True, check=_label_stored_as_png),
         C("label valid", "PUT", "/datastore/label", 200, (), {"image": "img0", "tag": "final"}, files=lab, counted=True),
+        C("download the saved label", "GET", "/datastore/label", 200, (), {"label": "img0", "tag": "final"},
+          check=lambda resp, server: resp.content == LABEL),
         C("delete label tag ../../x", "DELETE", "/datastore/label", 400, name_words, {"id": "img0", "tag": "../../x"}),
         C("delete label ../victim", "DELETE", "/datastore/label", 400, name_words, {"id": "../victim", "tag": "final"}),
         C("delete label unknown tag", "DELETE", "/datastore/label", 404, ("no label",), {"id": "img0", "tag": "nosuch"}),
