@@ -124,7 +124,11 @@ def test_segment_several_targets_get_several_labels(server):
     assert resp.status_code == 200, resp.text
     params, data = multipart(resp)
     assert params["label_names"] == {"lesion": 1, "cyst": 2}
-    assert set(np.unique(read_label(data, ".png"))) <= {0, 1, 2}
+    labels = read_label(data, ".png")
+    assert set(np.unique(labels)) <= {0, 1, 2}
+    # the fixture model draws its memorised lesion for any target, so the later target may paint over the
+    # earlier one; together they must cover the lesion (an all-zero map fails here)
+    assert dice(labels > 0, lesion_mask()) > 0.7
 
 
 @pytest.mark.parametrize("image,suffix,shape", [("cine", ".nii.gz", (3, 48, 64)), ("vol", ".nii.gz", (2, 256, 256))])
@@ -136,9 +140,16 @@ def test_every_task_on_dicom_cine_and_nifti_volume(server, image, suffix, shape)
     assert len(params["umind"]["results"]) == shape[0]  # every frame, batched
     resp = infer(server, "umind_interactive", image, {"foreground": [[20, 20, 1]], "background": [[2, 2, 1]]})
     assert resp.status_code == 200, resp.text
-    _, data = multipart(resp)
+    params, data = multipart(resp)
     lab = read_label(data, suffix)
-    assert lab.shape == shape and not lab[0].any()  # only the clicked frame (k=1) can be labelled
+    results = params["umind"]["results"]
+    assert lab.shape == shape and [r["frame_index"] for r in results] == [1]  # only the clicked frame (k=1) runs
+    shares = [o["mask"]["pixels"] / np.prod(o["mask"]["shape"]) for o in results[0]["objects"] if o["mask"]]
+    painted = (lab[1] > 0).mean()
+    assert not lab[0].any()
+    # the map is the union of the reported masks (several objects may repeat one mask): between the largest
+    # one and their sum (0 for both when the model drew nothing)
+    assert max(shares, default=0.0) - 0.02 <= painted <= sum(shares) + 0.02
     for task in ("umind_detect", "umind_landmarks"):
         resp = infer(server, task, image, {"frames": "0-1"})
         assert resp.status_code == 200, resp.text
@@ -225,7 +236,7 @@ def test_uncertainty_scoring_serves_most_uncertain_first(server):
 
 
 # ---------------------------------------------------------------------------------------------- training
-def wait_train(server, timeout: float = 240.0) -> dict:
+def wait_train(server, timeout: float = 600.0) -> dict:  # a guard against hangs, not a goal
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         resp = requests.get(f"{server.url}/train/", timeout=30)
@@ -235,23 +246,24 @@ def wait_train(server, timeout: float = 240.0) -> dict:
     raise AssertionError(f"training did not finish in {timeout} s:\n{server.log_tail()}")
 
 
-def save_label(server, image: str) -> tuple[dict, float]:
+def save_label(server, image: str) -> dict:
     buf = io.BytesIO()
     Image.fromarray(lesion_mask().astype(np.uint8)).save(buf, format="PNG")
-    t0 = time.perf_counter()
     resp = requests.put(f"{server.url}/datastore/label?image={image}&tag=final",
                         files={"label": (f"{image}.png", buf.getvalue())},
                         data={"params": json.dumps({"label_names": {"lesion": 1}})}, timeout=60)
     assert resp.status_code == 200, resp.text
-    return resp.json(), time.perf_counter() - t0
+    return resp.json()
 
 
 def test_retrain_after_k_labels_promote_reject_fail_and_rollback(server):
     pytest.importorskip("umind_core.training.trainer")
-    first, _ = save_label(server, "img0")
+    first = save_label(server, "img0")
     assert first["retrain"] == "counting" and first["labels_since_last_run"] == 1
-    second, seconds = save_label(server, "img1")
-    assert second["retrain"] == "started" and seconds < 5.0  # the save never waits for training
+    second = save_label(server, "img1")
+    assert second["retrain"] == "started"
+    # the save never waits for training: when its reply is here, the job it started has not finished
+    assert requests.get(f"{server.url}/train/", timeout=30).json()["status"] in ("SUBMITTED", "RUNNING")
     assert wait_train(server)["status"] == "DONE"
     info = server.get_json("/info/")["umind"]
     assert info["current_version"] == 1 and info["runs"][-1]["status"] == "promoted"
