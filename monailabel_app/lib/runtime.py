@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -14,6 +15,11 @@ __all__ = ["Runtime", "PREDICT_LOCK"]
 #: held while a request uses the shared Predictor: /infer runs in the thread pool (lib/offloop.py), and a
 #: Predictor keeps per-image state (set_image), so two requests must not interleave on it
 PREDICT_LOCK = threading.Lock()
+logger = logging.getLogger(__name__)
+#: versions this process failed to load (version -> error) and what it serves in their place; per process,
+#: like the model holder, so a broken version is tried once, not on every request
+_BROKEN: dict[int, str] = {}
+_FALLBACK: dict[int, int] = {}
 
 
 @dataclass
@@ -36,6 +42,42 @@ class Runtime:
                          self.conf.dtype, self.conf.max_new_tokens)
 
     def predictor(self):
-        """(Predictor, version) of the served version, loaded lazily once per process."""
+        """(Predictor, version) of the served version, loaded lazily once per process.
+
+        A promoted version that cannot be loaded (a corrupt or deleted folder, a base that moved) does not
+        take the server down: the last promoted version before it that loads is served instead, and
+        `warnings()` says so in /info until someone rolls back or a new version is promoted."""
         spec = self.spec()
-        return holder.predictor(spec), spec.version
+        if spec.version not in _BROKEN:
+            try:
+                return holder.predictor(spec), spec.version
+            except Exception as exc:
+                if spec.version == 0:
+                    raise
+                _BROKEN[spec.version] = f"{type(exc).__name__}: {exc}"
+                logger.warning(f"umind: version {spec.version} cannot be loaded: {exc}")
+        return self._fallback(spec.version)
+
+    def _fallback(self, broken: int):
+        promoted = sorted({r["version"] for r in self.versions.state()["runs"]
+                           if r.get("status") == "promoted" and isinstance(r.get("version"), int)
+                           and 0 < r["version"] < broken and r["version"] not in _BROKEN}, reverse=True)
+        for v in promoted + [0]:
+            try:
+                predictor = holder.predictor(self.spec(v))
+            except Exception as exc:
+                if v == 0:
+                    raise
+                _BROKEN[v] = f"{type(exc).__name__}: {exc}"
+                continue
+            _FALLBACK[broken] = v
+            return predictor, v
+        raise RuntimeError("no version can be loaded")  # unreachable: version 0 either loads or raised
+
+    def warnings(self) -> list[str]:
+        """What /info must tell about the served model (a version that could not be loaded)."""
+        current = self.served_version()
+        if current not in _BROKEN:
+            return []
+        return [f"version {current} cannot be loaded ({_BROKEN[current]}); serving version "
+                f"{_FALLBACK.get(current, '?')} instead: roll back or retrain"]

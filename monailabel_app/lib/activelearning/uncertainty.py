@@ -1,6 +1,6 @@
 """`umind_uncertainty` scoring and the strategy that serves the most uncertain unlabeled image first.
 
-For every target (the request's prompt, or the app's conf labels) the model segments the image's middle
+For every target (the request's `targets` or `prompt`, or the app's conf labels) the model segments the image's middle
 frame and its mirror image, and detects the target: signals.py turns these into the model's own
 confidence (token probability, mask entropy), flip disagreement and task disagreement. The score is the
 conf key `uncertainty_signal` (default "combined": the mean of the flip and task disagreements, because the
@@ -106,8 +106,7 @@ class UMindUncertainty(ScoringMethod):
 
     def __call__(self, request, datastore: Datastore):
         predictor, version = self.runtime.predictor()
-        prompt = request.get("prompt")
-        targets = [prompt] if isinstance(prompt, str) and prompt.strip() else list(self.runtime.conf.labels)
+        targets = _targets(request, self.runtime.conf.labels)
         signal = self.runtime.conf.uncertainty_signal
         force = bool(request.get("force", False))
         scores = self.store.load()
@@ -134,6 +133,17 @@ class UMindUncertainty(ScoringMethod):
         self.store.save(scores)
         return {"method": SCORE_KEY, "signal": signal, "version": version, "scored": len(scored),
                 "skipped": skipped, "failed": failed}
+
+
+def _targets(request: dict, default: tuple[str, ...]) -> list[str]:
+    """The request's `targets` (a list) or `prompt` (one), else the conf labels."""
+    given = request.get("targets")
+    if isinstance(given, list) and given and all(isinstance(t, str) and t.strip() for t in given):
+        return [t.strip() for t in given]
+    if given is not None:
+        raise ValueError("targets must be a non-empty list of structure names")
+    prompt = request.get("prompt")
+    return [prompt.strip()] if isinstance(prompt, str) and prompt.strip() else list(default)
 
 
 class MostUncertain(Strategy):

@@ -19,6 +19,7 @@ A failure leaves the served version untouched. A request with {"rollback": N} se
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 from monailabel.interfaces.datastore import Datastore
 from monailabel.interfaces.tasks.train import TrainTask
 
+from umind_core.atomic import write_text
 from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import ManifestRecord, read_manifest
 
@@ -58,6 +60,29 @@ def trainer_config(params: TrainParams, output_dir):
 
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+class SyntheticScores:
+    """Scores of each version on the fixed synthetic regression set: a version's scores are measured once
+    (when it was the candidate) instead of again by every later run that starts from it."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def _load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, version: int, size: int) -> dict | None:
+        return self._load().get(f"{version}:{size}")
+
+    def put(self, version: int, size: int, scores: dict) -> None:
+        data = self._load()
+        data[f"{version}:{size}"] = scores
+        write_text(self.path, json.dumps(data, indent=2))
 
 
 @dataclass
@@ -112,9 +137,10 @@ class UMindLoRATrain(TrainTask):
             promote, reason = decide(run["gate"], tol)
             run.update(status="promoted" if promote else "rejected", reason=reason,
                        seconds=round(time.perf_counter() - t0, 2))
+            # the held-out labels join the regression suite whatever the verdict (copied while staging exists)
+            LabelHistory(versions.workdir / "regression" / "labels").add(work.new_val)
             versions.commit_version(staging, version, run)
             out = versions.record_run(run, promote=promote)
-            LabelHistory(versions.workdir / "regression" / "labels").add(work.new_val)
             logger.info(f"umind: version {version} {run['status']} in {run['seconds']} s: {reason}\n"
                         f"{run['gate_table']}")
             return out
@@ -159,11 +185,12 @@ class UMindLoRATrain(TrainTask):
 
         spec = self.runtime.spec(current)
         max_new = self.runtime.conf.max_new_tokens
-        served = load_model(spec)
+        cache = SyntheticScores(self.runtime.versions.workdir / "regression" / "synthetic_scores.json")
         t = time.perf_counter()
-        before = score_sets(served, work.sets, max_new)
+        fixed = {SET_SYNTHETIC: cache.get(current, params.regression_size)} if SET_SYNTHETIC in work.sets else {}
+        todo = {k: v for k, v in work.sets.items() if not fixed.get(k)}
+        before = {**score_sets(load_model(spec), todo, max_new), **{k: v for k, v in fixed.items() if v}}
         run["seconds_scoring_served"] = round(time.perf_counter() - t, 2)
-        del served
         model = load_model(spec, trainable=True)
         run["adapter"] = "attached fresh" if model.config.lora is None else "continued"
         if model.config.lora is None:
@@ -175,6 +202,9 @@ class UMindLoRATrain(TrainTask):
         model.eval()
         model.requires_grad_(False)
         after = score_sets(model, work.sets, max_new)
+        if SET_SYNTHETIC in work.sets:
+            cache.put(current, params.regression_size, before[SET_SYNTHETIC])
+            cache.put(run["version"], params.regression_size, after[SET_SYNTHETIC])
         tol = Tolerance(params.score_tolerance, params.error_tolerance)
         run.update(scores_current=before, scores_new=after,
                    gate={name: compare(before[name], after[name], tol) for name in work.sets})

@@ -1,0 +1,277 @@
+"""The annotation loop, measured: does a simulated annotator's correction make the served model better on a
+scanner it never saw, without making it worse anywhere else?
+
+One run (README "Annotation loop"):
+1. data: a pool of images of the generator's held-out appearance `scanner_b` (another probe geometry per site,
+   speckle size and density, log curve, gain/TGC, lesion echogenicity, noise: umind_core/data/synthetic.py
+   APPEARANCES), a fixed test split of the same appearance, and the default appearance's held-out seeds
+   1,000,000+ (the model card's evaluation set), none of them ever trained on;
+2. for each strategy (`umind_uncertainty`, `random`), a fresh `monailabel start_server` on the pool with the
+   demo model and `retrain_every K`; the annotator asks the strategy for the next image, saves its ground truth
+   over HTTP (label map + label_names, landmarks and calipers as markups, the finding), and after every K labels
+   the server retrains by itself; the benchmark waits, reads the run record (gate table, times) and scores the
+   served version on the test split (all tasks) and on the default-appearance set;
+3. before the loop, the start model's uncertainty signals on a sample of the pool against its true IoU
+   (Spearman), to see which signal ranks errors;
+4. writes results.json (after every round, so a stopped run keeps what it measured), table.md and loop.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "monailabel_app"))
+
+from server_utils import start_server  # noqa: E402
+
+POOL_SEED0, TEST_SEED0, DEFAULT_TEST_SEED0 = 6_000_000, 7_000_000, 1_000_000
+TARGETS = ("breast lesion", "thyroid nodule", "kidney", "fetal head")
+REPORTED = [("segmentation_miou", "segment mIoU", "score"), ("detection_recall", "detect recall", "score"),
+            ("detection_f1", "detect F1", "score"), ("keypoint_error_rel_width", "keypoint err", "error"),
+            ("measurement_rel_error", "caliper err", "error"), ("diagnosis_accuracy", "diagnosis acc", "score"),
+            ("refusal_accuracy", "refusal acc", "score")]
+
+
+# ------------------------------------------------------------------------------------------------ data
+def make_data(out: Path, pool: int, test: int, default_test: int) -> dict[str, Path]:
+    from umind_core.data.manifest import write_synthetic_dataset
+
+    sets = {"pool": (pool, POOL_SEED0, "scanner_b"), "test": (test, TEST_SEED0, "scanner_b"),
+            "default_test": (default_test, DEFAULT_TEST_SEED0, "default")}
+    paths = {}
+    for name, (n, seed0, look) in sets.items():
+        manifest = out / name / "manifest.jsonl"
+        if not manifest.is_file():
+            write_synthetic_dataset(out / name, n, seed0=seed0, appearance=look, progress=True)
+        paths[name] = manifest
+    return paths
+
+
+def annotation(rec) -> tuple[bytes, dict]:
+    """The ground truth of one pool record as an annotator's submission: label map PNG + label info."""
+    from PIL import Image
+
+    masks = rec.load_masks()
+    h, w = rec.load_image().shape[:2]  # a normal scan may have no object at all
+    label = np.zeros((h, w), np.uint8)
+    names: dict[str, int] = {}
+    markups, target = [], ""
+    for obj, mask in zip(rec.annotations.objects, masks):
+        value = names.setdefault(obj.label, len(names) + 1)
+        label[mask] = value
+        for kp in obj.keypoints:  # a PNG's LPS is its pixel grid (spacing 1, origin 0)
+            target = obj.label
+            markups.append({"type": "Fiducial", "name": kp.name, "coordinateSystem": "LPS",
+                            "controlPoints": [{"label": kp.name, "position": [kp.xy[0], kp.xy[1], 0.0]}]})
+        for line in obj.lines:
+            x1, y1, x2, y2 = line.xy
+            markups.append({"type": "Line", "name": line.name, "coordinateSystem": "LPS", "controlPoints": [
+                {"label": "1", "position": [x1, y1, 0.0]}, {"label": "2", "position": [x2, y2, 0.0]}]})
+    buf = io.BytesIO()
+    Image.fromarray(label).save(buf, format="PNG")
+    info = {"label_names": names, "landmark_target": target}
+    if markups:
+        info["markups"] = {"@schema": "https://raw.githubusercontent.com/slicer/slicer/main/Modules/Loadable/"
+                                      "Markups/Resources/Schema/markups-schema-v1.0.3.json#", "markups": markups}
+    if rec.annotations.diagnosis in ("normal", "benign", "malignant"):
+        info["finding"] = rec.annotations.diagnosis
+    return buf.getvalue(), info
+
+
+# ------------------------------------------------------------------------------------------ scoring
+def evaluate_version(workdir: Path, version: int, manifests: dict[str, Path],
+                     splits=("test", "default_test")) -> dict[str, dict]:
+    from umind_core import demo
+    from umind_core.evaluation.runner import EVAL_TASKS, evaluate
+    from umind_core.modeling.umind import UMindVL
+
+    model = demo.load_model(None) if version == 0 else \
+        UMindVL.from_pretrained(workdir / "versions" / f"{version:04d}" / "model")
+    out = {}
+    for name in splits:
+        report = evaluate(model, manifests[name], tasks=EVAL_TASKS, progress=False)
+        out[name] = report.metrics["summary"]
+    return out
+
+
+def signal_study(manifest: Path, n: int) -> dict:
+    """Spearman of each uncertainty signal of the start model against 1 - true segmentation IoU."""
+    from scipy.stats import spearmanr
+
+    from lib.activelearning.signals import mask_iou, union_mask
+    from lib.activelearning.uncertainty import image_signals
+    from umind_core import demo
+    from umind_core.data.manifest import read_manifest
+    from umind_core.imageio import Frame
+    from umind_core.predictor import Predictor
+
+    predictor = Predictor(demo.load_model(None))
+    rows = []
+    for rec in read_manifest(manifest)[:n]:
+        frame = Frame(pixels=rec.load_image(), spacing=rec.spacing, index=0, source=str(rec.image_path))
+        gts = rec.load_masks()
+        ious = []
+        for obj, gt in zip(rec.annotations.objects, gts):
+            pred = union_mask(predictor.predict_batch([frame], "segment", obj.label)[0], gt.shape)
+            ious.append(mask_iou(pred, gt))
+        rows.append({"error": 1.0 - float(np.mean(ious)), **image_signals(predictor, frame, list(TARGETS))})
+    out = {"n": len(rows)}
+    for key in ("confidence", "flip", "task", "combined"):
+        rho, p = spearmanr([r[key] for r in rows], [r["error"] for r in rows])
+        out[key] = {"spearman_vs_error": round(float(rho), 3), "p": round(float(p), 4)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the loop
+def wait_train(url: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    time.sleep(2.0)
+    while time.monotonic() < deadline:
+        resp = requests.get(f"{url}/train/", timeout=30)
+        if resp.status_code == 200 and resp.json().get("status") in ("DONE", "ERROR"):
+            return resp.json()
+        time.sleep(2.0)
+    raise RuntimeError(f"training did not finish within {timeout:.0f} s")
+
+
+def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, results: dict) -> None:
+    from umind_core.data.manifest import read_manifest
+
+    pool = {r.id: r for r in read_manifest(manifests["pool"])}
+    root = out / strategy
+    shutil.rmtree(root, ignore_errors=True)
+    studies, workdir = root / "studies", root / "work"
+    studies.mkdir(parents=True)
+    for rid, rec in pool.items():
+        shutil.copyfile(rec.image_path, studies / f"{rid}.png")
+    conf = {"workdir": str(workdir), "retrain_every": str(args.k),  # conf values cannot hold spaces (see README)
+            "scoring_sample": str(args.scoring_sample), **dict(kv.split("=", 1) for kv in args.train_conf)}
+    server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
+    rows = results.setdefault("strategies", {}).setdefault(strategy, [])
+    try:
+        rows.append({"labels": 0, "version": 0, **evaluate_version(workdir, 0, manifests)})
+        save(out, results)
+        labels = 0
+        while labels < args.max_labels:
+            if strategy == "umind_uncertainty":
+                requests.post(f"{server.url}/scoring/umind_uncertainty?run_sync=true", json={"targets": list(TARGETS)},
+                              timeout=3600).raise_for_status()
+            for _ in range(args.k):
+                pick = requests.post(f"{server.url}/activelearning/{strategy}", json={}, timeout=60).json()
+                data, info = annotation(pool[pick["id"]])
+                requests.put(f"{server.url}/datastore/label?image={pick['id']}&tag=final",
+                             files={"label": (f"{pick['id']}.png", data)},
+                             data={"params": json.dumps(info)}, timeout=60).raise_for_status()
+                labels += 1
+            job = wait_train(server.url, args.train_timeout)
+            splits = ("test", "default_test") if labels % args.default_every == 0 else ("test",)
+            run = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["runs"][-1]
+            served = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["current_version"]
+            rows.append({"labels": labels, "version": served, "job": job.get("status"),
+                         "run": {k: run.get(k) for k in ("version", "status", "reason", "seconds",
+                                                         "seconds_training", "seconds_scoring_served",
+                                                         "gate", "n_rehearsal_records", "version_bytes",
+                                                         "base_bytes", "notes", "scores_new", "scores_current")},
+                         **evaluate_version(workdir, served, manifests, splits)})
+            print(f"{strategy}: {labels} labels: run {run.get('version')} {run.get('status')} in "
+                  f"{run.get('seconds')} s; test mIoU {rows[-1]['test']['segmentation_miou']:.3f}", flush=True)
+            save(out, results)
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------------------------ output
+def save(out: Path, results: dict) -> None:
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+
+
+def fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def write_table(out: Path, results: dict) -> str:
+    lines = []
+    for strategy, rows in results.get("strategies", {}).items():
+        lines += [f"### {strategy}", "", "| labels | served | run | retrain s | " +
+                  " | ".join(f"new {label}" for _, label, _ in REPORTED[:3]) + " | " +
+                  " | ".join(f"default {label}" for _, label, _ in REPORTED) + " |",
+                  "|" + "---|" * (4 + 3 + len(REPORTED))]
+        for r in rows:
+            run = r.get("run") or {}
+            lines.append(f"| {r['labels']} | v{r['version']} | {run.get('status', 'start')} | "
+                         f"{run.get('seconds', '-')} | "
+                         + " | ".join(fmt(r["test"].get(k)) for k, _, _ in REPORTED[:3]) + " | "
+                         + " | ".join(fmt(r.get("default_test", {}).get(k)) for k, _, _ in REPORTED) + " |")
+        lines.append("")
+    text = "\n".join(lines)
+    (out / "table.md").write_text(text)
+    return text
+
+
+def plot(out: Path, results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(REPORTED), figsize=(3.2 * len(REPORTED), 6), squeeze=False)
+    for row, split in enumerate(("test", "default_test")):
+        for col, (key, label, _) in enumerate(REPORTED):
+            ax = axes[row][col]
+            for strategy, rows in results.get("strategies", {}).items():
+                xs = [r["labels"] for r in rows if r.get(split, {}).get(key) is not None]
+                ys = [r[split][key] for r in rows if r.get(split, {}).get(key) is not None]
+                ax.plot(xs, ys, marker="o", label=strategy)
+            ax.set_title(f"{'scanner_b' if split == 'test' else 'default'}: {label}", fontsize=9)
+            ax.set_xlabel("labels")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "loop.png", dpi=80)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "annotation_loop")
+    p.add_argument("--pool", type=int, default=200)
+    p.add_argument("--test", type=int, default=40)
+    p.add_argument("--default-test", type=int, default=40)
+    p.add_argument("--default-every", type=int, default=20,
+                   help="score the default-appearance set after every this many labels (and at the start)")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--max-labels", type=int, default=40)
+    p.add_argument("--strategies", default="umind_uncertainty,random")
+    p.add_argument("--scoring-sample", type=int, default=40)
+    p.add_argument("--signal-sample", type=int, default=60)
+    p.add_argument("--train-timeout", type=float, default=1800)
+    p.add_argument("--train-conf", nargs="*", default=["epochs=3", "batch_size=4", "lr=1e-3"],
+                   help="conf KEY=VALUE for the server's train parameters")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifests = make_data(args.out / "data", args.pool, args.test, args.default_test)
+    results = {"args": {k: str(v) for k, v in vars(args).items()}, "started": time.strftime("%Y-%m-%d %H:%M")}
+    if args.signal_sample:
+        results["signals"] = signal_study(manifests["pool"], args.signal_sample)
+        print("signals:", json.dumps(results["signals"]), flush=True)
+        save(args.out, results)
+    for strategy in args.strategies.split(","):
+        run_strategy(strategy.strip(), args, manifests, args.out, results)
+        write_table(args.out, results)
+        plot(args.out, results)
+    print(write_table(args.out, results))
+    plot(args.out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
