@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -76,6 +77,14 @@ def _rounds(server_url: str, predictor, frame, repeats: int, warmup: int):
     return out
 
 
+def _bootstrap_ci(values: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of the median: how far the reported median could move by chance."""
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(values, dtype=float)
+    meds = np.median(rng.choice(arr, size=(n, arr.size), replace=True), axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
 def _same_work(resp, res) -> bool:
     """True when the server's label map marks the pixels the direct masks mark."""
     labels = _label_map(resp)
@@ -112,16 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
         try:
             rounds = _rounds(server.url, predictor, frame, args.repeats, args.warmup)
+        except Exception:
+            print(server.log_tail(), file=sys.stderr)
+            raise
         finally:
             server.stop()
     same = all(_same_work(r, res) for _, _, r, res in rounds)
-    diffs = sorted((th - td) * 1000 for th, td, _, _ in rounds)
-    q1, med, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
+    diffs = [(th - td) * 1000 for th, td, _, _ in rounds]
+    q1, med, q3 = statistics.quantiles(sorted(diffs), n=4, method="inclusive")
+    lo, hi = _bootstrap_ci(diffs)
+    first = [d for i, d in enumerate(diffs) if (i + args.warmup) % 2 == 0]  # rounds where HTTP went first
+    second = [d for i, d in enumerate(diffs) if (i + args.warmup) % 2 == 1]
     print(f"model: {args.model or 'shipped demo model'}; image {args.size}x{args.size} PNG; prompt {PROMPT!r}; "
           f"max_new_tokens {args.max_new_tokens}; {args.repeats} paired rounds after {args.warmup} warm-up")
     print(f"HTTP call median   {statistics.median(t[0] for t in rounds) * 1000:8.1f} ms")
     print(f"direct call median {statistics.median(t[1] for t in rounds) * 1000:8.1f} ms")
-    print(f"server overhead: median of paired differences {med:.1f} ms (quartiles {q1:.1f} .. {q3:.1f} ms)")
+    print(f"server overhead: median of paired differences {med:.1f} ms (quartiles {q1:.1f} .. {q3:.1f} ms; "
+          f"95% bootstrap interval of the median {lo:.1f} .. {hi:.1f} ms)")
+    print(f"  by order: HTTP first {statistics.median(first):.1f} ms ({len(first)} rounds), direct first "
+          f"{statistics.median(second):.1f} ms ({len(second)} rounds)")
+    print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"label maps equal to the direct masks in every round: {same}")
     return 0 if same else 1
 
