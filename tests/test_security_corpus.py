@@ -273,6 +273,8 @@ def cases(root: Path) -> list[Case]:
           params={"prompt": "lesion"}),
         C("infer frames range far out", "POST", "/infer/umind_segment", 400, ("frames", "out of range"),
           {"image": "cine"}, params={"frames": "0-100000000"}),
+        C("infer frames list of 100000", "POST", "/infer/umind_segment", 400, ("max_frames",), {"image": "cine"},
+          params={"frames": list(range(100000))}),
         C("infer prompt list of 100", "POST", "/infer/umind_segment", 400, ("max_targets",), {"image": "img0"},
           params={"prompt": [f"t{i}" for i in range(100)]}),
         # ---- infer: server files only inside conf image_dirs (this server allows root/allowed)

@@ -109,6 +109,8 @@ def test_caps_name_their_conf_key(tmp_path):
         check_request_counts({"foreground": [[1, 1, 0]] * 2, "background": [[2, 2, 0]] * 2}, conf)
     with pytest.raises(BadRequest, match="max_frames = 2"):
         check_frame_count(3, conf)
+    with pytest.raises(BadRequest, match="max_frames = 2"):  # a frames list is counted before it is parsed
+        check_request_counts({"frames": [0, 1, 2]}, conf)
     p = tmp_path / "big.png"
     p.write_bytes(_png_bytes(40, 30))
     assert image_header_shape(str(p)) == (40, 30)

@@ -23,10 +23,12 @@ def _count(value: object) -> int:
 
 
 def check_request_counts(opts: dict, caps) -> None:
-    """Clicks (foreground + background) against max_clicks (targets: params.parse_targets, max_targets)."""
+    """Clicks (foreground + background) against max_clicks, a `frames` list against max_frames (targets:
+    params.parse_targets with max_targets)."""
     clicks = _count(opts.get("foreground")) + _count(opts.get("background"))
     if clicks > caps.max_clicks:
         raise BadRequest(f"{clicks} clicks exceed the cap max_clicks = {caps.max_clicks}")
+    check_frame_count(_count(opts.get("frames")), caps)
 
 
 def image_header_shape(path: str) -> tuple[int, ...]:
