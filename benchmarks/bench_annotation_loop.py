@@ -118,7 +118,7 @@ def signal_study(manifest: Path, n: int) -> dict:
 
     predictor = Predictor(demo.load_model(None))
     rows = []
-    for rec in read_manifest(manifest)[:n]:
+    for rec in [r for r in read_manifest(manifest) if r.annotations.objects][:n]:  # a normal scan has no IoU
         frame = Frame(pixels=rec.load_image(), spacing=rec.spacing, index=0, source=str(rec.image_path))
         gts = rec.load_masks()
         ious = []

@@ -151,4 +151,5 @@ class UMindApp(MONAILabelApp):
             "trigger": self.trigger.state(),
             "loaded": holder.loaded_key() is not None,
         }
+        meta["umind"]["warnings"] = meta["umind"].get("warnings", []) + self.runtime.warnings()
         return meta

@@ -49,7 +49,8 @@ def server(tmp_path_factory, trained_tiny):
     vol = np.stack([make_image(0)[..., 0]] * 2).astype(np.float32)
     sitk_volume(studies / "vol.nii.gz", vol, spacing=(0.5, 0.5, 2.0), origin=(0.0, 0.0, 0.0))
     conf = {"model": str(model_dir), "workdir": str(workdir), "retrain_every": str(K), "max_new_tokens": "64",
-            "max_steps": "2", "val_fraction": "0.4", "promote_tolerance": "0.05"}
+            "max_steps": "2", "val_fraction": "0.4", "promote_tolerance": "0.05", "rehearsal_pool": "4",
+            "regression_size": "2"}
     srv = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     srv.studies, srv.workdir = studies, workdir
     yield srv
@@ -267,7 +268,7 @@ def test_retrain_after_k_labels_promote_reject_fail_and_rollback(server):
     assert wait_train(server)["status"] == "DONE"
     info = server.get_json("/info/")["umind"]
     assert info["current_version"] == 1 and info["runs"][-1]["status"] == "promoted"
-    assert info["runs"][-1]["metrics_new"]["dice"] is not None
+    assert info["runs"][-1]["scores_new"]["new labels"]["segmentation_miou"] is not None
     assert json.loads(infer(server, "umind_interpret", "img2", {}).text)["umind"]["version"] == 1
 
     # a destroyed adapter (huge learning rate) is trained and stored but not promoted

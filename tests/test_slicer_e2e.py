@@ -49,7 +49,7 @@ def server(tmp_path_factory, trained_tiny):
     studies.mkdir()
     trained_tiny.save_pretrained(model_dir)
     conf = {"model": str(model_dir), "workdir": str(root / "work"), "retrain_every": "0",
-            "max_new_tokens": "64"}
+            "max_new_tokens": "64", "rehearsal_pool": "4", "regression_size": "2"}
     srv = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     srv.studies = studies
     yield srv
