@@ -204,3 +204,32 @@ def test_a_model_built_in_memory_cannot_refer_to_its_base():
 
     with pytest.raises(UMindModelError, match="built in memory"):
         build_model("tiny", lora=None).attach_lora()
+
+
+# --------------------------------------------------------------------------------------------- trigger
+def test_trigger_counts_labels_beyond_the_last_completed_run():
+    """Labels saved while a run trains count for the next run; a killed run's labels count again."""
+    from lib.retrain import RetrainTrigger
+
+    state = {"labeled": 0, "consumed": 0, "busy": False, "started": 0}
+
+    def start():
+        state["started"] += 1
+        state["busy"] = True
+
+    t = RetrainTrigger(3, start, labeled=lambda: state["labeled"], consumed=lambda: state["consumed"],
+                       busy=lambda: state["busy"])
+
+    def save():
+        state["labeled"] += 1
+        return t.on_label("x")
+
+    assert [save()["retrain"] for _ in range(3)] == ["counting", "counting", "started"]
+    assert save()["retrain"].startswith("deferred")  # saved while the run trains
+    state.update(busy=False, consumed=3)  # the run completed on the first 3 labels
+    assert t.state()["since_last_run"] == 1
+    assert [save()["retrain"] for _ in range(2)] == ["counting", "started"]
+    state.update(busy=False)  # ... and that run was killed: nothing consumed, the next save starts again
+    reply = save()
+    assert reply["retrain"] == "started" and reply["labels_since_last_run"] == 4 and state["started"] == 3
+    assert RetrainTrigger(0, start, lambda: 9, lambda: 0).on_label("x") == {"retrain": "disabled"}

@@ -191,6 +191,10 @@ def test_markups_and_finding_from_slicer_train_every_task_with_lora_rehearsal_an
     assert set(run["gate"]) == {"new labels", "earlier labels", "synthetic regression"}
     assert {row["task"] for row in run["gate"]["synthetic regression"]} >= {"segment", "detect"}
     assert "synthetic regression" in run["gate_table"]
+    from UMindLib.replies import run_summary  # what the Slicer panel shows when the run ends
+
+    text = run_summary(requests.get(f"{server.url}/info/", timeout=30).json())
+    assert text.startswith(f"Run 1: {run['status']} in ") and run["gate_table"] in text
 
 
 def test_a_killed_run_is_reported_and_its_labels_count_again(server):

@@ -15,7 +15,7 @@ from slicer.ScriptedLoadableModule import (ScriptedLoadableModule, ScriptedLoada
 from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
-from UMindLib.replies import ReplyError, train_progress
+from UMindLib.replies import ReplyError, run_summary, train_progress
 from UMindLib.requests import RequestError
 
 SETTINGS_URLS = "UMind/ServerUrlHistory"
@@ -289,6 +289,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 self.ui.modelVersionLabel.setText(self.info.model_version or "unknown")
                 self._status(f"Training {state.lower()}; model version "
                              f"{self.info.model_version}.")
+                slicer.util.infoDisplay(run_summary(self.info.raw), windowTitle="UMind training run")
         self._guard("Training status", poll)
 
 

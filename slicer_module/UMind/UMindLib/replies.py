@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply",
+__all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply", "run_summary",
            "parse_reply", "filename_from_disposition", "train_progress"]
 
 
@@ -252,3 +252,24 @@ def train_progress(status: Any) -> float:
         if m and int(m.group(2)) > 0:
             return max(0.0, min(100.0, 100.0 * int(m.group(1)) / int(m.group(2))))
     return 0.0
+
+
+def run_summary(info: Any) -> str:
+    """The last training run of a server's /info as text for the panel: version, verdict, time, the reason
+    (which task regressed, or the error) and the per-task before/after table of the promotion gate."""
+    umind = info.get("umind") if isinstance(info, dict) else None
+    runs = [r for r in (umind or {}).get("runs") or [] if isinstance(r, dict) and r.get("version") is not None]
+    if not runs:
+        return "No training run yet."
+    run = runs[-1]
+    head = f"Run {run['version']}: {run.get('status', '?')}"
+    if isinstance(run.get("seconds"), (int, float)):
+        head += f" in {run['seconds']:.0f} s"
+    lines = [head]
+    for key in ("reason", "error"):
+        if run.get(key):
+            lines.append(str(run[key]))
+    if run.get("gate_table"):
+        lines.append(str(run["gate_table"]))
+    return "\n".join(lines)
+
