@@ -160,7 +160,8 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
     server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     rows = results.setdefault("strategies", {}).setdefault(strategy, [])
     try:
-        rows.append({"labels": 0, "version": 0, **evaluate_version(workdir, 0, manifests)})
+        start = next((r[0] for r in results["strategies"].values() if r and r[0]["labels"] == 0), None)
+        rows.append(dict(start) if start else {"labels": 0, "version": 0, **evaluate_version(workdir, 0, manifests)})
         save(out, results)
         labels = 0
         while labels < args.max_labels:

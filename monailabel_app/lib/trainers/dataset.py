@@ -180,10 +180,12 @@ def _image_records(image_id: str, study: Study, labels: np.ndarray, info: dict, 
 
 
 def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val_fraction: float,
-                     min_val: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()) -> ExportedData:
+                     min_val: int, seed: int, held_out: set[str] | frozenset[str] = frozenset()) -> ExportedData:
     """Write out_dir/{images,masks} and train_raw.jsonl / val.jsonl from the final labels.
 
-    `exclude`: image ids to leave out (labels saved after the run started belong to the next run).
+    `held_out`: image ids that stay on the held-out side whatever the split says (the regression history:
+    an image an earlier run was scored on must never be trained on later, or the gate would grade its own
+    homework).
     """
     from monailabel.interfaces.datastore import DefaultLabelTag
 
@@ -194,7 +196,7 @@ def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val
     records: dict[str, list[ManifestRecord]] = {}
     skipped: dict[str, str] = {}
     notes: list[str] = []
-    for image_id in sorted(set(datastore.get_labeled_images()) - set(exclude)):
+    for image_id in sorted(datastore.get_labeled_images()):
         try:
             study = read_study(datastore.get_image_uri(image_id))
             labels = load_label_stack(datastore.get_label_uri(image_id, tag), study)
@@ -208,7 +210,14 @@ def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val
             records[image_id] = recs
         else:
             skipped[image_id] = "the label holds no annotation (empty label map, no markups or finding)"
-    train_ids, val_ids = _split(sorted(records), val_fraction, min_val, seed)
+    fresh = sorted(i for i in records if i not in held_out)
+    kept_out = set(records) & set(held_out)
+    train_ids, val_ids = _split(fresh, val_fraction, min_val, seed) if len(fresh) >= 2 or not kept_out \
+        else (fresh, [])
+    val_ids = sorted(set(val_ids) | kept_out)
+    if not train_ids:
+        raise DatasetError(f"training needs at least 1 labeled image that is not held out; the datastore has "
+                           f"{len(records)} usable, {len(val_ids)} held out")
     train = [r for i in train_ids for r in records[i]]
     val = [r for i in val_ids for r in records[i]]
     return ExportedData(write_manifest(train, out_dir / "train_raw.jsonl"),

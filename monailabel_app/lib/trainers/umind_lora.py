@@ -156,8 +156,10 @@ class UMindLoRATrain(TrainTask):
         """Export the labels, add conversations and rehearsal, and assemble the three scoring sets."""
         workdir = self.runtime.versions.workdir
         run["labels_seen"] = len(datastore.get_labeled_images())
+        history = LabelHistory(workdir / "regression" / "labels")
+        earlier_ids = history.image_ids()
         data = export_datastore(datastore, staging / "data", self.runtime.conf.labels, params.val_fraction,
-                                params.min_val, params.seed)
+                                params.min_val, params.seed, held_out=earlier_ids)
         run.update(train_images=data.train_ids, val_images=data.val_ids, skipped=data.skipped,
                    notes=data.notes, n_train_records=data.n_train_records, n_val_records=data.n_val_records)
         labels = attach_conversations(data.train_manifest, staging / "data" / "labels.jsonl", seed=params.seed,
@@ -169,8 +171,6 @@ class UMindLoRATrain(TrainTask):
                                  refusal_rate=max(params.refusal_rate, 0.5))
         manifest, run["n_rehearsal_records"] = mix_rehearsal(labels, pool, n_rehearsal, params.seed,
                                                              staging / "data" / "train.jsonl")
-        history = LabelHistory(workdir / "regression" / "labels")
-        earlier_ids = history.image_ids()
         val = read_manifest(data.val_manifest)
         new_val = [r for r in val if r.extra.get("source", {}).get("datastore_image") not in earlier_ids]
         sets = {SET_NEW: new_val, SET_EARLIER: history.records()}
