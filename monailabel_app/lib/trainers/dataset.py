@@ -1,13 +1,14 @@
-"""The datastore's final labels -> a training manifest (and a held-out one) the trainer reads.
+"""The datastore's labels -> a training manifest (and a held-out one) the trainer reads.
 
 A final label is a label map in the image's geometry (what Slicer saves, or what umind_segment returned
-and a person corrected). Every frame with any label becomes one manifest record: the frame as a PNG, one
-mask per label value, its box, and the label's name (from the label's `label_names` info when the client
-sent it, else the app's conf labels by value). Conversations (segment + detect) come from the project's
-conversation builder, so training wording matches serving wording.
+and a person corrected) plus its info: `label_names`, and from the UMind Slicer module the corrected
+markups, the finding and the report (corrections.py maps those onto the frames). Every frame with any
+annotation becomes one manifest record: the frame as a PNG, one mask per named label value with its box,
+the ROIs, landmarks and calipers, and the image's diagnosis. The conversation builder turns the records
+into every task's conversations, so training wording matches serving wording.
 
 The split is by image id (a hash), so an image's frames never sit on both sides and the held-out set stays
-the same from run to run as labels are added.
+the same from run to run as labels are added; images held out by an earlier run stay held out.
 """
 
 from __future__ import annotations
