@@ -24,9 +24,8 @@ from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.datastore import Datastore
 from monailabel.tasks.activelearning.first import First
-from monailabel.tasks.activelearning.random import Random
 
-from lib.activelearning import MostUncertain, UMindUncertainty
+from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
 from lib.conf import parse_conf
 from lib.auth import install_auth_fixes
 from lib.cors import restrict_cors
@@ -89,7 +88,8 @@ class UMindApp(MONAILabelApp):
         return {TRAINER: UMindLoRATrain(self.runtime)}
 
     def init_strategies(self):
-        return {"umind_uncertainty": MostUncertain(self.runtime), "random": Random(), "first": First()}
+        return {"umind_uncertainty": MostUncertain(self.runtime), "random": RandomUnlabeled(),
+                "first": First()}
 
     def init_scoring_methods(self):
         return {"umind_uncertainty": UMindUncertainty(self.runtime)}

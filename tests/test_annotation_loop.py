@@ -233,3 +233,21 @@ def test_trigger_counts_labels_beyond_the_last_completed_run():
     reply = save()
     assert reply["retrain"] == "started" and reply["labels_since_last_run"] == 4 and state["started"] == 3
     assert RetrainTrigger(0, start, lambda: 9, lambda: 0).on_label("x") == {"retrain": "disabled"}
+
+
+def test_random_strategy_serves_only_unlabeled_images_even_when_asked_twice_a_second():
+    """MONAI Label's stock Random weighted images by seconds since last served: 0 for all -> a bare 500."""
+    from lib.activelearning import RandomUnlabeled
+
+    class Store:
+        def get_unlabeled_images(self, tag=None, labels=None):
+            return ["b", "c"]
+
+    pick = RandomUnlabeled(seed=0)
+    seen = {pick({"strategy": "random"}, Store())["id"] for _ in range(50)}
+    assert seen == {"b", "c"}
+
+    class Empty(Store):
+        def get_unlabeled_images(self, tag=None, labels=None):
+            return []
+    assert pick({}, Empty()) is None
