@@ -21,7 +21,8 @@ SPACING, ORIGIN = (0.5, 0.25), (10.0, -4.0)
 # ------------------------------------------------------------------------------------------------ gate
 def summary(**kw):
     base = {"segmentation_miou": 0.60, "detection_f1": 0.71, "keypoint_error_rel_width": 0.072,
-            "measurement_rel_error": 0.109, "diagnosis_accuracy": 0.81, "refusal_accuracy": 0.99}
+            "measurement_rel_error": 0.109, "diagnosis_accuracy": 0.81, "refusal_accuracy": 0.99,
+            "n_samples": dict.fromkeys(("segment", "detect", "keypoints", "measure", "diagnose", "refusal"), 40)}
     return {**base, **kw}
 
 
@@ -50,6 +51,18 @@ def test_gate_tolerances_are_absolute_for_scores_and_relative_for_errors():
     # a task one side has no data for is not compared; no data at all is no promotion
     assert [r["task"] for r in compare({"segmentation_miou": 0.5}, summary(), tol)] == ["segment"]
     assert decide({"s": [], "t": []}, tol) == (False, "no held-out set had data to score the new version on")
+
+
+def test_a_task_scored_on_too_few_samples_is_shown_but_does_not_gate():
+    tol = Tolerance(min_samples=10)
+    few = {"detect": 3}
+    rows = compare(summary(n_samples=few), summary(detection_f1=0.0, n_samples=few), tol)
+    row = next(r for r in rows if r["task"] == "detect")
+    assert row["n"] == 3 and not row["gates"] and not row["worse"]
+    assert decide({"new labels": rows}, tol)[0]
+    many = {"detect": 10}
+    rows = compare(summary(n_samples=many), summary(detection_f1=0.0, n_samples=many), tol)
+    assert next(r for r in rows if r["task"] == "detect")["worse"]
 
 
 # -------------------------------------------------------------------------------------- corrections

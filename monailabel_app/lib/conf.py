@@ -36,6 +36,7 @@ class TrainParams:
     min_val: int = 1
     score_tolerance: float = 0.02  # gate: a score (mIoU, F1, accuracy) may drop this much (absolute)
     error_tolerance: float = 0.05  # gate: an error (keypoint, caliper) may grow this much (relative)
+    gate_min_samples: int = 10  # gate: a task with fewer scored samples on a set does not gate there
     seed: int = 0
     refusal_rate: float = 0.15
     rehearsal: float = 1.0  # rehearsal images per new training image (0 = none)
@@ -118,6 +119,7 @@ _TRAIN_PARSERS = {
     "min_val": lambda k, v: _int(k, v, 1),
     "score_tolerance": lambda k, v: _float(k, v, 0.0, 1.0),
     "error_tolerance": lambda k, v: _float(k, v, 0.0),
+    "gate_min_samples": lambda k, v: _int(k, v, 1),
     "seed": lambda k, v: _int(k, v),
     "refusal_rate": lambda k, v: _float(k, v, 0.0, 1.0),
     "rehearsal": lambda k, v: _float(k, v, 0.0, 20.0),

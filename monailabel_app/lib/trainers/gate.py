@@ -30,6 +30,9 @@ GATE_METRICS: dict[str, tuple[str, str]] = {
 class Tolerance:
     score: float = 0.02  # absolute, for scores in [0, 1]
     error: float = 0.05  # relative, for errors
+    #: a task scored on fewer samples than this on a set is shown but does not gate: one flipped answer
+    #: among three held-out images is noise, not a regression
+    min_samples: int = 10
 
     def worse(self, kind: str, before: float, after: float) -> bool:
         if kind == "score":
@@ -44,9 +47,11 @@ def compare(before: dict, after: dict, tol: Tolerance) -> list[dict]:
         b, a = before.get(key), after.get(key)
         if b is None or a is None:
             continue
+        n = min(int((before.get("n_samples") or {}).get(task, 0)), int((after.get("n_samples") or {}).get(task, 0)))
+        gates = n >= tol.min_samples
         rows.append({"task": task, "metric": key, "kind": kind, "before": round(float(b), 4),
-                     "after": round(float(a), 4), "change": round(float(a) - float(b), 4),
-                     "worse": tol.worse(kind, float(b), float(a))})
+                     "after": round(float(a), 4), "change": round(float(a) - float(b), 4), "n": n,
+                     "gates": gates, "worse": gates and tol.worse(kind, float(b), float(a))})
     return rows
 
 
@@ -64,10 +69,10 @@ def decide(tables: dict[str, list[dict]], tol: Tolerance) -> tuple[bool, str]:
 
 def format_table(tables: dict[str, list[dict]]) -> str:
     """The per-task before/after table as plain text (run record, logs, the Slicer panel)."""
-    lines = [f"{'set':<22} {'task':<10} {'before':>8} {'after':>8} {'change':>8}"]
+    lines = [f"{'set':<22} {'task':<10} {'n':>4} {'before':>8} {'after':>8} {'change':>8}"]
     for name, rows in tables.items():
         for row in rows:
-            flag = "  WORSE" if row["worse"] else ""
-            lines.append(f"{name:<22} {row['task']:<10} {row['before']:>8.3f} {row['after']:>8.3f} "
-                         f"{row['change']:>+8.3f}{flag}")
+            flag = "  WORSE" if row["worse"] else ("" if row.get("gates", True) else "  (too few to gate)")
+            lines.append(f"{name:<22} {row['task']:<10} {row.get('n', 0):>4} {row['before']:>8.3f} "
+                         f"{row['after']:>8.3f} {row['change']:>+8.3f}{flag}")
     return "\n".join(lines)

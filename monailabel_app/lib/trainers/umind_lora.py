@@ -133,7 +133,7 @@ class UMindLoRATrain(TrainTask):
             run["params"] = dataclasses.asdict(params)
             work = self._prepare(datastore, params, staging, run)
             self._train_and_score(current, work, params, staging, run)
-            tol = Tolerance(params.score_tolerance, params.error_tolerance)
+            tol = Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples)
             promote, reason = decide(run["gate"], tol)
             run.update(status="promoted" if promote else "rejected", reason=reason,
                        seconds=round(time.perf_counter() - t0, 2))
@@ -205,7 +205,7 @@ class UMindLoRATrain(TrainTask):
         if SET_SYNTHETIC in work.sets:
             cache.put(current, params.regression_size, before[SET_SYNTHETIC])
             cache.put(run["version"], params.regression_size, after[SET_SYNTHETIC])
-        tol = Tolerance(params.score_tolerance, params.error_tolerance)
+        tol = Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples)
         run.update(scores_current=before, scores_new=after,
                    gate={name: compare(before[name], after[name], tol) for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
