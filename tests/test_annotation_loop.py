@@ -59,7 +59,10 @@ def test_a_task_scored_on_too_few_samples_is_shown_but_does_not_gate():
     rows = compare(summary(n_samples=few), summary(detection_f1=0.0, n_samples=few), tol)
     row = next(r for r in rows if r["task"] == "detect")
     assert row["n"] == 3 and not row["gates"] and not row["worse"]
-    assert decide({"new labels": rows}, tol)[0]
+    promote, reason = decide({"new labels": rows}, tol)  # nothing gates anywhere: no evidence, no promotion
+    assert not promote and "no task had 10 scored samples" in reason
+    enough = compare(summary(), summary(), tol)
+    assert decide({"new labels": rows, "synthetic regression": enough}, tol)[0]
     many = {"detect": 10}
     rows = compare(summary(n_samples=many), summary(detection_f1=0.0, n_samples=many), tol)
     assert next(r for r in rows if r["task"] == "detect")["worse"]

@@ -59,6 +59,9 @@ def decide(tables: dict[str, list[dict]], tol: Tolerance) -> tuple[bool, str]:
     """(promote, reason) from the per-set tables; the reason names every task that regressed and where."""
     if not any(tables.values()):
         return False, "no held-out set had data to score the new version on"
+    if not any(row.get("gates", True) for rows in tables.values() for row in rows):
+        return False, (f"no task had {tol.min_samples} scored samples on any set: too little held-out data "
+                       "to judge the new version (label more images, or lower gate_min_samples)")
     regressed = [(name, row) for name, rows in tables.items() for row in rows if row["worse"]]
     if not regressed:
         return True, "no task worse than the tolerance on any set"
