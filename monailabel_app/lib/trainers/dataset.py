@@ -140,6 +140,10 @@ def _frame_objects(lab: np.ndarray, names: dict[int, str], fixes: FrameCorrectio
             i = _object_named(objects, masks, target or name)
         objects[i].keypoints.append(Keypoint(name, xy))
     for name, xy, mm in fixes.lines:
+        if mm is None:  # a caliper answer always states its length: one without would teach to omit it
+            notes.append(f"{safe}: line {name!r}: the image has no physical spacing, so its length in mm is "
+                         "unknown: not used for the measure task")
+            continue
         i = _object_named(objects, masks, target or name)
         objects[i].lines.append(Line(name, xy, mm))
     return objects
