@@ -254,6 +254,7 @@ def main(argv=None) -> int:
     p.add_argument("--strategies", default="umind_uncertainty,random")
     p.add_argument("--scoring-sample", type=int, default=40)
     p.add_argument("--signal-sample", type=int, default=60)
+    p.add_argument("--resume", action="store_true", help="keep the strategies already in OUT/results.json")
     p.add_argument("--train-timeout", type=float, default=1800)
     p.add_argument("--train-conf", nargs="*", default=["epochs=3", "batch_size=4", "lr=1e-3"],
                    help="conf KEY=VALUE for the server's train parameters")
@@ -261,6 +262,10 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     manifests = make_data(args.out / "data", args.pool, args.test, args.default_test)
     results = {"args": {k: str(v) for k, v in vars(args).items()}, "started": time.strftime("%Y-%m-%d %H:%M")}
+    if args.resume and (args.out / "results.json").is_file():  # keep the strategies an earlier run measured
+        old = json.loads((args.out / "results.json").read_text())
+        results["strategies"] = old.get("strategies", {})
+        results["earlier_args"] = old.get("args")
     if args.signal_sample:
         results["signals"] = signal_study(manifests["pool"], args.signal_sample)
         print("signals:", json.dumps(results["signals"]), flush=True)
