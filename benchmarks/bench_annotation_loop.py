@@ -109,10 +109,11 @@ def signal_study(manifest: Path, n: int) -> dict:
     """Spearman of each uncertainty signal of the start model against 1 - true segmentation IoU."""
     from scipy.stats import spearmanr
 
-    from lib.activelearning.signals import mask_iou, union_mask
+    from lib.activelearning.signals import union_mask
     from lib.activelearning.uncertainty import image_signals
     from umind_core import demo
     from umind_core.data.manifest import read_manifest
+    from umind_core.evaluation.metrics import mask_iou
     from umind_core.imageio import Frame
     from umind_core.predictor import Predictor
 
@@ -134,17 +135,6 @@ def signal_study(manifest: Path, n: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ the loop
-def wait_train(url: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    time.sleep(2.0)
-    while time.monotonic() < deadline:
-        resp = requests.get(f"{url}/train/", timeout=30)
-        if resp.status_code == 200 and resp.json().get("status") in ("DONE", "ERROR"):
-            return resp.json()
-        time.sleep(2.0)
-    raise RuntimeError(f"training did not finish within {timeout:.0f} s")
-
-
 def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, results: dict) -> None:
     from umind_core.data.manifest import read_manifest
 
@@ -175,7 +165,7 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
                              files={"label": (f"{pick['id']}.png", data)},
                              data={"params": json.dumps(info)}, timeout=60).raise_for_status()
                 labels += 1
-            job = wait_train(server.url, args.train_timeout)
+            job = server.wait_train(args.train_timeout, poll=2.0)
             splits = ("test", "default_test") if labels % args.default_every == 0 else ("test",)
             run = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["runs"][-1]
             served = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["current_version"]

@@ -45,6 +45,21 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
             return json.loads(r.read())
 
+    def wait_train(self, timeout: float = 600.0, poll: float = 1.0) -> dict:
+        """The train job's final status (DONE or ERROR); `timeout` guards against a hang, it is not a goal.
+
+        Waits one `poll` before the first look so that a job just submitted is the one reported."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            try:
+                status = self.get_json("/train/", timeout=30)
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError):
+                continue
+            if isinstance(status, dict) and status.get("status") in ("DONE", "ERROR"):
+                return status
+        raise AssertionError(f"training did not finish in {timeout:.0f} s:\n{self.log_tail()}")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             try:

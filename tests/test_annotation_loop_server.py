@@ -111,15 +111,8 @@ def train(server, params: dict, timeout: float = 600) -> dict:
     return wait_train(server, timeout)
 
 
-def wait_train(server, timeout: float = 600) -> dict:
-    deadline = time.monotonic() + timeout  # against a hang only; a run here takes well under a minute
-    time.sleep(1.0)
-    while time.monotonic() < deadline:
-        status = requests.get(f"{server.url}/train/", timeout=30).json()
-        if status.get("status") in ("DONE", "ERROR"):
-            return status
-        time.sleep(1.0)
-    raise AssertionError(f"training did not finish:\n{server.log_tail()}")
+def wait_train(server, timeout: float = 600) -> dict:  # against a hang only; a run here takes under a minute
+    return server.wait_train(timeout)
 
 
 def info(server) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 
 import numpy as np
 import pytest
@@ -238,13 +237,7 @@ def test_uncertainty_scoring_serves_most_uncertain_first(server):
 
 # ---------------------------------------------------------------------------------------------- training
 def wait_train(server, timeout: float = 600.0) -> dict:  # a guard against hangs, not a goal
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        resp = requests.get(f"{server.url}/train/", timeout=30)
-        if resp.status_code == 200 and resp.json().get("status") in ("DONE", "ERROR"):
-            return resp.json()
-        time.sleep(1.0)
-    raise AssertionError(f"training did not finish in {timeout} s:\n{server.log_tail()}")
+    return server.wait_train(timeout)
 
 
 def save_label(server, image: str) -> dict:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from umind_core.evaluation.metrics import mask_iou
 from umind_core.results import Result
 
 from ..conf import SIGNALS
 
-__all__ = ["union_mask", "mask_iou", "box_iou", "confidence_score", "flip_disagreement", "task_disagreement",
+__all__ = ["union_mask", "box_iou", "confidence_score", "flip_disagreement", "task_disagreement",
            "SIGNALS"]
 
 
@@ -30,11 +31,6 @@ def union_mask(result: Result, shape: tuple[int, int]) -> np.ndarray:
         if obj.mask is not None and obj.mask.shape == shape:
             out |= obj.mask
     return out
-
-
-def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = int((a | b).sum())
-    return 1.0 if union == 0 else float((a & b).sum()) / union
 
 
 def box_iou(a, b) -> float:
