@@ -28,6 +28,7 @@ from .imageio import (
     SUPPORTED_SUFFIXES,
     Geometry,
     Study,
+    label_map_suffix,
     write_label_map,
     write_markups_json,
     write_overlay_png,
@@ -259,13 +260,9 @@ def parse_frames(text: str) -> FrameSpec:
 
 
 def label_map_name(geometry: Geometry) -> str:
-    """The same family as the input: PNG for 2D PNG/JPEG, NIfTI for NIfTI, NRRD for NRRD and for DICOM
-    (NRRD keeps the spacing that a PNG would lose, and Slicer reads it)."""
-    if geometry.format in ("png", "jpeg"):
-        return "labels.png"
-    if geometry.format == "nifti":
-        return "labels.nii.gz"
-    return "labels.nrrd"
+    """labels + the input family's suffix (`imageio.label_map_suffix`: PNG only for PNG/JPEG, whose
+    geometry a PNG can hold; NRRD keeps the spacing that a PNG would lose, and Slicer reads it)."""
+    return "labels" + label_map_suffix(geometry)
 
 
 def existing_request(out_dir: Path) -> dict | None:
@@ -363,12 +360,13 @@ def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequen
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     geometry = study.geometry
+    viewer = study.viewer_geometry  # files for Slicer lie where Slicer shows the image (DICOM: ITK's reading)
     written = WrittenOutputs(results=RESULTS_NAME)
     stack, values, obj_values = _global_label_map(results, geometry)
     if stack is not None:
         written.labels = label_map_name(geometry)
-        write_label_map(stack[0] if geometry.kind == "2d" else stack, geometry, out_dir / written.labels)
-    markups = _markups(results, geometry)
+        write_label_map(stack[0] if geometry.kind == "2d" else stack, viewer, out_dir / written.labels)
+    markups = _markups(results, viewer)
     if markups:
         written.markups = MARKUPS_NAME
         write_markups_json(markups, out_dir / MARKUPS_NAME)

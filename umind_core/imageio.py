@@ -54,6 +54,8 @@ __all__ = [
     "read_image",
     "frame_spacing",
     "write_label_map",
+    "write_image",
+    "label_map_suffix",
     "write_markups_json",
     "read_markups_json",
     "parse_markups",
@@ -171,6 +173,16 @@ class Study:
     frames: list[Frame]
     geometry: Geometry
     meta: dict = field(default_factory=dict)
+    #: where ITK-based viewers (3D Slicer's loadVolume) place the file, when that differs from `geometry`
+    viewer: Geometry | None = None
+
+    @property
+    def viewer_geometry(self) -> Geometry:
+        """The geometry files for a viewer (label maps, markups) are written in, so they overlay the image
+        where Slicer shows it. It differs from `geometry` only for DICOM: ITK's GDCM reader ignores the
+        ultrasound regions' calibration (measured: a US image with only region spacing loads at 1 mm per
+        pixel in slicer-core and SimpleITK alike), while `geometry` keeps it for measurements in mm."""
+        return self.viewer or self.geometry
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +225,8 @@ def read_study(path: str | os.PathLike, axis: int | None = None,
     out = [Frame(pixels=np.ascontiguousarray(stack[i]), spacing=spacing2d, index=i,
                  source=name, scan_mask=scan_mask) for i in indices]
     meta.setdefault("n_frames", geometry.n_frames)
-    return Study(path=name, frames=out, geometry=geometry, meta=meta)
+    viewer = _dicom_viewer_geometry(p, geometry) if fmt == "dicom" else None
+    return Study(path=name, frames=out, geometry=geometry, meta=meta, viewer=viewer)
 
 
 def read_image(path: str | os.PathLike) -> Frame:
@@ -470,6 +483,30 @@ def _dicom_scan_mask(regions: list[dict], rows: int, cols: int) -> np.ndarray | 
     return mask if mask.any() else None
 
 
+def _dicom_viewer_geometry(p: Path, geometry: Geometry) -> Geometry:
+    """The DICOM file's geometry as ITK (GDCM) reads its header, as Slicer's loadVolume places it.
+
+    Read with SimpleITK, which shares ITK's GDCM reader with Slicer, so no rule of GDCM's (PixelSpacing,
+    ImagePositionPatient, ImageOrientationPatient; regions ignored) is re-implemented here. If ITK cannot
+    read the header, the fallback is ITK's default for a file without geometry: 1 mm, origin 0, identity."""
+    import SimpleITK as sitk
+
+    n = geometry.ndim
+    try:
+        reader = sitk.ImageFileReader()
+        reader.SetFileName(str(p))
+        reader.SetImageIO("GDCMImageIO")
+        reader.ReadImageInformation()
+        spacing, origin = reader.GetSpacing(), reader.GetOrigin()
+        d = np.asarray(reader.GetDirection(), dtype=np.float64).reshape(len(spacing), len(spacing))
+    except RuntimeError:
+        spacing, origin, d = (1.0,) * 3, (0.0,) * 3, np.eye(3)
+    return Geometry(kind=geometry.kind, shape=geometry.shape, spacing=tuple(float(v) for v in spacing[:n]),
+                    origin=tuple(float(v) for v in origin[:n]),
+                    direction=tuple(float(v) for v in d[:n, :n].ravel()), axis=geometry.axis,
+                    format="dicom", spacing_known=False)
+
+
 # NIfTI / NRRD ------------------------------------------------------------------------------
 
 
@@ -692,6 +729,23 @@ def _suffix_of(path: Path, allowed: Sequence[str]) -> str | None:
     return None
 
 
+def label_map_suffix(geometry: Geometry, requested: str | None = None) -> str:
+    """The file type a label map for an input of ``geometry`` is written as (the CLI and the server alike).
+
+    ``requested`` (a client's ``result_extension``, e.g. the stock MONAILabel Slicer extension's ".nrrd") wins
+    when it can hold the geometry; otherwise the input's family: PNG for PNG/JPEG, NIfTI for NIfTI and NRRD
+    for NRRD and DICOM. A PNG keeps no spacing or origin, so only a PNG/JPEG input (which has none) gets one.
+    """
+    if requested is not None:
+        req = str(requested).strip().lower()
+        req = req if req.startswith(".") else "." + req
+        if req in LABEL_MAP_SUFFIXES and (req != ".png" or geometry.kind == "2d"):
+            return req
+    if geometry.format in ("png", "jpeg") and geometry.kind == "2d":
+        return ".png"
+    return ".nii.gz" if geometry.format == "nifti" else ".nrrd"
+
+
 def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathLike) -> Path:
     """Write integer labels in the input's geometry (.png for 2D; .nii/.nii.gz/.nrrd always).
 
@@ -711,7 +765,36 @@ def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathL
     lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
     if lo < 0 or hi > 65535:
         raise ImageWriteError(f"{path}: label values must lie in 0..65535, got {lo}..{hi}")
-    arr = arr.astype(np.uint8 if hi <= 255 else np.uint16)
+    arr = _fit_geometry(path, arr.astype(np.uint8 if hi <= 255 else np.uint16), geometry)
+    if suffix == ".png":
+        if geometry.kind != "2d":
+            raise ImageWriteError(f"{path}: PNG holds only 2D label maps; use .nrrd or "
+                                  f".nii.gz for {geometry.kind}")
+        if arr.dtype != np.uint8:
+            raise ImageWriteError(f"{path}: PNG label maps hold values up to 255, got {hi}")
+        with atomic_path(path, suffix) as tmp:
+            Image.fromarray(arr, mode="L").save(tmp, format="PNG")
+        return path
+    return _write_sitk(arr, geometry, path, suffix)
+
+
+def write_image(pixels: np.ndarray, geometry: Geometry, path: str | os.PathLike) -> Path:
+    """Write grey uint8 pixels (H x W, or N x H x W frames) as NRRD or NIfTI in ``geometry``.
+
+    For images that must carry their spacing into a viewer (the sample studies: a 2D NRRD loads in Slicer
+    as one slice with its spacing, where same-size PNGs in one folder load as one stacked volume)."""
+    path = Path(path)
+    suffix = _suffix_of(path, (".nrrd", ".nii", ".nii.gz"))
+    if suffix is None:
+        raise ImageWriteError(f"{path}: images are written as .nrrd, .nii or .nii.gz")
+    arr = np.asarray(pixels)
+    if arr.dtype != np.uint8:
+        raise ImageWriteError(f"{path}: images are written as uint8 grey, got dtype {arr.dtype}")
+    return _write_sitk(_fit_geometry(path, arr, geometry), geometry, path, suffix)
+
+
+def _fit_geometry(path: Path, arr: np.ndarray, geometry: Geometry) -> np.ndarray:
+    """``arr`` as the geometry's frame stack (a 2D image may come as 1 x H x W), or ImageWriteError."""
     if geometry.kind == "2d":
         if arr.ndim == 3 and arr.shape[0] == 1:
             arr = arr[0]
@@ -721,24 +804,21 @@ def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathL
     if tuple(arr.shape) != expected:
         raise ImageWriteError(f"{path}: labels of shape {arr.shape} do not match the "
                               f"{geometry.kind} geometry (expected {expected})")
-    with atomic_path(path, suffix) as tmp:
-        if suffix == ".png":
-            if geometry.kind != "2d":
-                raise ImageWriteError(f"{path}: PNG holds only 2D label maps; use .nrrd or "
-                                      f".nii.gz for {geometry.kind}")
-            if arr.dtype != np.uint8:
-                raise ImageWriteError(f"{path}: PNG label maps hold values up to 255, got {hi}")
-            Image.fromarray(arr, mode="L").save(tmp, format="PNG")
-        else:
-            import SimpleITK as sitk
+    return arr
 
-            vol = arr if geometry.kind == "2d" else _volume_from_stack(arr, geometry.axis)
-            img = sitk.GetImageFromArray(np.ascontiguousarray(vol))
-            n = geometry.ndim
-            img.SetSpacing(tuple(float(v) for v in geometry.spacing[:n]))
-            img.SetOrigin(tuple(float(v) for v in geometry.origin[:n]))
-            img.SetDirection(tuple(float(v) for v in geometry.direction[:n * n]))
-            sitk.WriteImage(img, str(tmp), True)
+
+def _write_sitk(arr: np.ndarray, geometry: Geometry, path: Path, suffix: str) -> Path:
+    """A frame stack (or 2D array) as NRRD/NIfTI with the geometry's spacing, origin and direction."""
+    import SimpleITK as sitk
+
+    vol = arr if geometry.kind == "2d" else _volume_from_stack(arr, geometry.axis)
+    img = sitk.GetImageFromArray(np.ascontiguousarray(vol))
+    n = geometry.ndim
+    img.SetSpacing(tuple(float(v) for v in geometry.spacing[:n]))
+    img.SetOrigin(tuple(float(v) for v in geometry.origin[:n]))
+    img.SetDirection(tuple(float(v) for v in geometry.direction[:n * n]))
+    with atomic_path(path, suffix) as tmp:
+        sitk.WriteImage(img, str(tmp), True)
     return path
 
 
@@ -825,14 +905,24 @@ def _markup_to_slicer(m: dict, k: int) -> dict:
     return out
 
 
-def write_markups_json(markups: list[dict], path: str | os.PathLike) -> Path:
+def write_markups_json(markups: list[dict], path: str | os.PathLike, empty_name: str = "no results") -> Path:
     """Write Slicer markups (.mrk.json, LPS); see `_markup_to_slicer` for the dict keys:
     type, name, points_lps | points_ras (or coordinate_system + points), ROI center/size and
-    optional orientation (row-major, columns = box axes), point_labels, description, color."""
+    optional orientation (row-major, columns = box axes), point_labels, description, color.
+
+    Nothing to write becomes one point list without points named ``empty_name``: Slicer cannot load a
+    file whose markups list is empty (measured with slicer-core: "Failed to get markup 0"), and a client
+    that loads the reply (the stock MONAILabel extension) would report "nothing found" as a failure."""
     path = Path(path)
-    doc = {"@schema": MARKUPS_SCHEMA,
-           "markups": [_markup_to_slicer(m, k) for k, m in enumerate(markups)]}
+    items = [_markup_to_slicer(m, k) for k, m in enumerate(markups)] or [_empty_point_list(empty_name)]
+    doc = {"@schema": MARKUPS_SCHEMA, "markups": items}
     return write_text(path, json.dumps(doc, indent=2))
+
+
+def _empty_point_list(name: str) -> dict:
+    return {"type": "Fiducial", "name": str(name), "coordinateSystem": "LPS", "coordinateUnits": "mm",
+            "locked": False, "fixedNumberOfControlPoints": False, "labelFormat": "%N-%d",
+            "lastUsedControlPointNumber": 0, "controlPoints": [], "measurements": []}
 
 
 def read_markups_json(path: str | os.PathLike) -> list[dict]:

@@ -159,7 +159,7 @@ class Result:
                 x1, y1, x2, y2 = obj.box
                 center = pixel_to_physical(geometry, k, (x1 + x2) / 2, (y1 + y2) / 2)
                 orientation = np.stack([ex, ey, ez], axis=1)  # columns = box axes
-                out.append({"type": "ROI", "name": name, "center": list(center),
+                out.append({"type": "ROI", "name": name, "point_labels": [name], "center": list(center),
                             "size": [abs(x2 - x1) * sx, abs(y2 - y1) * sy, through],
                             "orientation": [float(v) for v in orientation.ravel()]})
         return out
