@@ -153,13 +153,14 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
         start = next((r[0] for r in results["strategies"].values() if r and r[0]["labels"] == 0), None)
         rows.append(dict(start) if start else {"labels": 0, "version": 0, **evaluate_version(workdir, 0, manifests)})
         save(out, results)
-        labels = 0
+        labels, picks = 0, []
         while labels < args.max_labels:
             if strategy == "umind_uncertainty":
                 requests.post(f"{server.url}/scoring/umind_uncertainty?run_sync=true", json={"targets": list(TARGETS)},
                               timeout=3600).raise_for_status()
             for _ in range(args.k):
                 pick = requests.post(f"{server.url}/activelearning/{strategy}", json={}, timeout=60).json()
+                picks.append(pick["id"])
                 data, info = annotation(pool[pick["id"]])
                 requests.put(f"{server.url}/datastore/label?image={pick['id']}&tag=final",
                              files={"label": (f"{pick['id']}.png", data)},
@@ -169,7 +170,10 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
             splits = ("test", "default_test") if labels % args.default_every == 0 else ("test",)
             run = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["runs"][-1]
             served = requests.get(f"{server.url}/info/", timeout=30).json()["umind"]["current_version"]
-            rows.append({"labels": labels, "version": served, "job": job.get("status"),
+            sites: dict[str, int] = {}
+            for rid in picks:
+                sites[pool[rid].site] = sites.get(pool[rid].site, 0) + 1
+            rows.append({"labels": labels, "version": served, "job": job.get("status"), "picked_sites": sites,
                          "run": {k: run.get(k) for k in ("version", "status", "reason", "seconds",
                                                          "seconds_training", "seconds_scoring_served",
                                                          "gate", "n_rehearsal_records", "version_bytes",
@@ -191,18 +195,51 @@ def fmt(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+REGRESSION_SET = "synthetic regression"
+SUITE = [REPORTED[0], *REPORTED[2:]]  # the gate scores detection by F1
+
+
+def served_regression(rows: list[dict]) -> list[dict]:
+    """The served version's scores on the gate's seeded regression set after each round, from the run records
+    (a promoted run's candidate scores; a rejected run leaves the served version and its scores as they were)."""
+    first = next((r["run"]["scores_current"].get(REGRESSION_SET) for r in rows
+                  if (r.get("run") or {}).get("scores_current")), None) or {}
+    out, served = [], first
+    for r in rows:
+        run = r.get("run") or {}
+        if run.get("status") == "promoted":
+            served = (run.get("scores_new") or {}).get(REGRESSION_SET) or served
+        out.append(served)
+    return out
+
+
+def regression_vs_start(start: dict, now: dict) -> str:
+    """'held', or the tasks worse than at the start beyond the default tolerance (the gate's own rule)."""
+    from lib.trainers.gate import Tolerance, compare, decide
+
+    if not start or not now:
+        return "-"
+    tol = Tolerance()
+    ok, reason = decide({"vs start": compare(start, now, tol)}, tol)
+    return "held" if ok else reason.split(" (tolerance")[0].replace("rejected: ", "")
+
+
 def write_table(out: Path, results: dict) -> str:
     lines = []
     for strategy, rows in results.get("strategies", {}).items():
+        regression = served_regression(rows)
         lines += [f"### {strategy}", "", "| labels | served | run | retrain s | " +
                   " | ".join(f"new {label}" for _, label, _ in REPORTED[:3]) + " | " +
+                  " | ".join(f"suite {label}" for _, label, _ in SUITE) + " | suite vs start | " +
                   " | ".join(f"default {label}" for _, label, _ in REPORTED) + " |",
-                  "|" + "---|" * (4 + 3 + len(REPORTED))]
-        for r in rows:
+                  "|" + "---|" * (4 + 3 + len(SUITE) + 1 + len(REPORTED))]
+        for r, reg in zip(rows, regression):
             run = r.get("run") or {}
             lines.append(f"| {r['labels']} | v{r['version']} | {run.get('status', 'start')} | "
                          f"{run.get('seconds', '-')} | "
                          + " | ".join(fmt(r["test"].get(k)) for k, _, _ in REPORTED[:3]) + " | "
+                         + " | ".join(fmt(reg.get(k)) for k, _, _ in SUITE) + " | "
+                         + regression_vs_start(regression[0], reg) + " | "
                          + " | ".join(fmt(r.get("default_test", {}).get(k)) for k, _, _ in REPORTED) + " |")
         lines.append("")
     text = "\n".join(lines)

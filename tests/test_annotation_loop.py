@@ -177,6 +177,22 @@ def test_rehearsal_mix_keeps_the_new_labels_and_adds_every_task(tmp_path):
     assert all(r.id.startswith("rehearsal-") and r.image_path.is_file() for r in recs[2:])
     tasks = {c.task for r in recs[2:] for c in r.conversations}
     assert {"segment", "detect"} <= tasks and len(tasks) >= 4
+    out, n = mix_rehearsal(new, pool, 4, seed=0, out=tmp_path / "mix2" / "train.jsonl", copies=2)
+    ids = [r.id for r in read_manifest(out)]
+    assert n == 4 and len(ids) == 8 and len(set(ids)) == 8 and sum("#copy1" in i for i in ids) == 2
+
+
+@pytest.mark.parametrize("n_new,ratio,minimum,pool,expected", [
+    (16, 2.0, 0, 200, (32, 1)),  # the ratio alone
+    (4, 2.0, 96, 200, (96, 12)),  # few labels: many distinct rehearsal images, the new ones repeated
+    (4, 2.0, 96, 50, (50, 6)),  # bounded by the pool
+    (100, 2.0, 96, 200, (200, 1)),
+    (4, 0.0, 96, 200, (0, 1)), (0, 2.0, 96, 200, (0, 1)),  # no rehearsal / nothing new
+])
+def test_rehearsal_plan_keeps_the_ratio_with_many_distinct_images(n_new, ratio, minimum, pool, expected):
+    from lib.trainers.rehearsal import rehearsal_plan
+
+    assert rehearsal_plan(n_new, ratio, minimum, pool) == expected
 
 
 # ------------------------------------------------------------------------------------ LoRA on any base
@@ -267,3 +283,15 @@ def test_random_strategy_serves_only_unlabeled_images_even_when_asked_twice_a_se
         def get_unlabeled_images(self, tag=None, labels=None):
             return []
     assert pick({}, Empty()) is None
+
+
+def test_balanced_pick_serves_the_target_with_fewest_labels_before_a_more_uncertain_one():
+    from lib.activelearning.uncertainty import NO_TARGET, pick_balanced
+
+    scores = {"b1": {"score": 0.9, "target": "breast lesion"}, "b2": {"score": 0.8, "target": "breast lesion"},
+              "k1": {"score": 0.2, "target": "kidney"}, "k2": {"score": 0.3, "target": "kidney"},
+              "n1": {"score": 1.0, "target": NO_TARGET}}
+    assert pick_balanced(["b2", "k1", "k2", "n1"], [], scores) == "n1"  # nothing labelled: the most uncertain
+    assert pick_balanced(["b2", "k1", "k2"], ["b1"], scores) == "k2"  # breast has a label, kidney none
+    assert pick_balanced(["b2", "k1"], ["b1", "k2"], scores) == "b2"  # one each: the higher score
+    assert pick_balanced(["x", "a"], ["b1"], scores) == "a"  # nothing scored: the first unscored image

@@ -81,6 +81,7 @@ def _heldout_batch(model, manifest, val_fraction: float):
     ("epochs", 0), ("batch_size", 0), ("grad_accum", 0), ("lr", -1e-4), ("lr", float("nan")),
     ("warmup_ratio", 1.0), ("val_fraction", 1.0), ("max_steps", 0), ("mixed_precision", "fp8"),
     ("eval_every", -1), ("log_every", 0), ("full", "yes"), ("batch_size", 1.5), ("mask_loss_weight", -1),
+    ("decoder_lr", 0.0), ("decoder_lr", float("inf")),
 ])
 def test_bad_settings_raise_a_training_error_naming_the_field(tmp_path, field, value):
     with pytest.raises(TrainingError, match=field):
@@ -209,6 +210,23 @@ def test_lora_run_learns_and_writes_every_artifact(tiny_model_factory, manifest,
     assert len(events.Scalars("train/loss")) == 16
     assert json.loads((out / "summary.json").read_text())["steps"] == 16
     assert not [p for p in out.rglob(".*")], "no temporary files may remain"
+
+
+def test_decoder_lr_moves_the_decoder_at_its_own_rate(tiny_model_factory, manifest, tmp_path):
+    """The same two steps at a near-zero adapter rate: the decoder moves only when it has its own rate."""
+    def moved(decoder_lr):
+        model = tiny_model_factory()
+        before = _trainable(model)
+        train(model, manifest, _config(tmp_path / f"run-{decoder_lr}", lr=1e-12, decoder_lr=decoder_lr,
+                                       max_steps=2, warmup_ratio=0.0, val_fraction=0.0), tasks=TASKS)
+        after = _trainable(model)
+        delta = lambda keep: max(float((after[n] - before[n]).abs().max()) for n in before if keep(n))  # noqa: E731
+        return delta(lambda n: n.startswith("mask_decoder.")), delta(lambda n: "lora_" in n)
+
+    decoder_own, lora_own = moved(1e-2)
+    decoder_same, lora_same = moved(None)
+    assert decoder_own > 1e-4 > decoder_same
+    assert lora_own < 1e-6 and lora_same < 1e-6
 
 
 def test_full_mode_trains_the_base_and_mask_loss_weight_applies(tiny_model_factory, manifest, tmp_path, caplog):

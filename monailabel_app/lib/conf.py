@@ -39,7 +39,8 @@ class TrainParams:
     gate_min_samples: int = 10  # gate: a task with fewer scored samples on a set does not gate there
     seed: int = 0
     refusal_rate: float = 0.15
-    rehearsal: float = 1.0  # rehearsal images per new training image (0 = none)
+    rehearsal: float = 1.0  # rehearsal samples per new training sample (0 = none)
+    rehearsal_min: int = 0  # at least this many distinct rehearsal images; the new ones repeat to keep the ratio
     rehearsal_pool: int = 200  # seeded synthetic images the rehearsal draws from (made once per workdir)
     regression_size: int = 40  # seeded synthetic images of the regression suite (made once per workdir)
 
@@ -58,6 +59,7 @@ class AppConfig:
     train: TrainParams = field(default_factory=TrainParams)
     uncertainty_signal: str = "combined"  # umind_uncertainty's score: confidence | flip | task | combined
     scoring_sample: int = 0  # images one umind_uncertainty run scores (a random sample); 0 = all
+    uncertainty_balance: bool = True  # umind_uncertainty picks balance the targets found (see MostUncertain)
     # per-request caps (lib/caps.py), checked before any allocation; a request over one is a 400 naming it
     max_clicks: int = 64  # foreground + background clicks of one interactive request
     max_targets: int = 32  # comma-separated prompt targets (one label each)
@@ -124,6 +126,7 @@ _TRAIN_PARSERS = {
     "refusal_rate": lambda k, v: _float(k, v, 0.0, 1.0),
     "rehearsal": lambda k, v: _float(k, v, 0.0, 20.0),
     "rehearsal_pool": lambda k, v: _int(k, v, 0),
+    "rehearsal_min": lambda k, v: _int(k, v, 0),
     "regression_size": lambda k, v: _int(k, v, 0),
 }
 #: older names still accepted: key -> the parameter it sets
@@ -219,4 +222,5 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         train=parse_train_params(conf),
         uncertainty_signal=_choice("uncertainty_signal", conf.get("uncertainty_signal", "combined"), SIGNALS),
         scoring_sample=_int("scoring_sample", conf.get("scoring_sample", "0"), 0),
+        uncertainty_balance=_bool("uncertainty_balance", conf.get("uncertainty_balance", "true")),
     )

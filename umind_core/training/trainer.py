@@ -65,6 +65,8 @@ class TrainConfig:
     of the run (the data repeats as needed) and `epochs` is ignored. keep_checkpoints bounds the disk a long run
     takes (0 keeps all). pack puts all conversations of an image into one sample on a shared image prefix
     (`modeling.packing`): the same losses for a fraction of the work; batch_size then counts images.
+    decoder_lr, when set, is the mask decoder's own peak rate (same schedule): the decoder is small, trained
+    from its own loss only, and can move faster than the LoRA adapter without touching the text skills.
     progress draws a tqdm bar; without it (a server's train job) every logged step is an INFO line
     "umind train: step N/TOTAL ...", which the job's status shows and the Slicer panel turns into progress.
     """
@@ -74,6 +76,7 @@ class TrainConfig:
     batch_size: int = 1
     grad_accum: int = 1
     lr: float = 1e-4
+    decoder_lr: float | None = None
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -113,6 +116,8 @@ class TrainConfig:
 
         number("epochs", 0.0, lo_open=True)
         number("lr", 0.0, lo_open=True)
+        if self.decoder_lr is not None:
+            number("decoder_lr", 0.0, lo_open=True)
         number("warmup_ratio", 0.0, 1.0, hi_open=True)
         number("weight_decay", 0.0)
         number("max_grad_norm", 0.0)
@@ -297,12 +302,16 @@ def _same_base(saved: dict, current: dict) -> bool:
 
 
 def _optimizer(model, names: list[str], config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with no decay on biases/norms; the mask decoder at `decoder_lr` when set. The first group is
+    always a non-decoder group when there is one, so the logged rate is the adapter's."""
     params = dict(model.named_parameters())
-    decay = [params[n] for n in names if params[n].ndim >= 2]
-    rest = [params[n] for n in names if params[n].ndim < 2]
-    groups = [g for g in ({"params": decay, "weight_decay": config.weight_decay},
-                          {"params": rest, "weight_decay": 0.0}) if g["params"]]
-    return torch.optim.AdamW(groups, lr=config.lr)
+    groups = []
+    for decoder, lr in ((False, config.lr), (True, config.decoder_lr or config.lr)):
+        own = [n for n in names if n.startswith("mask_decoder.") == decoder]
+        groups += [{"params": [params[n] for n in own if params[n].ndim >= 2], "weight_decay": config.weight_decay,
+                    "lr": lr},
+                   {"params": [params[n] for n in own if params[n].ndim < 2], "weight_decay": 0.0, "lr": lr}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -701,7 +710,7 @@ def train(model_or_path, manifest: str | os.PathLike, config: TrainConfig,
 
 # ---------------------------------------------------------------------------------------------- CLI
 
-_CLI_FIELDS = ("epochs", "batch_size", "grad_accum", "lr", "warmup_ratio", "weight_decay", "max_grad_norm",
+_CLI_FIELDS = ("epochs", "batch_size", "grad_accum", "lr", "decoder_lr", "warmup_ratio", "weight_decay", "max_grad_norm",
                "mask_loss_weight", "val_fraction", "eval_every", "save_every", "seed", "num_workers",
                "max_steps", "log_every", "keep_checkpoints")
 
@@ -727,7 +736,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mixed-precision", default="auto", choices=["auto", *MIXED_PRECISION],
                         help="auto: bf16 (or fp16) on a GPU, no on the CPU")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    types = {"max_steps": int, "epochs": float}
+    types = {"max_steps": int, "epochs": float, "decoder_lr": float}
     for name in _CLI_FIELDS:
         default = defaults[name]
         kind = types.get(name, type(default))

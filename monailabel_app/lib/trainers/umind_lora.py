@@ -40,7 +40,8 @@ from ..runtime import Runtime
 from .dataset import export_datastore
 from .evaluate import score_sets
 from .gate import Tolerance, compare, decide, format_table
-from .rehearsal import REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, synthetic_set
+from .rehearsal import (REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, rehearsal_plan,
+                        synthetic_set)
 
 __all__ = ["UMindLoRATrain", "trainer_config", "folder_bytes"]
 
@@ -165,12 +166,14 @@ class UMindLoRATrain(TrainTask):
         labels = attach_conversations(data.train_manifest, staging / "data" / "labels.jsonl", seed=params.seed,
                                       refusal_rate=params.refusal_rate)
         pool = None
-        n_rehearsal = round(params.rehearsal * data.n_train_records) if params.rehearsal_pool else 0
+        n_rehearsal, copies = rehearsal_plan(data.n_train_records, params.rehearsal, params.rehearsal_min,
+                                             params.rehearsal_pool)
         if n_rehearsal:
             pool = synthetic_set(workdir / "rehearsal", params.rehearsal_pool, REHEARSAL_SEED0,
                                  refusal_rate=max(params.refusal_rate, 0.5))
         manifest, run["n_rehearsal_records"] = mix_rehearsal(labels, pool, n_rehearsal, params.seed,
-                                                             staging / "data" / "train.jsonl")
+                                                             staging / "data" / "train.jsonl", copies=copies)
+        run["new_record_copies"] = copies
         val = read_manifest(data.val_manifest)
         new_val = [r for r in val if r.extra.get("source", {}).get("datastore_image") not in earlier_ids]
         sets = {SET_NEW: new_val, SET_EARLIER: history.records()}
