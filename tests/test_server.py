@@ -131,7 +131,7 @@ def test_segment_several_targets_get_several_labels(server):
     assert dice(labels > 0, lesion_mask()) > 0.7
 
 
-@pytest.mark.parametrize("image,suffix,shape", [("cine", ".nii.gz", (3, 48, 64)), ("vol", ".nii.gz", (2, 256, 256))])
+@pytest.mark.parametrize("image,suffix,shape", [("cine", ".nrrd", (3, 48, 64)), ("vol", ".nii.gz", (2, 256, 256))])
 def test_every_task_on_dicom_cine_and_nifti_volume(server, image, suffix, shape):
     resp = infer(server, "umind_segment", image, {"prompt": "lesion"})
     assert resp.status_code == 200, resp.text

@@ -19,6 +19,7 @@ from monailabel.datastore.local import LocalDatastore
 
 from .errors import NotFound
 from .names import check_name, is_name
+from .stock_extension import label_names_from_list
 from .uploads import check_image_upload, check_label_upload, scratch_dir
 
 __all__ = ["GuardedDatastore"]
@@ -79,7 +80,7 @@ class GuardedDatastore(LocalDatastore):
         tmp = scratch_dir()
         try:
             checked = check_label_upload(label_filename, super().get_image_uri(image_id), image_id, tmp)
-            return super().save_label(image_id, checked, label_tag, label_info)
+            return super().save_label(image_id, checked, label_tag, _with_label_names(label_info))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -113,3 +114,12 @@ class GuardedDatastore(LocalDatastore):
 
     def get_label_by_image_id(self, image_id: str, tag: Any) -> str:
         return super().get_label_by_image_id(self._require_image(image_id), check_name("label tag", tag))
+
+
+def _with_label_names(info: Any) -> Any:
+    """The stock MONAILabel extension names its label values in a `label_info` list; training reads the
+    `label_names` dict, so the list is turned into one at the door (a `label_names` the client sent wins)."""
+    if not isinstance(info, dict) or isinstance(info.get("label_names"), dict):
+        return info
+    names = label_names_from_list(info.get("label_info"))
+    return info if names is None else {**info, "label_names": names}

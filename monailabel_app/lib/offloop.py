@@ -25,6 +25,7 @@ import logging
 from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
 
+from .names import name_problem
 from .routes import replace_route, same_signature
 
 __all__ = ["install_infer_route", "install_upload_routes", "UPLOADED", "RESERVED_PARAMS"]
@@ -50,7 +51,9 @@ def _check_request(image: str, session_id: str, params: object, file, label) -> 
     except ValueError:
         return  # the params guard (errors.guard_params_json) answers malformed JSON with its own 400
     if isinstance(values, dict):
-        reserved = sorted(k for k in values if k in RESERVED_PARAMS)
+        # the stock MONAILabel extension names the segment it edits in `label`: a name, never a file
+        reserved = sorted(k for k in values if k in RESERVED_PARAMS
+                          and not (k == "label" and isinstance(values[k], str) and name_problem(values[k]) is None))
         if reserved:
             raise HTTPException(400, f"infer: params may not set {', '.join(reserved)}: the server sets them "
                                      "(give the image as ?image=ID or as an uploaded file)")

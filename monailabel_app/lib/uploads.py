@@ -122,6 +122,10 @@ def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, 
     from .trainers.dataset import load_label_stack
 
     fmt = sniff_format(path) if os.path.getsize(path) else None
+    if fmt is None and _is_markups_json(path):
+        raise UploadError(f"label for {image_id!r}: the upload is Slicer markups JSON (the MONAILabel extension "
+                          "sends its ROIs as the label while a detection model is selected), not a label map; "
+                          "select umind_segment before Submit Label, or save boxes with the UMind module")
     if fmt not in LABEL_FORMATS:
         raise UploadError(f"label for {image_id!r}: the upload is not a label map (PNG, NIfTI or NRRD, checked "
                           f"by content){'' if fmt is None else f'; got {fmt}'}")
@@ -139,6 +143,20 @@ def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, 
     if lo < 0 or hi > _LABEL_MAX:
         raise UploadError(f"label for {image_id!r}: values must lie in 0..{_LABEL_MAX}, got {lo}..{hi}")
     return copy
+
+
+def _is_markups_json(path: str | os.PathLike) -> bool:
+    """A small JSON document with a "markups" key (what Slicer's markups storage writes)."""
+    import json
+
+    if os.path.getsize(path) > 10_000_000:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except (ValueError, OSError):
+        return False
+    return isinstance(doc, dict) and "markups" in doc
 
 
 def scratch_dir() -> str:

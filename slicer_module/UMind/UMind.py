@@ -345,12 +345,17 @@ class UMindLogic(ScriptedLoadableModuleLogic):
     def loadNextSample(self, strategy):
         from UMindLib.mrml import IMAGE_ID_ATTRIBUTE
 
+        import tempfile
+
         image_id, data, filename = self.session.next_sample(strategy)
-        path = os.path.join(slicer.app.temporaryPath, "UMind", filename)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # one folder per sample and singleFile: Slicer reads same-size PNGs sharing a folder as one stack
+        base = os.path.join(slicer.app.temporaryPath, "UMind")
+        os.makedirs(base, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix="sample-", dir=base)
+        path = os.path.join(folder, os.path.basename(filename))
         with open(path, "wb") as fh:
             fh.write(data)
-        node = slicer.util.loadVolume(path, {"name": image_id})
+        node = slicer.util.loadVolume(path, {"name": image_id, "singleFile": True})
         node.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
         return node
 

@@ -5,12 +5,15 @@ which Predictor tasks it may run, what it returns, which options the Slicer exte
 here fixes all of them and no task grows its own code path.
 
 Outputs:
-- "label_map": one label value per target (segment) in the image's own geometry (.png for 2D images,
-  .nii.gz for cine clips and volumes), with `label_names` {name: value} in the JSON, as the stock Slicer
-  extension reads it;
+- "label_map": one label value per target (segment) where Slicer shows the image (`Study.viewer_geometry`),
+  as the client's `result_extension` asks or the input's family (`imageio.label_map_suffix`: PNG only for
+  PNG/JPEG), with `label_names` {name: value} in the JSON, as the stock Slicer extension reads it;
 - "markups": a Slicer .mrk.json (ROIs for boxes, fiducials for points, lines for measurements), which the
-  stock extension loads as markups; optionally a label map instead (`label_map: true`), with the markups
-  in the JSON;
+  stock extension loads as markups (nothing found: one empty point list, which Slicer loads); optionally a
+  label map instead (`label_map: true`), with the markups in the JSON;
+
+Requests from the stock MONAILabel extension are adapted by lib/stock_extension.py (targets onto its
+segments, its `label` as the one segment of an interactive reply, `slice` given as a view offset in mm).
 - "answer": JSON only (text, class, grounded objects).
 """
 
@@ -25,13 +28,14 @@ from typing import Any, ClassVar
 import numpy as np
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
-from umind_core.imageio import Study, read_study, write_label_map, write_markups_json
+from umind_core.imageio import Study, label_map_suffix, read_study, write_label_map, write_markups_json
 from umind_core.results import Result
 
 from ..caps import check_frame_count, check_image_size, check_request_counts, image_header_shape
 from ..errors import BadRequest, to_http
 from ..params import parse_bool, parse_frames, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
+from ..stock_extension import is_stock_extension, map_targets, view_offset_frame
 
 __all__ = ["UMindInferTask"]
 
@@ -109,9 +113,15 @@ class UMindInferTask(InferTask):
         return read_study(image, axis=axis)
 
     def _targets(self, opts: dict) -> list[str | None]:
+        stock = is_stock_extension(opts)
         if self.multi_target:
-            return parse_targets("prompt", opts.get("prompt"), limit=self.runtime.conf.max_targets)
-        return [parse_prompt("prompt", opts.get("prompt"))]
+            targets = parse_targets("prompt", opts.get("prompt"), limit=self.runtime.conf.max_targets)
+        else:  # the extension's interactive request names the segment it edits in `label`: the target
+            prompt = parse_prompt("prompt", opts.get("prompt"))
+            targets = [prompt or (parse_prompt("label", opts.get("label")) if stock and self.interactive else None)]
+        if stock and (self.output == "label_map" or parse_bool("label_map", opts.get("label_map", False))):
+            return map_targets(targets, self.default_labels, self._name())
+        return targets
 
     def _tasks(self, opts: dict) -> list[str]:
         task = opts.get("task", self.umind_tasks[0])
@@ -128,7 +138,7 @@ class UMindInferTask(InferTask):
         box = points = labels = None
         current = opts.get("slice")
         if self.interactive:
-            vp = visual_prompt(opts, geometry)
+            vp = visual_prompt(_frame_of_view(opts, study), geometry)
             if vp.empty:
                 raise BadRequest("interactive segmentation needs foreground/background clicks or an roi")
             box, points, labels = vp.box, vp.points or None, vp.labels or None
@@ -157,16 +167,17 @@ class UMindInferTask(InferTask):
             markups, measurements = self._markups(study, runs)
             body = {"markups": markups, "measurements": measurements, "umind": {"results": _dicts(runs)}}
             if parse_bool("label_map", opts.get("label_map", False)):
-                path, names = self._label_map(study, runs, fill_boxes=True)
+                path, names = self._label_map(study, opts, runs, fill_boxes=True)
                 body["label_names"] = names
                 return path, body
             path = _temp(".mrk.json")
-            write_markups_json(markups, path)
+            asked = ", ".join(sorted({t for _, t, _ in runs if t})) or ", ".join(self.default_labels)
+            write_markups_json(markups, path, empty_name=f"umind: nothing found ({asked})")
             return path, body
-        path, names = self._label_map(study, runs, fill_boxes=False)
+        path, names = self._label_map(study, opts, runs, fill_boxes=False)
         return path, {"label_names": names, "umind": {"results": _dicts(runs)}}
 
-    def _label_map(self, study: Study, runs, fill_boxes: bool) -> tuple[str, dict[str, int]]:
+    def _label_map(self, study: Study, opts: dict, runs, fill_boxes: bool) -> tuple[str, dict[str, int]]:
         geometry = study.geometry
         h, w = geometry.frame_shape
         stack = np.zeros((geometry.n_frames, h, w), dtype=np.uint8)
@@ -185,20 +196,20 @@ class UMindInferTask(InferTask):
                             raise BadRequest("more than 255 distinct labels do not fit one label map")
                         names[name] = len(names) + 1
                     stack[r.frame_index][mask] = names[name]
-        if not names:  # nothing found: still name the default label so the Slicer segment exists
-            names[self.default_labels[0]] = 1
-        suffix = ".png" if geometry.kind == "2d" else ".nii.gz"
-        path = _temp(suffix)
-        write_label_map(stack[0] if geometry.kind == "2d" else stack, geometry, path)
+        if not names:  # nothing found: still name the (first) target so that its Slicer segment is cleared
+            names[next((t for _, t, _ in runs if t), None) or self.default_labels[0]] = 1
+        path = _temp(label_map_suffix(geometry, opts.get("result_extension")))
+        write_label_map(stack[0] if geometry.kind == "2d" else stack, study.viewer_geometry, path)
         return path, names
 
     def _markups(self, study: Study, runs) -> tuple[list[dict], list[dict]]:
+        """Markups where Slicer shows the image (viewer geometry); lengths in mm from the calibrated one."""
         geometry = study.geometry
         many = geometry.n_frames > 1
         markups, measurements = [], []
         for task, _, results in runs:
             for r in results:
-                for m in r.to_markups(geometry):
+                for m in r.to_markups(study.viewer_geometry):
                     if self.output == "markups" and task == "detect" and m["type"] != "ROI":
                         continue
                     if many:
@@ -237,6 +248,14 @@ def _named(err, image: object):
         detail = err.detail.replace("{image}", repr(shown))
         err.detail = detail.replace(image, shown) if isinstance(image, str) and image else detail
     return err
+
+
+def _frame_of_view(opts: dict, study: Study) -> dict:
+    """The stock extension's ROI-without-clicks `slice` (a view offset in mm) as the frame index it means."""
+    if not (is_stock_extension(opts) and opts.get("slice") is not None and opts.get("roi")
+            and not opts.get("foreground") and not opts.get("background")):
+        return opts
+    return dict(opts, slice=view_offset_frame(opts["slice"], opts["roi"], study.viewer_geometry))
 
 
 def _temp(suffix: str) -> str:

@@ -9,5 +9,6 @@ class UMindInterpret(UMindInferTask):
     infer_type = InferType.CLASSIFICATION
     umind_tasks = ("diagnose", "report", "ask")
     output = "answer"
-    description_text = "UMind: diagnosis (normal/benign/malignant), a structured report, or a free question"
+    description_text = ("UMind: diagnosis (normal/benign/malignant), a structured report, or a free question; the "
+                        "stock MONAILabel extension does not list this type: use the UMind Slicer module")
     default_config = {"task": ["diagnose", "report", "ask"], "question": "", "frames": "current"}

@@ -9,5 +9,6 @@ class UMindLandmarks(UMindInferTask):
     infer_type = InferType.OTHERS
     umind_tasks = ("keypoints", "measure")
     output = "markups"
-    description_text = "UMind: landmarks as fiducials and measurements as lines (Slicer markups)"
+    description_text = ("UMind: landmarks as fiducials and measurements as lines (Slicer markups); the stock "
+                        "MONAILabel extension does not list this type: use the UMind Slicer module")
     default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all"}

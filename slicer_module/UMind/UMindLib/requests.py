@@ -55,6 +55,9 @@ TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
                needs_prompt=True),
 ]}
 INTERACTIVE_MODEL = "umind_interactive"
+#: params key (and value) that tells the server a request is this module's, not the stock MONAILabel
+#: extension's, whose requests it adapts (monailabel_app/lib/stock_extension.py UMIND_CLIENT_KEY, same key)
+CLIENT_MARKER = ("umind_client", "slicer-module")
 
 
 def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str] = ()) -> str:
@@ -162,7 +165,7 @@ def build_infer_request(state: UIState) -> InferRequest:
     if not 0 <= k < (state.n_frames or dims[2] or 1) and frames == "current":
         raise RequestError(f"current frame {k} is outside the clip")
     params: dict[str, Any] = dict(state.options)
-    params.update({"task": preset.server_task, "frames": frames, "slice": k})
+    params.update({"task": preset.server_task, "frames": frames, "slice": k, CLIENT_MARKER[0]: CLIENT_MARKER[1]})
     if prompt:
         params[preset.prompt_key] = prompt
     if has_visual:
