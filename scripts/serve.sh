@@ -41,7 +41,9 @@ cat <<MSG
 umind: serving $STUDIES at http://$HOST:$PORT
   3D Slicer: add $ROOT/slicer_module/UMind under Edit > Application Settings > Modules > Additional module
   paths, restart, open Ultrasound > UMind and connect to http://127.0.0.1:$PORT
-  (the stock MONAILabel extension works too: umind_segment, umind_interactive, umind_detect).
+  The stock MONAILabel extension shows umind_segment (targets = the /info labels, --conf labels),
+  umind_detect (ROIs) and umind_interactive (clicks, ROI); landmarks, measurements and diagnosis/report/
+  questions need the UMind module. Details: README, "The stock MONAILabel extension".
 MSG
 exec monailabel start_server --app "$ROOT/monailabel_app" --studies "$STUDIES" --host "$HOST" --port "$PORT" \
   ${ARGS[@]+"${ARGS[@]}"}
