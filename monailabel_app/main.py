@@ -31,11 +31,13 @@ from lib.conf import parse_conf
 from lib.auth import install_auth_fixes
 from lib.cors import restrict_cors
 from lib.datastore import GuardedDatastore
+from lib.dicomweb_proxy import install_dicomweb_proxy
 from lib.edge import install_edge, set_roots
 from lib.infer_guard import check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
 from lib.login import install_login_route
 from lib.model_holder import holder
+from lib.pacs import PacsDatastore, pacs_cache_dir
 from lib.offloop import UPLOADED, install_infer_route, install_upload_routes
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime
@@ -67,8 +69,9 @@ class UMindApp(MONAILabelApp):
 
     # ------------------------------------------------------------------ tasks
     def init_datastore(self) -> Datastore:
-        if self.studies.startswith(("http://", "https://")):
-            return super().init_datastore()
+        if self.studies.startswith(("http://", "https://")):  # a PACS over DICOMweb: lib/pacs.py says why not stock
+            url = self.studies.rstrip("/")
+            return PacsDatastore(url, pacs_cache_dir(url, self.umind_conf.workdir))
         extensions = list(settings.MONAI_LABEL_DATASTORE_FILE_EXT) + [
             e for e in EXTRA_EXTENSIONS if e not in settings.MONAI_LABEL_DATASTORE_FILE_EXT]
         return GuardedDatastore(self.studies, extensions=extensions,
@@ -122,6 +125,8 @@ class UMindApp(MONAILabelApp):
             if settings.MONAI_LABEL_AUTH_ENABLE:
                 install_login_route(server.app)
             restrict_cors(server.app, self.umind_conf.cors_origins)
+            install_dicomweb_proxy(server.app, self.studies.rstrip("/") if self.studies.startswith(
+                ("http://", "https://")) else None)
 
     def infer(self, request, datastore=None):
         """Unknown task -> 404; the image and save_label are checked by lib/infer_guard before anything is read."""

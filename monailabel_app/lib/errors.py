@@ -15,7 +15,8 @@ import logging
 
 from fastapi import HTTPException
 
-__all__ = ["BadRequest", "NotFound", "to_http", "check_params_json", "guard_params_json"]
+__all__ = ["BadRequest", "NotFound", "UpstreamError", "UpstreamTimeout", "to_http", "check_params_json",
+           "guard_params_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,19 @@ class NotFound(BadRequest):
     """A request names something (task, version, image) that does not exist; answered with HTTP 404."""
 
     status_code = 404
+
+
+class UpstreamError(BadRequest):
+    """A server UMind depends on (the PACS behind `--studies http://...`) failed or cannot be reached: HTTP 502.
+    A BadRequest subclass only so that `to_http` answers it with its message and status, not a bare 500."""
+
+    status_code = 502
+
+
+class UpstreamTimeout(UpstreamError):
+    """That server did not answer in time: HTTP 504 (every call to it has a timeout, so no request hangs)."""
+
+    status_code = 504
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
