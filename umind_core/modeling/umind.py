@@ -11,7 +11,6 @@ logits, and this way one forward gives both without asking transformers to keep 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ from torch import nn
 
 from ..atomic import new_temp_dir, replace_dir
 from ..grounding import GROUNDING_TOKENS, SEG_MASK
+from .base_folder import BaseFolderError, check_tokenizer, check_weights, read_config
 from .config import CONFIG_NAME, LoraSettings, UMindConfig
 from .mask_decoder import DynamicConvMaskDecoder
 from .packing import packed_attention_mask, packed_position_ids
@@ -164,6 +164,10 @@ class UMindVL(nn.Module):
         missing = [str(p) for p in _required_umind_files(folder, config, base_dir) if not p.exists()]
         if missing:
             raise UMindModelError(f"UMind folder {folder} is incomplete, missing: {', '.join(missing)}")
+        try:
+            check_weights(base_dir)
+        except BaseFolderError as exc:
+            raise UMindModelError(f"{folder} refers to base weights that cannot load: {exc}") from None
         processor = _load_processor(folder / "processor")
         qwen = _load_qwen(base_dir, dtype)
         token_ids, added = install_grounding_tokens(processor.tokenizer, qwen)
@@ -541,15 +545,16 @@ def _resolve_device(device: str | torch.device) -> torch.device:
 
 
 def _check_base_folder(folder: Path) -> None:
+    """Kind, files, tokenizer and shards of a base folder, before any weight is read (rules in base_folder)."""
     try:
-        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
-    except json.JSONDecodeError as exc:
-        raise UMindModelError(f"{folder / 'config.json'} is not valid JSON: {exc}") from None
-    if model_type != "qwen3_vl":
-        raise UMindModelError(f"{folder} holds a {model_type!r} model; UMind needs a Qwen3-VL (qwen3_vl) base")
-    missing = [str(p) for p in _required_base_files(folder) if not p.exists()]
-    if missing:
-        raise UMindModelError(f"Qwen3-VL base folder {folder} is incomplete, missing: {', '.join(missing)}")
+        config = read_config(folder)
+        missing = [str(p) for p in _required_base_files(folder) if not p.exists()]
+        if missing:
+            raise UMindModelError(f"Qwen3-VL base folder {folder} is incomplete, missing: {', '.join(missing)}")
+        check_tokenizer(folder, config)
+        check_weights(folder)
+    except BaseFolderError as exc:
+        raise UMindModelError(str(exc)) from None
 
 
 def _required_base_files(folder: Path) -> list[Path]:
