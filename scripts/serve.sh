@@ -3,6 +3,7 @@
 # first run, and starts the MONAI Label server with the UMind app on 127.0.0.1.
 #   scripts/serve.sh                       # synthetic sample studies, port 8000
 #   UMIND_STUDIES=/data/us PORT=8080 scripts/serve.sh --conf model /models/umind
+#   UMIND_STUDIES=http://pacs:8042/dicom-web scripts/serve.sh   # a PACS over DICOMweb (README "Studies from a PACS")
 # Extra arguments go to `monailabel start_server` (e.g. --conf retrain_every 5).
 # Security: binds 127.0.0.1. `--host ADDR` for another address is refused unless MONAI Label's auth is on
 # (MONAI_LABEL_AUTH_ENABLE=true with MONAI_LABEL_AUTH_REALM_URI) or UMIND_ALLOW_OPEN=1 says so explicitly.
@@ -34,6 +35,13 @@ source "$ROOT/scripts/env.sh"
 STUDIES="${UMIND_STUDIES:-${XDG_DATA_HOME:-$HOME/.local/share}/umind/sample-studies}"
 PORT="${PORT:-8000}"
 cd "$ROOT"
+case "$STUDIES" in
+  http://*|https://*)  # a PACS: no studies folder to hold the workdir (versions, the PACS cache), so give it one
+    case " ${ARGS[*]-} " in
+      *" workdir "*) ;;
+      *) ARGS+=(--conf workdir "${XDG_DATA_HOME:-$HOME/.local/share}/umind/pacs-work") ;;
+    esac ;;
+esac
 if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi

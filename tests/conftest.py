@@ -124,3 +124,13 @@ def trained_tiny():
 
     # all weights train (as the demo model does): LoRA on a random tiny base memorises too slowly for a fixture
     return train_on_tasks(build_model("tiny", lora=None), steps=210, lr=2e-3)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The PACS/OHIF modules skip when system packages are missing: say so in one line, whatever `-r` asks."""
+    from system_packages import SKIP_PREFIX
+
+    reasons = {str(r.longrepr[2]) for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(getattr(r, "longrepr", None), tuple) and SKIP_PREFIX in str(r.longrepr[2])}
+    for reason in sorted(reasons)[:1]:
+        terminalreporter.write_line(reason.removeprefix("Skipped: "))

@@ -142,11 +142,10 @@ def smooth_colour(h: int = 48, w: int = 64) -> np.ndarray:
     return np.stack([(xp * 4) % 256, (y * 5) % 256, np.full_like(x, 128)], -1).astype(np.uint8)
 
 
-def dicom_ybr422(path: Path) -> tuple[Path, np.ndarray]:
-    """Uncompressed YBR_FULL_422 (Y0 Y1 Cb Cr per pixel pair), built by hand from RGB."""
+def ybr422_bytes(rgb: np.ndarray) -> bytes:
+    """Uncompressed YBR_FULL_422 pixel data (Y0 Y1 Cb Cr per pixel pair) of an RGB frame of even width."""
     from pydicom.pixel_data_handlers.util import convert_color_space
 
-    rgb = smooth_colour()
     ybr = convert_color_space(rgb, "RGB", "YBR_FULL").astype(np.float64)
     h, w = rgb.shape[:2]
     y = ybr[..., 0]
@@ -155,9 +154,15 @@ def dicom_ybr422(path: Path) -> tuple[Path, np.ndarray]:
     packed = np.empty((h, w // 2, 4), dtype=np.float64)
     packed[..., 0], packed[..., 1] = y[:, 0::2], y[:, 1::2]
     packed[..., 2], packed[..., 3] = cb, cr
+    return np.clip(np.rint(packed), 0, 255).astype(np.uint8).tobytes()
+
+
+def dicom_ybr422(path: Path) -> tuple[Path, np.ndarray]:
+    """Uncompressed YBR_FULL_422 (Y0 Y1 Cb Cr per pixel pair), built by hand from RGB."""
+    rgb = smooth_colour()
     ds = _dataset(path, US_IMAGE_STORAGE)
     _set_pixels(ds, rgb, "YBR_FULL_422")
-    ds.PixelData = np.clip(np.rint(packed), 0, 255).astype(np.uint8).tobytes()
+    ds.PixelData = ybr422_bytes(rgb)
     ds.save_as(str(path), write_like_original=False)
     return path, rgb
 

@@ -74,14 +74,17 @@ class Server:
 
 
 def start_server(studies: Path, conf: dict[str, str], log: Path, env: dict | None = None,
-                 timeout: float = 120.0) -> Server:
-    """Run the app on a free loopback port and wait until /info answers (or raise with the log's tail)."""
+                 timeout: float = 120.0, studies_arg: str | None = None) -> Server:
+    """Run the app on a free loopback port and wait until /info answers (or raise with the log's tail).
+
+    `studies` is the server's working folder and, unless `studies_arg` gives another (a PACS's DICOMweb URL),
+    its studies folder."""
     port = free_port()
     bin_dir = str(Path(sys.executable).parent)
     full_env = {**os.environ, "PATH": f"{bin_dir}:" + os.environ.get("PATH", ""),
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    cmd = [str(Path(bin_dir) / "monailabel"), "start_server", "--app", str(APP_DIR), "--studies", str(studies),
-           "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [str(Path(bin_dir) / "monailabel"), "start_server", "--app", str(APP_DIR),
+           "--studies", studies_arg or str(studies), "--host", "127.0.0.1", "--port", str(port)]
     for k, v in conf.items():
         cmd += ["--conf", k, str(v)]
     fh = open(log, "w")

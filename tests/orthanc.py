@@ -1,0 +1,119 @@
+"""A throwaway Orthanc PACS with its DICOMweb plugin, for tests and for trying the server on a PACS by hand.
+
+Not the system service: our own process on a free loopback port with its storage and index in a folder the
+caller owns, no DICOM (DIMSE) port anyone else uses, remote access off. Stopping it ends the process group.
+
+    .venv/bin/python tests/orthanc.py /tmp/pacs      # starts Orthanc, uploads the synthetic studies, waits
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from server_utils import free_port  # noqa: E402
+
+PLUGIN_DIRS = ("/usr/share/orthanc/plugins", "/usr/lib/orthanc/plugins")
+INSTALL = "apt-get install -y orthanc orthanc-dicomweb (Debian, as root; .ci/run does it)"
+
+
+def orthanc_binary() -> tuple[str, str] | None:
+    """(Orthanc executable, DICOMweb plugin) when both are installed, else None."""
+    exe = shutil.which("Orthanc") or next((p for p in ("/usr/sbin/Orthanc", "/usr/bin/Orthanc")
+                                           if os.access(p, os.X_OK)), None)
+    plugin = next((str(p) for d in PLUGIN_DIRS for p in sorted(Path(d).glob("libOrthancDicomWeb.so*"))
+                   if Path(d).is_dir()), None)
+    return (exe, plugin) if exe and plugin else None
+
+
+@dataclass
+class Orthanc:
+    url: str          # REST root, e.g. http://127.0.0.1:PORT
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def dicomweb(self) -> str:
+        return f"{self.url}/dicom-web"
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stow(self, files: list[Path]) -> None:
+        """Upload the files with STOW-RS (one request), as a modality or a gateway would."""
+        import pydicom
+        from dicomweb_client import DICOMwebClient
+
+        DICOMwebClient(self.dicomweb).store_instances([pydicom.dcmread(str(f)) for f in files])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def start_orthanc(root: Path, timeout: float = 60.0) -> Orthanc:
+    """Orthanc on a free loopback port with storage under `root`; waits until DICOMweb answers."""
+    found = orthanc_binary()
+    if found is None:
+        raise RuntimeError(f"Orthanc with DICOMweb is not installed: {INSTALL}")
+    exe, plugin = found
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = {
+        "Name": "UMindTestPACS", "StorageDirectory": str(root / "storage"), "IndexDirectory": str(root / "index"),
+        "HttpPort": port, "DicomPort": free_port(), "RemoteAccessAllowed": False, "AuthenticationEnabled": False,
+        "Plugins": [plugin], "HttpTimeout": 30, "StorageCompression": False,
+        "DicomWeb": {"Enable": True, "Root": "/dicom-web/", "EnableWado": True, "WadoRoot": "/wado",
+                     "StudiesMetadata": "Full", "SeriesMetadata": "Full"},
+    }
+    cfg = root / "orthanc.json"
+    cfg.write_text(json.dumps(config, indent=1))
+    log = root / "orthanc.log"
+    cmd = ["nice", "-n", "10", exe, str(cfg)] if shutil.which("nice") else [exe, str(cfg)]
+    proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    server = Orthanc(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"Orthanc exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(server.dicomweb + "/studies", timeout=5) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.3)
+    server.stop()
+    raise RuntimeError(f"Orthanc's DICOMweb did not answer within {timeout:.0f} s:\n{server.log_tail()}")
+
+
+if __name__ == "__main__":
+    from pacs_studies import write_pacs_studies
+
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/umind-pacs")
+    pacs = start_orthanc(folder)
+    studies = write_pacs_studies(folder / "upload")
+    pacs.stow([s.path for s in studies.values()])
+    print(f"Orthanc DICOMweb at {pacs.dicomweb} with {len(studies)} series; serve with:\n"
+          f"  UMIND_STUDIES={pacs.dicomweb} scripts/serve.sh\nCtrl-C stops it.")
+    try:
+        signal.pause()
+    finally:
+        pacs.stop()
