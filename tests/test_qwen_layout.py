@@ -294,7 +294,8 @@ def test_grounded_answer_with_a_mask_through_the_server(planted, tmp_path):
     studies.mkdir()
     Image.fromarray(make_image(0)).save(studies / "img0.png")
     conf = {"model": str(planted), "workdir": str(tmp_path / "work"), "retrain_every": "0", "max_new_tokens": "32"}
-    server = start_server(studies, conf, tmp_path / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
+    server = start_server(studies, conf, tmp_path / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"},
+                          timeout=300)  # a hang guard, not a goal: the start took over 120 s at load average 7
     try:
         resp = requests.post(f"{server.url}/infer/umind_segment?image=img0&output=json",
                              data={"params": json.dumps({"prompt": "lesion"})}, timeout=300)
