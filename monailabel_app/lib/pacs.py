@@ -143,8 +143,11 @@ class PacsDatastore(GuardedDatastore):
         check_name("image id", image_id)
         if image_id not in self._datastore.objects:
             with self._fetch_lock:
-                if image_id not in self._datastore.objects:
-                    self._fetch(image_id)
+                try:
+                    if image_id not in self._datastore.objects:
+                        self._fetch(image_id)
+                except UpstreamError as exc:  # whatever call failed, the client asked for this series
+                    raise type(exc)(exc.args[0] if image_id in str(exc) else f"series {image_id!r}: {exc}") from None
         return image_id
 
     def _fetch(self, series_uid: str) -> None:
