@@ -292,6 +292,34 @@ def test_balanced_pick_serves_the_target_with_fewest_labels_before_a_more_uncert
               "k1": {"score": 0.2, "target": "kidney"}, "k2": {"score": 0.3, "target": "kidney"},
               "n1": {"score": 1.0, "target": NO_TARGET}}
     assert pick_balanced(["b2", "k1", "k2", "n1"], [], scores) == "n1"  # nothing labelled: the most uncertain
-    assert pick_balanced(["b2", "k1", "k2"], ["b1"], scores) == "k2"  # breast has a label, kidney none
-    assert pick_balanced(["b2", "k1"], ["b1", "k2"], scores) == "b2"  # one each: the higher score
-    assert pick_balanced(["x", "a"], ["b1"], scores) == "a"  # nothing scored: the first unscored image
+    assert pick_balanced(["b2", "k1", "k2"], ["breast lesion"], scores) == "k2"  # breast has a label, kidney none
+    assert pick_balanced(["b2", "k1"], ["breast lesion", "kidney"], scores) == "b2"  # one each: the higher score
+    assert pick_balanced(["x", "a"], ["breast lesion"], scores) == "a"  # nothing scored: the first unscored
+
+
+def test_labelled_images_count_for_the_names_their_labels_give():
+    from lib.activelearning.uncertainty import labeled_groups
+
+    class Store:  # the two datastore calls labeled_groups makes
+        def get_labeled_images(self):
+            return ["b1", "k9", "n1"]
+
+        def get_label_info(self, image_id, tag):
+            return {"b1": {"params": {"label_names": {"kidney": 1}}}, "k9": {}, "n1": None}[image_id]
+
+    scores = {"b1": {"score": 0.9, "target": "breast lesion"}, "k9": {"score": 0.1, "target": "kidney"}}
+    # b1 was mistaken for a breast image but its label says kidney; k9 has no names: the model's guess;
+    # n1 has neither a name nor a score
+    assert sorted(labeled_groups(Store(), scores)) == ["kidney", "kidney"]
+
+
+def test_the_app_builds_the_trainers_config_and_the_trainer_validates_it(tmp_path):
+    from lib.conf import ConfError, TrainParams, parse_train_params
+
+    params = parse_train_params({"lr": "3e-4", "max_steps": "40", "batch_size": "4"})
+    config = params.trainer_config(tmp_path, val_fraction=0.0, full=False)
+    assert (config.lr, config.max_steps, config.batch_size, config.epochs) == (3e-4, 40, 4, TrainParams.epochs)
+    assert (config.val_fraction, config.full, config.output_dir) == (0.0, False, str(tmp_path))
+    # the app's parser let warmup_ratio 1 through and the run failed; the trainer's own rule now refuses it here
+    with pytest.raises(ConfError, match="warmup_ratio"):
+        parse_train_params({"warmup_ratio": "1"})

@@ -23,14 +23,13 @@ from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import write_synthetic_dataset
 from umind_core.training.collate import ManifestDataset
 from umind_core.training.schedule import cosine_with_warmup, lr_factor, warmup_steps_for
+from umind_core.commands.train import add_train_arguments, run_train
 from umind_core.training.trainer import (
     METRIC_COLUMNS,
     TrainConfig,
     TrainingError,
-    add_train_arguments,
     evaluate_loss,
     latest_checkpoint,
-    run_train,
     split_records,
     train,
 )
@@ -38,7 +37,7 @@ from umind_core.training.trainer import (
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ("segment", "detect", "diagnose")
 CLI_SCRIPT = """import argparse, sys
-from umind_core.training.trainer import add_train_arguments, run_train
+from umind_core.commands.train import add_train_arguments, run_train
 parser = argparse.ArgumentParser()
 add_train_arguments(parser)
 sys.exit(run_train(parser.parse_args()))
@@ -346,15 +345,15 @@ def test_two_processes_under_accelerate_launch(manifest, tmp_path):
 
 KILL_SCRIPT = """import os, signal
 from pathlib import Path
-import umind_core.training.trainer as trainer
-real_replace = trainer.replace_dir  # the step that makes a checkpoint complete
+import umind_core.training.run as run
+real_replace = run.replace_dir  # the step that makes a checkpoint complete
 
 def replace_then_die(src, dst):
     if Path(dst).name == "step-8":  # step-8 is written but never completed: a kill mid-save
         os.kill(os.getpid(), signal.SIGKILL)
     real_replace(src, dst)
 
-trainer.replace_dir = replace_then_die
+run.replace_dir = replace_then_die
 """ + CLI_SCRIPT
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from umind_core.imageio import Geometry, frame_itk_axes
 from umind_core.prompts import MAX_PROMPT_CHARS
 
+from .booleans import as_bool
 from .errors import BadRequest
 
 __all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_frames", "parse_bool", "ijk_to_frame",
@@ -32,13 +33,11 @@ def with_defaults(config: dict, request: dict) -> dict:
 
 
 def parse_bool(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no", ""):
-        return value.strip().lower() in ("true", "1", "yes")
-    raise BadRequest(f"{name} must be true or false, got {value!r}")
+    """A request flag; an empty form field is false."""
+    out = as_bool(value, empty=False)
+    if out is None:
+        raise BadRequest(f"{name} must be true or false, got {value!r}")
+    return out
 
 
 def parse_prompt(name: str, value: object, required: bool = False) -> str | None:

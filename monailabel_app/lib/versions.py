@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from umind_core.atomic import new_temp_dir, write_text
+from umind_core.atomic import new_temp_dir, replace_dir, write_text
 
 __all__ = ["VersionStore", "VersionError"]
 
@@ -183,7 +183,7 @@ class VersionStore:
     def commit_version(self, staging: Path, version: int, run: dict) -> None:
         """Write run.json into the finished staging folder and rename it to versions/NNNN in one step."""
         _atomic_json(Path(staging) / "run.json", run)
-        os.replace(staging, self.version_dir(version))
+        replace_dir(staging, self.version_dir(version))
 
     def start_run(self, run: dict) -> None:
         """Record a run as running before it does anything, so a kill leaves a trace."""

@@ -1,22 +1,117 @@
 """Fine-tune a UMind model on a manifest: LoRA by default, every weight with --full (a model trained from scratch).
 
 Checkpoints are written atomically and a killed run resumes from the newest complete one in --out. Runs unchanged
-under `accelerate launch` on several processes or GPUs.
+under `accelerate launch` on several processes or GPUs. One flag per TrainConfig field (its defaults).
 """
 
 from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ..training.config import MIXED_PRECISION, TrainConfig, TrainingError
+
+__all__ = ["NAME", "HELP", "add_arguments", "run", "add_train_arguments", "run_train"]
 
 NAME = "train"
 HELP = "fine-tune a model on a manifest (LoRA, or --full)"
 
 
 def add_arguments(parser) -> None:
-    from ..training.trainer import add_train_arguments
-
     add_train_arguments(parser)
 
 
 def run(args) -> int:
-    from ..training.trainer import run_train
-
     return run_train(args)
+
+
+_CLI_FIELDS = ("epochs", "batch_size", "grad_accum", "lr", "decoder_lr", "warmup_ratio", "weight_decay",
+               "max_grad_norm", "mask_loss_weight", "val_fraction", "eval_every", "save_every", "seed", "num_workers",
+               "max_steps", "log_every", "keep_checkpoints")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `umind train`: one per TrainConfig field (defaults from TrainConfig), plus model and data."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    parser.add_argument("--manifest", required=True,
+                        help="training manifest (JSONL); without conversations they are built first")
+    parser.add_argument("--out", required=True, help="output folder (resumes when it holds checkpoints)")
+    parser.add_argument("--model", help="a UMind folder or a Qwen3-VL base folder (default: a fresh model)")
+    parser.add_argument("--size", default="small", choices=["tiny", "small"], help="size of a fresh model")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input resolution of a fresh model (default: the size's own, 512 for small)")
+    parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
+    parser.add_argument("--no-pack", action="store_true",
+                        help="one sample per conversation instead of all of an image's conversations on one "
+                             "shared image prefix (same losses; 2.45x slower on the small config at 256 px, "
+                             "benchmarks/bench_packing.py)")
+    parser.add_argument("--tasks", help="comma-separated tasks to train on (default: all)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="dtype to load --model in")
+    parser.add_argument("--mixed-precision", default="auto", choices=["auto", *MIXED_PRECISION],
+                        help="auto: bf16 (or fp16) on a GPU, no on the CPU")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    types = {"max_steps": int, "epochs": float, "decoder_lr": float}
+    for name in _CLI_FIELDS:
+        default = defaults[name]
+        kind = types.get(name, type(default))
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
+                            help=f"default: {default}")
+
+
+def _resolve_mixed_precision(value: str) -> str:
+    if value != "auto":
+        return value
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def _manifest_with_conversations(manifest: Path, out: Path, seed: int, tasks) -> Path:
+    from ..data.manifest import read_manifest
+
+    if any(rec.conversations for rec in read_manifest(manifest)):
+        return manifest
+    from ..data.conversations import attach_conversations
+
+    target = out / "train_manifest.jsonl"
+    print(f"umind train: {manifest} has no conversations; writing them to {target}", file=sys.stderr)
+    return Path(attach_conversations(manifest, target, seed=seed, tasks=tasks))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`umind train`: build or load the model, train, print the summary as JSON."""
+    from ..training.trainer import default_lora, train
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if getattr(args, "tasks", None) else None
+    config = TrainConfig(output_dir=args.out, full=bool(args.full), pack=not args.no_pack,
+                         progress=not args.no_progress,
+                         mixed_precision=_resolve_mixed_precision(args.mixed_precision),
+                         **{name: getattr(args, name) for name in _CLI_FIELDS})
+    manifest = Path(args.manifest)
+    if not manifest.is_file():
+        raise TrainingError(f"manifest {manifest} does not exist")
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    manifest = _manifest_with_conversations(manifest, Path(config.output_dir), config.seed, tasks)
+    if args.model:
+        from ..modeling.umind import UMindVL
+
+        model = UMindVL.from_pretrained(args.model, dtype=args.dtype, trainable=True,
+                                        lora=None if args.full else default_lora())
+    else:
+        from ..modeling.tiny import build_model
+
+        model = build_model(args.size, seed=config.seed, lora=None if args.full else default_lora(),
+                            image_size=args.image_size)
+    summary = train(model, manifest, config, tasks=tasks)
+    from accelerate.state import PartialState
+
+    if PartialState().is_main_process:
+        print(json.dumps(asdict(summary), indent=2))
+    return 0

@@ -30,8 +30,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import write_text
+from ..atomic import new_temp_dir, replace_dir, write_text
 from . import metrics as M
 
 __all__ = [
@@ -595,7 +593,8 @@ def _draw(sample: dict, path: Path) -> Path:
 def _write_overlays(samples: list[dict], out: Path, k: int) -> dict[str, dict[str, list[str]]]:
     """Best and worst k per spatial task into out/overlays, swapped in whole so no run mixes with another."""
     listing: dict[str, dict[str, list[str]]] = {}
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".overlays-"))
+    final = out / "overlays"
+    tmp = new_temp_dir(final)
     try:
         for task in SPATIAL_TASKS:
             items = _of(samples, task)
@@ -610,14 +609,7 @@ def _write_overlays(samples: list[dict], out: Path, k: int) -> dict[str, dict[st
                     name += ".png"
                     _draw(s, tmp / name)
                     listing[task][kind].append(f"overlays/{name}")
-        final = out / "overlays"
-        old = None
-        if final.exists():
-            old = out / f".overlays-old-{uuid.uuid4().hex[:8]}"
-            final.rename(old)
-        tmp.rename(final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,6 @@ the same from run to run as labels are added; images held out by an earlier run 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
+from umind_core.data.split import hash_split
 from umind_core.imageio import Study, read_study
 
 from .corrections import FrameCorrections, info_fields, read_corrections
@@ -82,25 +82,13 @@ def _label_names(info: dict, conf_labels: tuple[str, ...]) -> dict[int, str]:
     return names
 
 
-def _is_val(image_id: str, fraction: float, seed: int) -> bool:
-    h = hashlib.sha256(f"{seed}:{image_id}".encode()).digest()
-    return int.from_bytes(h[:4], "big") / 2**32 < fraction
-
-
 def _split(ids: list[str], fraction: float, min_val: int, seed: int) -> tuple[list[str], list[str]]:
+    """The project's one split (`umind_core.data.split`), salted by the run's seed; needs two images."""
     if len(ids) < 2:
         raise DatasetError(f"training needs at least 2 labeled images (one to train on, one held out), "
                            f"the datastore has {len(ids)}")
-    ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
-    val = [i for i in ids if _is_val(i, fraction, seed)]
-    want = min(max(min_val, len(val)), len(ids) - 1)
-    for i in ranked:  # top up (or cut) deterministically to `want`
-        if len(val) >= want:
-            break
-        if i not in val:
-            val.append(i)
-    val = sorted(val, key=ranked.index)[:want]
-    return [i for i in ids if i not in val], sorted(val)
+    train, val = hash_split(ids, fraction, min_val=min_val, salt=f"umind-holdout:{seed}")
+    return train, sorted(val)
 
 
 def _frame_objects(lab: np.ndarray, names: dict[int, str], fixes: FrameCorrections, target: str | None,

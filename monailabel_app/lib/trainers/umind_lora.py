@@ -43,20 +43,11 @@ from .gate import Tolerance, compare, decide, format_table
 from .rehearsal import (REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, rehearsal_plan,
                         synthetic_set)
 
-__all__ = ["UMindLoRATrain", "trainer_config", "folder_bytes"]
+__all__ = ["UMindLoRATrain", "folder_bytes"]
 
 logger = logging.getLogger(__name__)
 
 SET_NEW, SET_EARLIER, SET_SYNTHETIC = "new labels", "earlier labels", "synthetic regression"
-
-
-def trainer_config(params: TrainParams, output_dir):
-    """The project trainer's config for one run: always LoRA; our own held-out split replaces the trainer's."""
-    from umind_core.training.trainer import TrainConfig
-
-    return TrainConfig(output_dir=str(output_dir), epochs=float(params.epochs), batch_size=params.batch_size,
-                       lr=params.lr, warmup_ratio=params.warmup_ratio, val_fraction=0.0, seed=params.seed,
-                       max_steps=params.max_steps or None, full=False, progress=False, keep_checkpoints=1)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -199,7 +190,10 @@ class UMindLoRATrain(TrainTask):
         if model.config.lora is None:
             model.attach_lora()
         t = time.perf_counter()
-        summary = train(model, work.manifest, trainer_config(params, staging / "trainer"))
+        # always LoRA; our own held-out split replaces the trainer's
+        config = params.trainer_config(staging / "trainer", val_fraction=0.0, full=False, progress=False,
+                                       keep_checkpoints=1)
+        summary = train(model, work.manifest, config)
         run["seconds_training"] = round(time.perf_counter() - t, 2)
         run["train_summary"] = dataclasses.asdict(summary)
         model.eval()
