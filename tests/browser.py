@@ -119,9 +119,10 @@ class Browser:
         self.ws.settimeout(self._timeout)
 
     def screenshot(self, path: Path) -> Path:
+        from umind_core.atomic import write_bytes
+
         data = self.send("Page.captureScreenshot", format="png")["data"]
-        path.write_bytes(base64.b64decode(data))
-        return path
+        return write_bytes(path, base64.b64decode(data))
 
     def close(self) -> None:
         try:

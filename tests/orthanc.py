@@ -84,8 +84,9 @@ def start_orthanc(root: Path, timeout: float = 60.0) -> Orthanc:
         "DicomWeb": {"Enable": True, "Root": "/dicom-web/", "EnableWado": True, "WadoRoot": "/wado",
                      "StudiesMetadata": "Full", "SeriesMetadata": "Full"},
     }
-    cfg = root / "orthanc.json"
-    cfg.write_text(json.dumps(config, indent=1))
+    from umind_core.atomic import write_text
+
+    cfg = write_text(root / "orthanc.json", json.dumps(config, indent=1))
     log = root / "orthanc.log"
     cmd = ["nice", "-n", "10", exe, str(cfg)] if shutil.which("nice") else [exe, str(cfg)]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)

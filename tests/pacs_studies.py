@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fixtures_imaging import (US_IMAGE_STORAGE, US_MULTIFRAME_STORAGE, _dataset, _set_pixels, palette_lut, region,
-                              ybr422_bytes)
+from fixtures_imaging import US_IMAGE_STORAGE, US_MULTIFRAME_STORAGE, _dataset, _set_pixels, region, ybr422_bytes
 
 SEED = 1_000_001
 SIZE = 256
@@ -57,6 +56,13 @@ def _finish(ds, path: Path, name: str, spacing_mm: float | None) -> str:
     return str(ds.SeriesInstanceUID)
 
 
+def tinted_lut() -> np.ndarray:
+    """256 x 3 uint16 palette of a warm grey tint, the kind of colour map scanners store B-mode with (a test of
+    decoding odd palettes is in test_imageio; here the image must still look like ultrasound to the model)."""
+    i = np.arange(256, dtype=np.float64)
+    return np.stack([i, i * 0.92, i * 0.8], -1).round().astype(np.uint16) * 257
+
+
 def write_pacs_studies(folder: Path) -> dict[str, PacsStudy]:
     """Write every series into `folder`; returns them by name (the series UID filled in)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,7 +94,7 @@ def write_pacs_studies(folder: Path) -> dict[str, PacsStudy]:
 
     ds = _dataset(folder / "x", US_IMAGE_STORAGE)
     _set_pixels(ds, s0.image, "PALETTE COLOR")
-    lut = palette_lut()
+    lut = tinted_lut()
     for c, key in enumerate(("Red", "Green", "Blue")):
         setattr(ds, f"{key}PaletteColorLookupTableDescriptor", [256, 0, 16])
         setattr(ds, f"{key}PaletteColorLookupTableData", lut[:, c].astype("<u2").tobytes())

@@ -77,9 +77,13 @@ def make_client(url: str):
     from monailabel.config import settings
     from monailabel.datastore.dicom import DICOMwebClientX
 
-    return DICOMwebClientX(url=url, session=pacs_session(), qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
-                           wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
-                           stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
+    client = DICOMwebClientX(url=url, session=pacs_session(), qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
+                             wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
+                             stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
+    # its default retries a failed call 5 times with waits of 2-16 s: with a PACS that did not answer, one infer
+    # request (two calls) took 101 s; now each call fails after its timeout and the client may retry itself
+    client.set_http_retry_params(retry=False)
+    return client
 
 
 def pacs_cache_dir(url: str, workdir: Path) -> Path:
@@ -133,6 +137,16 @@ class PacsDatastore(GuardedDatastore):
             series = sorted({_series_tag(ds, "0020000E") for ds in found} - {""})
             self._listing = (time.monotonic(), series)
         return list(series)
+
+    def status(self) -> dict[str, Any]:
+        """Counts for /info, which MONAI Label's /infer also builds on every request: a PACS that is down must not
+        fail those, so its error is reported here (total unknown) and a request for a series names its own."""
+        try:
+            return super().status()
+        except UpstreamError as exc:
+            labeled = self.get_labeled_images()
+            return {"total": None, "completed": len(labeled), "label_tags": {"final": len(labeled)},
+                    "pacs_error": str(exc)}
 
     def get_unlabeled_images(self, label_tag=None, labels=None) -> list[str]:
         labeled = set(self.get_labeled_images())
