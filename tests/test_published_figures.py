@@ -84,3 +84,23 @@ def test_card_weight_size_matches_the_files(demo_model):
     assert f"({size / 1e6:.1f} MB, {_fmt(size)} bytes of safetensors)" in _flat(CARD)
     total, _ = _count(demo_model)
     assert 2 * total <= size < 2 * total + 200_000  # bfloat16: two bytes a parameter plus the headers
+
+
+def test_annotation_loop_figures_in_readme_are_the_benchmarks():
+    """The README's loop table row by row against benchmarks/results/annotation_loop/results.json."""
+    import json
+
+    results = json.loads((REPO / "benchmarks" / "results" / "annotation_loop" / "results.json").read_text())
+    text = README.read_text(encoding="utf-8").replace("**", "")  # bold marks the goal's columns
+    rows = results["strategies"]["umind_uncertainty"]
+    miou = " | ".join(f"{r['test']['segmentation_miou']:.3f}" for r in rows)
+    assert f"| scanner_b segment mIoU | {miou} |" in text
+    recall = " | ".join(f"{r['test']['detection_recall']:.3f}" for r in rows)
+    assert f"| scanner_b detect recall | {recall} |" in text
+    seconds = " | ".join(f"{round(r['run']['seconds'])} ({round(r['run']['seconds_training'])})" for r in rows[1:])
+    assert f"| retrain s (training part) | | {seconds} |" in text
+    random_rows = results["strategies"]["random"]
+    for n in (20, 40):
+        mine = next(r for r in rows if r["labels"] == n)["test"]["segmentation_miou"]
+        theirs = next(r for r in random_rows if r["labels"] == n)["test"]["segmentation_miou"]
+        assert f"{mine:.3f} against {theirs:.3f}" in _flat(README)
