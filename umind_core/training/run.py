@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -100,8 +101,6 @@ class TrainRun:
         ckpts = self.out / "checkpoints"
         tmp, final = ckpts / f".step-{at}.tmp", ckpts / f"step-{at}"
         if self.main:
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
