@@ -68,6 +68,27 @@ def test_a_task_scored_on_too_few_samples_is_shown_but_does_not_gate():
     assert next(r for r in rows if r["task"] == "detect")["worse"]
 
 
+def test_the_synthetic_suite_is_judged_against_the_start_not_a_lucky_served_version():
+    """The benchmark's case: a served version one diagnosis luckier than the start must not block a candidate
+    that is still at the start's level; a candidate below the start beyond tolerance is rejected even when the
+    served version was just as low (drift does not add up round after round)."""
+    from lib.trainers.gate import format_table
+
+    tol = Tolerance()
+    start, lucky = summary(diagnosis_accuracy=0.615), summary(diagnosis_accuracy=0.731)
+    rows = compare(lucky, summary(diagnosis_accuracy=0.692), tol, start=start)
+    assert decide({"synthetic regression": rows}, tol)[0]
+    assert not decide({"synthetic regression": compare(lucky, summary(diagnosis_accuracy=0.692), tol)}, tol)[0]
+    row = next(r for r in rows if r["task"] == "diagnose")
+    assert (row["start"], row["before"], row["after"]) == (0.615, 0.731, 0.692)
+    drifted = summary(diagnosis_accuracy=0.6)
+    rows = compare(drifted, summary(diagnosis_accuracy=0.59), tol, start=start)
+    promote, reason = decide({"synthetic regression": rows}, tol)
+    assert not promote and "diagnose on synthetic regression: start 0.615 -> 0.590" in reason
+    table = format_table({"synthetic regression": rows})
+    assert "start" in table.splitlines()[0] and "0.615" in table and "WORSE" in table
+
+
 # -------------------------------------------------------------------------------------- corrections
 @pytest.fixture
 def study(tmp_path):

@@ -184,6 +184,11 @@ def test_markups_and_finding_from_slicer_train_every_task_with_lora_rehearsal_an
     assert set(run["gate"]) == {"new labels", "earlier labels", "synthetic regression"}
     assert {row["task"] for row in run["gate"]["synthetic regression"]} >= {"segment", "detect"}
     assert "synthetic regression" in run["gate_table"]
+    # the first run's served version is the start: the synthetic set is judged against its scores
+    start = run["scores_start"]["synthetic regression"]
+    assert start == run["scores_current"]["synthetic regression"]
+    seg = next(row for row in run["gate"]["synthetic regression"] if row["task"] == "segment")
+    assert seg["start"] == pytest.approx(start["segmentation_miou"], abs=1e-4)
     from UMindLib.replies import run_summary  # what the Slicer panel shows when the run ends
 
     text = run_summary(requests.get(f"{server.url}/info/", timeout=30).json())

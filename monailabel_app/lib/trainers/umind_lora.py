@@ -48,6 +48,9 @@ __all__ = ["UMindLoRATrain", "folder_bytes"]
 logger = logging.getLogger(__name__)
 
 SET_NEW, SET_EARLIER, SET_SYNTHETIC = "new labels", "earlier labels", "synthetic regression"
+#: the version a workdir starts from (the model the server was started with); the synthetic regression set is
+#: judged against it
+START_VERSION = 0
 
 
 def folder_bytes(folder: Path) -> int:
@@ -174,6 +177,22 @@ class UMindLoRATrain(TrainTask):
         run["set_sizes"] = {name: len(records) for name, records in sets.items()}
         return _Work(manifest, sets, new_val)
 
+    def _start_scores(self, cache: SyntheticScores, current: int, before: dict, work: _Work,
+                      params: TrainParams) -> dict:
+        """The first version's scores on the synthetic regression set, which the gate judges that set against
+        (see gate.py): cached since the first run; scored once more only if the cache was lost."""
+        start = cache.get(START_VERSION, params.regression_size)
+        if start:
+            return start
+        if current == START_VERSION:
+            start = before[SET_SYNTHETIC]
+        else:
+            model = load_model(self.runtime.spec(START_VERSION))
+            start = score_sets(model, {SET_SYNTHETIC: work.sets[SET_SYNTHETIC]}, self.runtime.conf.max_new_tokens)[
+                SET_SYNTHETIC]
+        cache.put(START_VERSION, params.regression_size, start)
+        return start
+
     def _train_and_score(self, current: int, work: _Work, params: TrainParams, staging: Path, run: dict) -> None:
         from umind_core.training.trainer import train
 
@@ -184,6 +203,7 @@ class UMindLoRATrain(TrainTask):
         fixed = {SET_SYNTHETIC: cache.get(current, params.regression_size)} if SET_SYNTHETIC in work.sets else {}
         todo = {k: v for k, v in work.sets.items() if not fixed.get(k)}
         before = {**score_sets(load_model(spec), todo, max_new), **{k: v for k, v in fixed.items() if v}}
+        start = self._start_scores(cache, current, before, work, params) if SET_SYNTHETIC in work.sets else None
         run["seconds_scoring_served"] = round(time.perf_counter() - t, 2)
         model = load_model(spec, trainable=True)
         run["adapter"] = "attached fresh" if model.config.lora is None else "continued"
@@ -203,8 +223,9 @@ class UMindLoRATrain(TrainTask):
             cache.put(current, params.regression_size, before[SET_SYNTHETIC])
             cache.put(run["version"], params.regression_size, after[SET_SYNTHETIC])
         tol = Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples)
-        run.update(scores_current=before, scores_new=after,
-                   gate={name: compare(before[name], after[name], tol) for name in work.sets})
+        run.update(scores_current=before, scores_new=after, scores_start={SET_SYNTHETIC: start} if start else {},
+                   gate={name: compare(before[name], after[name], tol, start if name == SET_SYNTHETIC else None)
+                         for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
         model.save_pretrained(staging / "model")
         for ckpt in (staging / "trainer").glob("checkpoint-*"):
