@@ -177,7 +177,8 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
                          "run": {k: run.get(k) for k in ("version", "status", "reason", "seconds",
                                                          "seconds_training", "seconds_scoring_served",
                                                          "gate", "n_rehearsal_records", "version_bytes",
-                                                         "base_bytes", "notes", "scores_new", "scores_current")},
+                                                         "base_bytes", "notes", "scores_new", "scores_current",
+                                                         "scores_start")},
                          **evaluate_version(workdir, served, manifests, splits)})
             print(f"{strategy}: {labels} labels: run {run.get('version')} {run.get('status')} in "
                   f"{run.get('seconds')} s; test mIoU {rows[-1]['test']['segmentation_miou']:.3f}", flush=True)
@@ -273,18 +274,21 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "annotation_loop")
     p.add_argument("--pool", type=int, default=200)
     p.add_argument("--test", type=int, default=40)
-    p.add_argument("--default-test", type=int, default=40)
+    p.add_argument("--default-test", type=int, default=48)
     p.add_argument("--default-every", type=int, default=20,
                    help="score the default-appearance set after every this many labels (and at the start)")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-labels", type=int, default=40)
     p.add_argument("--strategies", default="umind_uncertainty,random")
-    p.add_argument("--scoring-sample", type=int, default=40)
-    p.add_argument("--signal-sample", type=int, default=60)
+    p.add_argument("--scoring-sample", type=int, default=20,
+                   help="pool images one umind_uncertainty run scores (conf scoring_sample)")
+    p.add_argument("--signal-sample", type=int, default=0,
+                   help="score the start model's uncertainty signals on this many pool images first (0: skip)")
     p.add_argument("--resume", action="store_true", help="keep the strategies already in OUT/results.json")
     p.add_argument("--train-timeout", type=float, default=1800)
-    p.add_argument("--train-conf", nargs="*", default=["epochs=3", "batch_size=4", "lr=1e-3"],
-                   help="conf KEY=VALUE for the server's train parameters")
+    p.add_argument("--train-conf", nargs="*", default=[],
+                   help="conf KEY=VALUE for the server's train parameters (default: the server's own defaults, "
+                        "which is what a user gets)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     manifests = make_data(args.out / "data", args.pool, args.test, args.default_test)
