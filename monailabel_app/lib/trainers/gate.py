@@ -9,9 +9,9 @@ labels cover improve or hold within tolerance" and "no regression task worse by 
 are one check applied to different sets.
 
 The seeded synthetic regression set is judged against the start (the model the workdir began with), not
-against the served version. Its 26-30 scored samples per task resolve no finer than one answer (0.038 of
-diagnosis accuracy), more than the tolerance: measured in the loop benchmark, a served version that got one
-diagnosis lucky (0.615 -> 0.731) blocked six later runs that were still above the start. Judging each run
+against the served version. A score on n samples moves by 1/n per answer: at the old default of 60 images (26
+diagnosis samples, 0.038 each, more than the tolerance) a served version that got one diagnosis lucky
+(0.615 -> 0.731) blocked six later runs in the loop benchmark that were still above the start. Judging each run
 against the one before also lets skills drift by one tolerance per round, without bound; against the start the
 total loss is bounded by one tolerance whatever the number of rounds. Held-out labels (new and earlier rounds)
 are judged against the served version, which is the one that learned them.
