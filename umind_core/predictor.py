@@ -14,6 +14,9 @@ How the work is split:
   full resolution.
 - `predict_batch` runs frames of one size (a cine clip, the slices of a volume) as one batch through the same
   loop; sequences that finish early are fed padding that nobody reads.
+- Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
+  transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`); `decode="eager"`
+  is transformers' own forward, the reference the fast path is tested against.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from . import grounding, prompts
 from .imageio import Frame
+from .modeling import fast_decode
 from .results import GroundedObject, Result
 
 __all__ = ["Predictor", "PredictorError"]
@@ -75,6 +79,7 @@ class Predictor:
         mask_threshold: float = 0.0,
         one_forward_masks: bool = True,
         batch_size: int = 8,
+        decode: str | None = None,
     ):
         if max_new_tokens < 1:
             raise PredictorError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -91,6 +96,10 @@ class Predictor:
         self._state: _ImageState | None = None
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
+        try:
+            self._fast = fast_decode.for_predictor(model, decode)
+        except ValueError as exc:
+            raise PredictorError(str(exc)) from None
 
     # ------------------------------------------------------------------ image
     @property
@@ -220,9 +229,12 @@ class Predictor:
             )
         spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
         image_states = [model.image_states(out.hidden_states[b], spans[b][0]) for b in range(len(frames))]
+        cache = out.cache
+        if self._fast is not None:  # room for a prompt, the answer and a mask group; grows if a prompt needs more
+            cache = self._fast.adopt(cache, answer_tokens=self.max_new_tokens + model.num_mask_tokens)
         return _ImageState(
             frames=frames,
-            cache=out.cache,
+            cache=cache,
             prefix_len=int(enc["input_ids"].shape[1]),
             rope_delta=delta.to(model.device),
             image_states=image_states,
@@ -233,6 +245,8 @@ class Predictor:
         """Feed `ids` (B, k) at sequence positions start..start+k-1 on the cache."""
         k = ids.shape[1]
         pos = torch.arange(start, start + k, device=ids.device)[None, :] + state.rope_delta
+        if isinstance(state.cache, fast_decode.StaticKVCache):
+            return self._fast.forward(state.cache, ids, pos, start)
         position_ids = pos[None].expand(3, -1, -1)
         with torch.no_grad():
             return self.model(

@@ -1,0 +1,424 @@
+"""Decoding on a preallocated KV cache without transformers' per-step overhead (issue 16).
+
+Why this exists: on the demo model one eager decode step through `transformers` costs some 4-5 ms while its
+arithmetic is about 0.1 ms. A profile of one step (see README, "Decode speed") shows the time in several hundred
+tiny ATen calls and the Python around them: the decorator and output-capture layers of the HF forward, the mask
+builder, `DynamicCache.update` growing every layer's keys and values with `torch.cat`, M-RoPE recomposition,
+per-module dispatch, and three separate q/k/v (and gate/up) matmuls per layer. None of that depends on the
+weights; all of it is paid again at every token.
+
+What this module does instead, for the tokens fed *after* the image prefix (the prompt, the answer, the mask
+tokens), which are all text:
+- `DecodeWeights` gathers the language model's weights once: q/k/v fused into one matrix and gate/up into
+  another, and adapters merged (a LoRA layer's W + s*B@A, PEFT's trainable-token rows written into a plain
+  embedding / lm_head) so that no wrapper runs per step. The model itself is not modified: training still sees
+  its PEFT modules.
+- `StaticKVCache` holds every layer's keys and values in tensors allocated once; a step writes one slot, and
+  going back to the image prefix after a prompt is moving an integer (no copy, no reallocation).
+- Text tokens after the image have equal t/h/w M-RoPE positions, for which Qwen3-VL's interleaved M-RoPE equals
+  plain 1-D RoPE: cos/sin come from one table lookup.
+- The single-token step can be compiled (`torch.compile`, shapes fixed by batch and cache capacity, the write
+  slot passed as a tensor so the graph does not change with the position). A failing compile falls back to the
+  eager lean step with one warning line; `transformers`' own forward stays the reference (Predictor
+  `decode="eager"`), and tests hold the two equal.
+
+The image prefix itself (vision encoder, deepstack features) still runs through `transformers` once per image.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["DECODE_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder", "FastOutput", "for_predictor",
+           "unsupported_reason"]
+
+logger = logging.getLogger(__name__)
+
+DECODE_MODES = ("static", "compiled", "eager")
+DECODE_ENV = "UMIND_DECODE"  # the default mode for every Predictor of a process (server, CLI) without code changes
+CAPACITY_STEP = 256  # cache capacities are multiples of this, so a compiled step is reused across prompts
+PROMPT_ROOM = 128  # slots allocated for a prompt beyond the answer; a longer prompt grows the cache once
+
+
+@dataclass
+class FastOutput:
+    """What the Predictor reads from a forward: logits of the last fed position and every fed position's state."""
+
+    logits: torch.Tensor  # (B, 1, V)
+    hidden_states: torch.Tensor  # (B, k, D)
+
+
+@dataclass
+class _LayerWeights:
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor | None
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    wo: torch.Tensor
+    bo: torch.Tensor | None
+    wgu: torch.Tensor
+    wdown: torch.Tensor
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the lean path cannot reproduce this model's text forward, or None when it can."""
+    qwen = getattr(model, "qwen", None)
+    cfg = getattr(getattr(qwen, "config", None), "text_config", None)
+    if cfg is None or getattr(cfg, "model_type", None) != "qwen3_vl_text":
+        return "not a Qwen3-VL text model"
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return f"rope_type {rope.get('rope_type')!r} (only 'default' is reproduced)"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {cfg.hidden_act!r} (only silu is reproduced)"
+    if getattr(cfg, "sliding_window", None):
+        return "sliding-window attention"
+    return None
+
+
+def _linear_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of what `module` computes as y = x @ W.T + b.
+
+    A plain nn.Linear gives its own tensors (shared, no copy). Anything else (a PEFT LoRA layer, a trainable-token
+    wrapper around lm_head) is probed once with the identity and a zero input, which is exact for an affine map and
+    needs no knowledge of the wrapper's internals; the per-step wrapper code then never runs.
+    """
+    if type(module) is nn.Linear:
+        return module.weight.detach(), None if module.bias is None else module.bias.detach()
+    base = _find_linear(module)
+    eye = torch.eye(base.in_features, device=base.weight.device, dtype=base.weight.dtype)
+    with torch.no_grad():
+        bias = module(torch.zeros_like(eye[:1]))[0]
+        weight = (module(eye) - bias).T.contiguous()
+    return weight, (bias if bool(bias.any()) else None)
+
+
+def _find_linear(module: nn.Module) -> nn.Linear:
+    for sub in module.modules():
+        if type(sub) is nn.Linear:
+            return sub
+    raise TypeError(f"{type(module).__name__} holds no nn.Linear to size a probe by")
+
+
+def _embedding_weight(module: nn.Module) -> torch.Tensor:
+    """The rows an embedding module returns; a wrapper (PEFT trainable tokens) is read once over every id."""
+    if type(module) is nn.Embedding:
+        return module.weight.detach()
+    base = next(m for m in module.modules() if type(m) is nn.Embedding)
+    with torch.no_grad():
+        return module(torch.arange(base.num_embeddings, device=base.weight.device)).contiguous()
+
+
+class DecodeWeights:
+    """The language model's weights in the form the lean step uses; built once per model snapshot."""
+
+    def __init__(self, model):
+        reason = unsupported_reason(model)
+        if reason:
+            raise TypeError(f"fast decoding does not support this model: {reason}")
+        qwen = model.qwen
+        cfg = qwen.config.text_config
+        lm = qwen.model.language_model
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = float(cfg.rms_norm_eps)
+        self.embed = _embedding_weight(qwen.get_input_embeddings())
+        self.lm_head, self.lm_bias = _linear_weights(qwen.lm_head)
+        self.norm = lm.norm.weight.detach()
+        self.layers = [self._layer(layer) for layer in lm.layers]
+        rot = lm.rotary_emb
+        self.inv_freq = rot.inv_freq.detach().float()
+        self.attention_scaling = float(rot.attention_scaling)
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _layer(self, layer) -> _LayerWeights:
+        att, mlp = layer.self_attn, layer.mlp
+        (wq, bq), (wk, bk), (wv, bv) = (_linear_weights(m) for m in (att.q_proj, att.k_proj, att.v_proj))
+        bqkv = None
+        if bq is not None or bk is not None or bv is not None:
+            bqkv = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in ((wq, bq), (wk, bk), (wv, bv))])
+        wo, bo = _linear_weights(att.o_proj)
+        (wg, bg), (wu, bu), (wd, bd) = (_linear_weights(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+        if bg is not None or bu is not None or bd is not None:
+            raise TypeError("MLP biases are not reproduced by the lean step")
+        return _LayerWeights(
+            ln1=layer.input_layernorm.weight.detach(), ln2=layer.post_attention_layernorm.weight.detach(),
+            wqkv=torch.cat([wq, wk, wv]).contiguous(), bqkv=bqkv,
+            q_norm=att.q_norm.weight.detach(), k_norm=att.k_norm.weight.detach(),
+            wo=wo, bo=bo, wgu=torch.cat([wg, wu]).contiguous(), wdown=wd,
+        )
+
+    def rope_table(self, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for text positions 0..n-1, computed as transformers computes them (float32, then cast)."""
+        if self._rope_table is None or self._rope_table[0].shape[0] < n_positions:
+            n = max(n_positions, 2 * (0 if self._rope_table is None else self._rope_table[0].shape[0]), 4096)
+            pos = torch.arange(n, device=self.device).float()
+            freqs = pos[:, None] * self.inv_freq.to(self.device)[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = (emb.cos() * self.attention_scaling).to(self.dtype)
+            sin = (emb.sin() * self.attention_scaling).to(self.dtype)
+            self._rope_table = (cos, sin)
+        return self._rope_table
+
+
+class StaticKVCache:
+    """Keys and values of every layer in tensors allocated once: (B, kv_heads, capacity, head_dim) each.
+
+    `get_seq_length` and `crop` mean what they mean on transformers' DynamicCache, so the Predictor treats both
+    caches alike; crop only moves the length (the slots after it are overwritten by the next prompt).
+    """
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int):
+        self.keys, self.values, self.length = keys, values, int(length)
+
+    @classmethod
+    def from_dynamic(cls, cache, capacity: int) -> "StaticKVCache":
+        """Copy a filled transformers cache (the image prefix) into preallocated tensors of `capacity` slots."""
+        length = cache.get_seq_length()
+        keys, values = [], []
+        for layer in cache.layers:
+            b, h, _, d = layer.keys.shape
+            k = layer.keys.new_zeros((b, h, capacity, d))
+            v = layer.values.new_zeros((b, h, capacity, d))
+            k[:, :, :length] = layer.keys
+            v[:, :, :length] = layer.values
+            keys.append(k)
+            values.append(v)
+        return cls(keys, values, length)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, max_length: int) -> None:
+        """Keep the first `max_length` tokens; a negative value removes that many from the end (as DynamicCache)."""
+        self.length = self.length + max_length if max_length < 0 else min(self.length, max_length)
+
+    def ensure(self, needed: int) -> None:
+        """Grow (once, by whole CAPACITY_STEPs) when a prompt would run past the allocated slots."""
+        if needed <= self.capacity:
+            return
+        capacity = _round_up(needed, CAPACITY_STEP)
+        for store in (self.keys, self.values):
+            for i, t in enumerate(store):
+                grown = t.new_zeros((*t.shape[:2], capacity, t.shape[3]))
+                grown[:, :, : self.length] = t[:, :, : self.length]
+                store[i] = grown
+
+
+def _round_up(n: int, step: int) -> int:
+    return int(math.ceil(n / step) * step)
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3's RMSNorm, step for step (float32 inside, weight applied after casting back)."""
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _attention_inputs(w: DecodeWeights, layer: _LayerWeights, x, cos, sin):
+    """Norm, fused q/k/v projection, per-head q/k norms and RoPE of one layer: (q, k, v) as (B, heads, k, hd)."""
+    b, k, _ = x.shape
+    hd = w.head_dim
+    qkv = F.linear(_rms(x, layer.ln1, w.eps), layer.wqkv, layer.bqkv)
+    q, key, value = qkv.split([w.n_heads * hd, w.n_kv * hd, w.n_kv * hd], dim=-1)
+    q = _rms(q.view(b, k, w.n_heads, hd), layer.q_norm, w.eps).transpose(1, 2)
+    key = _rms(key.view(b, k, w.n_kv, hd), layer.k_norm, w.eps).transpose(1, 2)
+    value = value.view(b, k, w.n_kv, hd).transpose(1, 2)
+    q = q * cos + _rotate_half(q) * sin
+    key = key * cos + _rotate_half(key) * sin
+    return q, key, value
+
+
+def _attention_output_and_mlp(w: DecodeWeights, layer: _LayerWeights, x, attn):
+    """Output projection, residual, post-attention norm and the SwiGLU MLP with its residual."""
+    b, k, _ = x.shape
+    x = x + F.linear(attn.transpose(1, 2).reshape(b, k, -1), layer.wo, layer.bo)
+    gate, up = F.linear(_rms(x, layer.ln2, w.eps), layer.wgu).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, layer.wdown)
+
+
+def _logits(w: DecodeWeights, x):
+    return F.linear(_rms(x[:, -1:], w.norm, w.eps), w.lm_head, w.lm_bias)
+
+
+def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int):
+    """k tokens at cache slots start..start+k-1, attending to the slots before them and causally among themselves.
+
+    Used for prompts and the 16 mask tokens (k > 1) and as the single-token step when compiling is off or failed.
+    """
+    k = ids.shape[1]
+    end = start + k
+    mask = None
+    if k > 1:  # new token i sees every cached slot and new tokens 0..i
+        mask = torch.ones(k, end, dtype=torch.bool, device=ids.device).tril(diagonal=start)
+    x = F.embedding(ids, w.embed)
+    scale = w.head_dim ** -0.5
+    for layer, kc, vc in zip(w.layers, keys, values):
+        q, key, value = _attention_inputs(w, layer, x, cos, sin)
+        kc[:, :, start:end] = key
+        vc[:, :, start:end] = value
+        attn = F.scaled_dot_product_attention(q, kc[:, :, :end], vc[:, :, :end], attn_mask=mask, scale=scale,
+                                              enable_gqa=True)
+        x = _attention_output_and_mlp(w, layer, x, attn)
+    return _logits(w, x), _rms(x, w.norm, w.eps)
+
+
+def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot):
+    """One token per row written at `slot` (a 1-element tensor), attending over the whole capacity under a mask.
+
+    Every shape is fixed by (batch, capacity) and the position travels as data, so `torch.compile` builds this
+    graph once and replays it at every step.
+    """
+    x = F.embedding(ids, w.embed)
+    capacity = keys[0].shape[2]
+    mask = (torch.arange(capacity, device=ids.device) <= slot)[None, None, None, :]
+    scale = w.head_dim ** -0.5
+    for layer, kc, vc in zip(w.layers, keys, values):
+        q, key, value = _attention_inputs(w, layer, x, cos, sin)
+        kc.index_copy_(2, slot, key)
+        vc.index_copy_(2, slot, value)
+        attn = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask, scale=scale, enable_gqa=True)
+        x = _attention_output_and_mlp(w, layer, x, attn)
+    return _logits(w, x), _rms(x, w.norm, w.eps)
+
+
+class FastDecoder:
+    """Feeds text tokens on a StaticKVCache with the lean step; compiles the single-token step when asked.
+
+    The weights are a snapshot taken at `adopt` (once per image): a model trained in place between two images is
+    picked up at the next image, as the eager path's cached image prefix is.
+    """
+
+    def __init__(self, model, compile: bool = True):
+        reason = unsupported_reason(model)
+        if reason:
+            raise TypeError(f"fast decoding does not support this model: {reason}")
+        self.model = model
+        self.compile = bool(compile)
+        self.weights: DecodeWeights | None = None
+        self._fingerprint: tuple | None = None
+        self._compiled: dict[tuple, object] = {}
+        self.compile_error: str | None = None  # set once a compile failed; the eager lean step is used from then on
+
+    def _current_fingerprint(self) -> tuple:
+        qwen = self.model.qwen
+        params = list(qwen.model.language_model.parameters()) + list(qwen.lm_head.parameters())
+        return tuple((id(p), p.data_ptr(), p._version) for p in params)
+
+    def refresh(self) -> DecodeWeights:
+        """Rebuild the weight snapshot when any language-model parameter changed (in place or replaced)."""
+        fingerprint = self._current_fingerprint()
+        if self.weights is None or fingerprint != self._fingerprint:
+            self.weights = DecodeWeights(self.model)
+            self._fingerprint = fingerprint
+            self._compiled.clear()
+        return self.weights
+
+    def adopt(self, cache, answer_tokens: int):
+        """A static copy of the image-prefix cache with room for a prompt and `answer_tokens` more tokens.
+
+        A model in training mode keeps transformers' cache (and so the eager path): dropout in LoRA layers is part
+        of its forward there and the lean step has none.
+        """
+        if self.model.training:
+            return cache
+        self.refresh()
+        needed = cache.get_seq_length() + PROMPT_ROOM + answer_tokens
+        return StaticKVCache.from_dynamic(cache, _round_up(needed, CAPACITY_STEP))
+
+    def forward(self, cache: StaticKVCache, ids: torch.Tensor, positions: torch.Tensor, start: int) -> FastOutput:
+        """Feed `ids` (B, k) at cache slots start.. with text RoPE positions `positions` (B, k)."""
+        w = self.weights if self.weights is not None else self.refresh()
+        k = ids.shape[1]
+        cache.ensure(start + k)
+        cos_table, sin_table = w.rope_table(int(positions.max()) + 1)
+        cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # (B, 1, k, hd)
+        with torch.no_grad():
+            out = None
+            if k == 1 and self.compile and self.compile_error is None:
+                out = self._compiled_step(w, cache, ids, cos, sin, start)
+            if out is None:
+                out = eager_forward(w, cache.keys, cache.values, ids, cos, sin, start)
+        cache.length = start + k
+        return FastOutput(logits=out[0], hidden_states=out[1])
+
+    def _compiled_step(self, w, cache, ids, cos, sin, start):
+        key = (ids.shape[0], cache.capacity, w.dtype, str(w.device))
+        try:
+            fn = self._compiled.get(key)
+            if fn is None:
+                fn = self._compiled[key] = torch.compile(_StepModule(w), fullgraph=True, dynamic=False)
+            slot = torch.tensor([start], device=ids.device)
+            return fn(cache.keys, cache.values, ids, cos, sin, slot)
+        except Exception as exc:  # noqa: BLE001 - any compile/runtime failure means: use the eager lean step
+            self.compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            logger.warning("umind: torch.compile of the decode step failed, decoding eagerly (%s)", self.compile_error)
+            return None
+
+
+class _StepModule(nn.Module):
+    """The single-token step as a module whose buffers are the weights (shared, not copied), so that the compiled
+    graph reads them as module state of one object instead of as some hundred separate call arguments."""
+
+    _FIELDS = ("ln1", "ln2", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "wgu", "wdown")
+
+    def __init__(self, w: DecodeWeights):
+        super().__init__()
+        self.meta = w
+        for name in ("embed", "lm_head", "lm_bias", "norm"):
+            self.register_buffer(name, getattr(w, name), persistent=False)
+        for i, layer in enumerate(w.layers):
+            for field in self._FIELDS:
+                self.register_buffer(f"l{i}_{field}", getattr(layer, field), persistent=False)
+
+    def _weights(self):
+        w = self.meta
+        view = DecodeWeights.__new__(DecodeWeights)
+        view.n_heads, view.n_kv, view.head_dim, view.eps = w.n_heads, w.n_kv, w.head_dim, w.eps
+        view.embed, view.lm_head, view.lm_bias, view.norm = self.embed, self.lm_head, self.lm_bias, self.norm
+        view.layers = [_LayerWeights(**{f: getattr(self, f"l{i}_{f}") for f in self._FIELDS})
+                       for i in range(len(w.layers))]
+        return view
+
+    def forward(self, keys, values, ids, cos, sin, slot):
+        return static_step(self._weights(), keys, values, ids, cos, sin, slot)
+
+
+def for_predictor(model, mode: str | None = None) -> FastDecoder | None:
+    """The decoder a Predictor uses for `mode` ("static", "compiled" or "eager"; None reads UMIND_DECODE, default
+    "static"), or None for transformers' own forward. A model the lean step cannot reproduce decodes eagerly, with
+    one warning line when a fast mode was asked for by name."""
+    import os
+
+    chosen = mode if mode is not None else os.environ.get(DECODE_ENV, "").strip() or "static"
+    if chosen not in DECODE_MODES:
+        source = "decode" if mode is not None else DECODE_ENV
+        raise ValueError(f"{source} must be one of {', '.join(DECODE_MODES)}, got {chosen!r}")
+    if chosen == "eager":
+        return None
+    reason = unsupported_reason(model)
+    if reason:
+        if mode is not None or os.environ.get(DECODE_ENV):
+            logger.warning("umind: decode=%s is not available for this model (%s), decoding eagerly", chosen, reason)
+        return None
+    return FastDecoder(model, compile=chosen == "compiled")
