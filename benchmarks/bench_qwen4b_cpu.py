@@ -1,4 +1,4 @@
-"""The full Qwen3-VL-4B shape on this CPU in bf16: does it load, answer and train one LoRA step within 24 GiB?
+"""The full Qwen3-VL-4B shape on this CPU (bf16 as shipped, or float32): does it load, answer and train one LoRA step within 24 GiB?
 
     python scripts/make_qwen_layout.py /tmp/qwen3-vl-4b-random --variant 4b     # about 8.9 GB, 3-4 minutes
     python benchmarks/bench_qwen4b_cpu.py /tmp/qwen3-vl-4b-random --out benchmarks/results/qwen4b_cpu.json
@@ -97,18 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=256, help="frame side in pixels (256: 64 image tokens)")
     parser.add_argument("--out", type=Path, help="JSON with every figure, rewritten after each step")
     parser.add_argument("--save-dir", type=Path, default=Path("/tmp/umind-4b-version"))
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="float32 on CPUs without bf16 instructions (AVX2 only): bf16 matmuls are emulated "
+                             "there and a LoRA step did not finish in 25 minutes; float32 needs ~17 GiB for weights")
     args = parser.parse_args(argv)
     from umind_core.modeling.base_folder import check_base_folder
     from umind_core.modeling.umind import UMindVL
 
-    record = Record(args.out, folder=str(args.folder), dtype="bfloat16", device="cpu",
+    record = Record(args.out, folder=str(args.folder), dtype=args.dtype, device="cpu",
                     threads=torch.get_num_threads(), frame=[args.size, args.size])
     t0 = time.perf_counter()
     check_base_folder(args.folder)
     record.add("check_folder", seconds=time.perf_counter() - t0)
     with PeakRSS() as rss:
         t0 = time.perf_counter()
-        model = UMindVL.from_pretrained(args.folder, dtype="bfloat16", trainable=True)
+        model = UMindVL.from_pretrained(args.folder, dtype=args.dtype, trainable=True)
         load_s = time.perf_counter() - t0
     counts = model.parameter_counts()
     record.add("load", seconds=load_s, peak_rss_gib=rss.peak / GiB, parameters=counts["total"],
