@@ -368,8 +368,8 @@ def test_frame_specs_select_per_input():
     assert batch.parse_frames("2-4").select(cine, "c") == [2, 3, 4]
     assert batch.parse_frames("5-").select(cine, "c") == [5, 6]
     assert batch.parse_frames("6").select(cine, "c") == [6]
-    with pytest.raises(batch.BatchError, match="c: --frames 9 starts past the last frame"):
+    with pytest.raises(batch.FrameSpecError, match="c: --frames 9 starts past the last frame"):
         batch.parse_frames("9").select(cine, "c")
     for bad in ("x", "-3", "1.5", "4-2"):
-        with pytest.raises(batch.BatchError, match="--frames"):
+        with pytest.raises(batch.FrameSpecError, match="--frames"):
             batch.parse_frames(bad)

@@ -7,8 +7,9 @@ Kept apart from the `umind infer` command so that the rules a folder of outputs 
 * `results.json` is written last and atomically: its presence means the input is done, which is what makes a
   batch resumable. It also records the request, so a rerun with another task never silently "skips" onto
   answers to a different question.
-* The label map covers every frame of the input in the input's own geometry (unprocessed frames stay 0), with one
-  label value per label name across all frames, so a cine clip's "lesion" is the same value in every frame.
+* The label map and markups follow `outputs` (one label stack across frames, "(frame N)" markups), the module the
+  server's infer tasks write with too; here the label map takes the input family's suffix and unlabelled masks
+  are named "object N".
 """
 
 from __future__ import annotations
@@ -21,23 +22,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from .atomic import write_text
 from .imageio import (
     SUPPORTED_SUFFIXES,
     Geometry,
     Study,
     label_map_suffix,
-    write_label_map,
     write_markups_json,
     write_overlay_png,
 )
+from .frames import FrameSpec, FrameSpecError
+from .frames import parse_frames as _parse_frames
+from .outputs import frame_markups, label_stack
 from .results import Result
 
 __all__ = [
     "BatchError",
     "FrameSpec",
+    "FrameSpecError",
     "InputItem",
     "RESULTS_NAME",
     "RESULTS_FORMAT",
@@ -211,49 +213,10 @@ def output_names(paths: Sequence[Path]) -> list[str]:
 # ------------------------------------------------------------------ frames
 
 
-@dataclass(frozen=True)
-class FrameSpec:
-    """`--frames`: all, current (the frame a viewer opens on), or an inclusive range A-B."""
-
-    kind: str = "all"
-    start: int = 0
-    stop: int | None = None
-
-    def select(self, geometry: Geometry, name: str) -> list[int]:
-        """The frame indices of one input. 'current' is the middle slice of a volume and the first frame of a
-        cine clip (what Slicer shows on loading). A range's end is clipped to the last frame; a start past the
-        last frame is an error."""
-        n = geometry.n_frames
-        if self.kind == "all":
-            return list(range(n))
-        if self.kind == "current":
-            return [n // 2 if geometry.kind == "volume" else 0]
-        if self.start >= n:
-            raise BatchError(f"{name}: --frames {self} starts past the last frame (the input has {n})")
-        stop = n - 1 if self.stop is None else min(self.stop, n - 1)
-        return list(range(self.start, stop + 1))
-
-    def __str__(self) -> str:
-        if self.kind != "range":
-            return self.kind
-        if self.stop is None:
-            return f"{self.start}-"
-        return f"{self.start}-{self.stop}" if self.stop != self.start else str(self.start)
-
-
 def parse_frames(text: str) -> FrameSpec:
-    """'all', 'current', 'A-B' (inclusive), 'A-' (to the end) or 'A' (one frame); frames count from 0."""
-    t = str(text).strip().lower()
-    if t in ("all", "current"):
-        return FrameSpec(kind=t)
-    m = re.fullmatch(r"(\d+)(?:\s*(-)\s*(\d+)?)?", t)
-    if not m:
-        raise BatchError(f"--frames {text!r} is not 'all', 'current', 'A-B', 'A-' or a frame number")
-    start = int(m.group(1))
-    stop = start if m.group(2) is None else (int(m.group(3)) if m.group(3) is not None else None)
-    if stop is not None and stop < start:
-        raise BatchError(f"--frames {text!r}: the range ends ({stop}) before it starts ({start})")
-    return FrameSpec(kind="range", start=start, stop=stop)
+    """`--frames` as a `frames.FrameSpec` (the server's grammar and meaning of "current"), named --frames in
+    messages; `umind infer` applies it with past_end="clip" since one spec serves inputs of any length."""
+    return _parse_frames(text, option="--frames")
 
 
 # ------------------------------------------------------------------ outputs
@@ -299,48 +262,6 @@ class WrittenOutputs:
     overlays: list[str] = field(default_factory=list)
 
 
-def _global_label_map(results: Sequence[Result], geometry: Geometry
-                      ) -> tuple[np.ndarray | None, dict[str, int], list[dict[int, int]]]:
-    """Stack per-frame label maps with one value per label name across frames.
-
-    Returns the stack (None when no frame has a mask), the name -> value table, and per result the
-    object-index -> value of each masked object.
-    """
-    values: dict[str, int] = {}
-    per_result: list[dict[int, int]] = []
-    if not any(o.mask is not None for r in results for o in r.objects):
-        return None, values, [{} for _ in results]
-    h, w = geometry.frame_shape
-    stack = np.zeros((geometry.n_frames, h, w), dtype=np.uint16)
-    for res in results:
-        local, names = res.label_map()
-        remap = np.zeros(256, dtype=np.uint16)
-        for v, key in names.items():
-            remap[v] = values.setdefault(key, len(values) + 1)
-        if local.shape != (h, w):
-            raise BatchError(f"{res.source}: frame {res.frame_index} has masks of shape {local.shape}, "
-                             f"the input's frames are {(h, w)}")
-        stack[res.frame_index] = remap[local]
-        obj_values = {}
-        for i, obj in enumerate(res.objects):
-            if obj.mask is not None:
-                obj_values[i] = values[obj.label if obj.label else f"object {i + 1}"]
-        per_result.append(obj_values)
-    if stack.max(initial=0) <= 255:
-        stack = stack.astype(np.uint8)
-    return stack, values, per_result
-
-
-def _markups(results: Sequence[Result], geometry: Geometry) -> list[dict]:
-    out = []
-    for res in results:
-        for m in res.to_markups(geometry):
-            if geometry.n_frames > 1:
-                m["name"] = f"{m['name']} (frame {res.frame_index})"
-            out.append(m)
-    return out
-
-
 def _overlay(path: Path, frame, res: Result) -> None:
     write_overlay_png(
         frame,
@@ -362,11 +283,11 @@ def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequen
     geometry = study.geometry
     viewer = study.viewer_geometry  # files for Slicer lie where Slicer shows the image (DICOM: ITK's reading)
     written = WrittenOutputs(results=RESULTS_NAME)
-    stack, values, obj_values = _global_label_map(results, geometry)
-    if stack is not None:
+    stack = label_stack(results, geometry)
+    if stack.values:
         written.labels = label_map_name(geometry)
-        write_label_map(stack[0] if geometry.kind == "2d" else stack, viewer, out_dir / written.labels)
-    markups = _markups(results, viewer)
+        stack.write(out_dir / written.labels, viewer)
+    markups = frame_markups(results, viewer)
     if markups:
         written.markups = MARKUPS_NAME
         write_markups_json(markups, out_dir / MARKUPS_NAME)
@@ -376,7 +297,7 @@ def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequen
             _overlay(out_dir / name, frame, res)
             written.overlays.append(name)
     frame_dicts = []
-    for res, ov in zip(results, obj_values):
+    for res, ov in zip(results, stack.object_values):
         d = res.to_dict()
         for i, value in ov.items():
             d["objects"][i]["mask"].update(file=written.labels, label_value=value)
@@ -392,7 +313,7 @@ def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequen
         "n_frames": geometry.n_frames,
         "frames": [r.frame_index for r in results],
         "outputs": {"labels": written.labels, "markups": written.markups, "overlays": written.overlays},
-        "label_values": values,
+        "label_values": stack.values,
         "results": frame_dicts,
         **(extra or {}),
     }

@@ -21,7 +21,6 @@ How the work is split:
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -42,6 +41,10 @@ MIN_SIDE, MAX_SIDE = 8, 16384
 
 class PredictorError(ValueError):
     """A bad image, visual prompt or call order; the message names the input and the problem."""
+
+
+class VisualPromptError(PredictorError, prompts.PromptError):
+    """A visual prompt `prompts.VisualPrompt` refused: both a Predictor error and a prompt error for callers."""
 
 
 @dataclass
@@ -178,32 +181,15 @@ class Predictor:
 
     # ------------------------------------------------------------------ internals
     def _user_text(self, task, prompt, box, points, labels, frame: Frame) -> tuple[str, list[str]]:
+        """The user text for one frame size; the visual prompt is checked and placed by `prompts.VisualPrompt`."""
         width, height = frame.size
-        warnings: list[str] = []
-        grid_box = None
-        if box is not None:
-            x1, y1, x2, y2 = _numbers(box, 4, "box")
-            x1, x2 = sorted((x1, x2))
-            y1, y2 = sorted((y1, y2))
-            if x2 <= 0 or y2 <= 0 or x1 >= width or y1 >= height:
-                raise PredictorError(
-                    f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the {width}x{height} image {frame.source}"
-                )
-            if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
-                warnings.append(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) was clipped to the {width}x{height} image")
-            grid_box = grounding.box_to_grid(
-                max(x1, 0), max(y1, 0), min(x2, width), min(y2, height), width, height
-            )
-        grid_points = None
-        if points is not None:
-            grid_points = []
-            for p in points:
-                x, y = _numbers(p, 2, "point")
-                if not (0 <= x <= width and 0 <= y <= height):
-                    raise PredictorError(f"point ({x:g}, {y:g}) lies outside the {width}x{height} image {frame.source}")
-                grid_points.append(grounding.point_to_grid(x, y, width, height))
+        try:
+            vp = prompts.VisualPrompt.of(box, points, labels)
+            grid_box, grid_points, warnings = vp.on_frame(width, height, frame.source)
+        except prompts.PromptError as exc:
+            raise VisualPromptError(str(exc)) from None
         user_text = prompts.build_user_text(
-            task, prompt, box=grid_box, points=grid_points, labels=None if labels is None else list(labels)
+            task, prompt, box=grid_box, points=grid_points, labels=None if vp.labels is None else list(vp.labels)
         )
         return user_text, warnings
 
@@ -447,16 +433,6 @@ def _confidence(dec: _Decoded, mask_entropy: float | None) -> dict[str, float]:
         out["token_prob_min"] = float(np.min(chosen))
     if mask_entropy is not None:
         out["mask_entropy"] = mask_entropy
-    return out
-
-
-def _numbers(values, n: int, what: str) -> list[float]:
-    try:
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise PredictorError(f"{what} must be {n} numbers, got {values!r}") from None
-    if len(out) != n or not all(math.isfinite(v) for v in out):
-        raise PredictorError(f"{what} must be {n} finite numbers, got {values!r}")
     return out
 
 

@@ -15,6 +15,7 @@ instruction::
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ __all__ = [
     "IMAGE_PREFIX",
     "ASSISTANT_END",
     "PromptError",
+    "VisualPrompt",
+    "check_point_labels",
     "build_user_text",
     "chat_prompt",
     "turn_suffix",
@@ -165,7 +168,98 @@ def _as_target(text: str) -> str:
     return target or text
 
 
+def check_point_labels(points, labels, names: tuple[str, str] = ("points", "labels")) -> None:
+    """The pairing rule every caller shares: labels come with points, one each, 1 (positive) or 0 (negative).
+
+    ``names`` are how the caller calls the two (the CLI's "--points"/"--labels"), so messages name its options.
+    """
+    pn, ln = names
+    if points is None and labels is None:
+        return
+    if points is None:
+        raise PromptError(f"{ln} {list(labels)!r} given without {pn}")
+    if labels is None:
+        raise PromptError(f"{pn} gave {len(list(points))} point(s) but no {ln}: points need labels "
+                          "(1 = positive, 0 = negative)")
+    n, m = len(list(points)), len(list(labels))
+    if n != m:
+        raise PromptError(f"{pn} gave {n} point(s) but {ln} gave {m} label(s) ({n} points, {m} labels: one "
+                          "label per point)")
+    for i, label in enumerate(labels):
+        if isinstance(label, bool) or not isinstance(label, numbers.Integral) or int(label) not in (0, 1):
+            raise PromptError(f"{ln}[{i}]={label!r} must be 1 (positive) or 0 (negative)")
+
+
+def _finite(values, n: int, what: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise PromptError(f"{what} must be {n} numbers, got {values!r}") from None
+    if len(out) != n or not all(math.isfinite(v) for v in out):
+        raise PromptError(f"{what} must be {n} finite numbers, got {values!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class VisualPrompt:
+    """A region and clicks on one frame, in that frame's pixels, checked once for every caller.
+
+    `umind infer`, the server's interactive task and the Predictor all build one with `VisualPrompt.of`, so a
+    box is 4 finite numbers with an area, a point 2 finite numbers, and labels pair with points by one rule
+    (`check_point_labels`). `on_frame` places it on a frame of known size: outside is an error, partly outside
+    is clipped with a warning, and the result is on the 0..1000 grid `build_user_text` writes.
+    """
+
+    box: tuple[float, float, float, float] | None = None
+    points: tuple[tuple[float, float], ...] | None = None
+    labels: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, box=None, points=None, labels=None,
+           names: tuple[str, str, str] = ("box", "points", "labels")) -> "VisualPrompt":
+        """Validated numbers; ``names`` are the caller's names for box, points and labels in messages."""
+        bn, pn, ln = names
+        vbox = None
+        if box is not None:
+            vbox = _finite(box, 4, bn)
+            if vbox[0] == vbox[2] or vbox[1] == vbox[3]:
+                raise PromptError(f"{bn} {' '.join(f'{v:g}' for v in vbox)} has no area")
+        vpoints = None if points is None else tuple(_finite(p, 2, f"each of {pn}") for p in points)
+        check_point_labels(vpoints, labels, (pn, ln))
+        vlabels = None if labels is None else tuple(int(v) for v in labels)
+        return cls(vbox, vpoints, vlabels)
+
+    @property
+    def empty(self) -> bool:
+        return not self.points and self.box is None
+
+    def on_frame(self, width: int, height: int, source: str | None = ""
+                 ) -> tuple[Box | None, list[Point] | None, list[str]]:
+        """Grid box and points on a ``width`` x ``height`` frame, and warnings (a box clipped to the frame)."""
+        warnings: list[str] = []
+        where = f"{width}x{height} image {source or ''}".rstrip()
+        grid_box = None
+        if self.box is not None:
+            x1, x2 = sorted(self.box[0::2])
+            y1, y2 = sorted(self.box[1::2])
+            shown = f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g})"
+            if x2 <= 0 or y2 <= 0 or x1 >= width or y1 >= height:
+                raise PromptError(f"{shown} lies outside the {where}")
+            if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+                warnings.append(f"{shown} was clipped to the {width}x{height} image")
+            grid_box = grounding.box_to_grid(max(x1, 0), max(y1, 0), min(x2, width), min(y2, height), width, height)
+        grid_points = None
+        if self.points is not None:
+            grid_points = []
+            for x, y in self.points:
+                if not (0 <= x <= width and 0 <= y <= height):
+                    raise PromptError(f"point ({x:g}, {y:g}) lies outside the {where}")
+                grid_points.append(grounding.point_to_grid(x, y, width, height))
+        return grid_box, grid_points, warnings
+
+
 def _visual_prompt(box: Box | None, points: list[Point] | None, labels: list[int] | None) -> list[str]:
+    """Grid box and points as text; the pixel-level checks are `VisualPrompt`'s, the pairing rule is shared."""
     parts: list[str] = []
     if box is not None:
         if not isinstance(box, Box):
@@ -174,19 +268,13 @@ def _visual_prompt(box: Box | None, points: list[Point] | None, labels: list[int
             parts.append(f"Region: {grounding.format_box(box)}.")
         except GroundingError as exc:
             raise PromptError(f"box {box!r} is not a valid grid box: {exc}") from None
-    if points is None and labels is None:
-        return parts
+    points = None if points is None else list(points)
+    labels = None if labels is None else list(labels)
+    check_point_labels(points, labels)
     if points is None:
-        raise PromptError(f"labels {labels!r} were given without points")
-    if labels is None:
-        raise PromptError(f"points {points!r} need labels (1 = positive, 0 = negative), got none")
-    points, labels = list(points), list(labels)
-    if len(points) != len(labels):
-        raise PromptError(f"points and labels differ in length: {len(points)} points, {len(labels)} labels")
+        return parts
     groups: dict[int, list[str]] = {1: [], 0: []}
     for i, (point, label) in enumerate(zip(points, labels)):
-        if isinstance(label, bool) or not isinstance(label, numbers.Integral) or int(label) not in (0, 1):
-            raise PromptError(f"labels[{i}]={label!r} must be 1 (positive) or 0 (negative)")
         if not isinstance(point, Point):
             raise PromptError(f"points[{i}] must be a grounding.Point on the 0..{grounding.GRID} grid, got {point!r}")
         try:

@@ -47,6 +47,7 @@ class UpstreamTimeout(UpstreamError):
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
+    from umind_core.frames import FrameSpecError
     from umind_core.imageio import ImageReadError
     from umind_core.predictor import PredictorError
     from umind_core.prompts import PromptError
@@ -54,7 +55,7 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     from .conf import ConfError
     from .versions import VersionError
 
-    return (BadRequest, ImageReadError, PredictorError, PromptError, ConfError, VersionError)
+    return (BadRequest, FrameSpecError, ImageReadError, PredictorError, PromptError, ConfError, VersionError)
 
 
 def to_http(exc: BaseException, what: str) -> HTTPException:

@@ -14,16 +14,13 @@ import re
 from collections.abc import Sequence
 
 from umind_core.imageio import Geometry, frame_itk_axes
-from umind_core.prompts import MAX_PROMPT_CHARS
+from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from .booleans import as_bool
 from .errors import BadRequest
 
-__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_frames", "parse_bool", "ijk_to_frame",
-           "visual_prompt", "VisualPrompt"]
-
-_RANGE_RE = re.compile(r"^\s*(\d+)\s*[-:]\s*(\d+)\s*$")
-
+__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "ijk_to_frame",
+           "visual_prompt"]
 
 def with_defaults(config: dict, request: dict) -> dict:
     """Task config defaults (a list offers choices: its first item is the default) overridden by the request."""
@@ -76,35 +73,6 @@ def parse_targets(name: str, value: object, limit: int = 32) -> list[str | None]
     return out or [None]
 
 
-def parse_frames(value: object, n_frames: int, current: int | None) -> list[int]:
-    """'all' (default), 'current' (the `slice` param, else 0), an index, 'a-b' (inclusive) or a list of indices."""
-    def check(i: int) -> int:
-        if not 0 <= i < n_frames:
-            raise BadRequest(f"frames: index {i} is out of range (the image has {n_frames} frames)")
-        return i
-
-    if value is None or value == "all":
-        return list(range(n_frames))
-    if value == "current":  # the frame Slicer shows (its `slice` param); frame 0 when the client sends none
-        return [check(0 if current is None else current)]
-    if isinstance(value, bool):
-        raise BadRequest(f"frames must be 'all', 'current', an index, 'a-b' or a list, got {value!r}")
-    if isinstance(value, int):
-        return [check(value)]
-    if isinstance(value, str):
-        if value.strip().isdigit():
-            return [check(int(value))]
-        m = _RANGE_RE.match(value)
-        if m:
-            a, b = int(m.group(1)), int(m.group(2))
-            if a > b:
-                raise BadRequest(f"frames: range {value!r} runs backwards")
-            return [check(i) for i in range(a, b + 1)]
-    if isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        return sorted({check(i) for i in value})
-    raise BadRequest(f"frames must be 'all', 'current', an index, 'a-b' or a list of indices, got {value!r}")
-
-
 def ijk_to_frame(geometry: Geometry, ijk: Sequence[float]) -> tuple[int, float, float]:
     """IJK voxel index -> (frame index, x, y) of the frames read from that image."""
     if geometry.kind == "2d":
@@ -129,20 +97,11 @@ def _clicks(name: str, value: object) -> list[list[float]]:
     return [_point(name, v) for v in value]
 
 
-class VisualPrompt:
-    """Clicks and ROI of one interactive request, on one frame, in that frame's pixels."""
+def visual_prompt(request: dict, geometry: Geometry) -> tuple[int, VisualPrompt]:
+    """`foreground`/`background` clicks, `roi` [i0,i1,j0,j1,k0,k1] and `slice` -> (frame, its visual prompt).
 
-    def __init__(self, frame: int, points: list[tuple[float, float]], labels: list[int],
-                 box: tuple[float, float, float, float] | None):
-        self.frame, self.points, self.labels, self.box = frame, points, labels, box
-
-    @property
-    def empty(self) -> bool:
-        return not self.points and self.box is None
-
-
-def visual_prompt(request: dict, geometry: Geometry) -> VisualPrompt:
-    """`foreground`/`background` clicks, `roi` [i0,i1,j0,j1,k0,k1] and `slice` -> one frame's visual prompt."""
+    Here only the request's IJK form is read and the frame decided; the box and clicks in that frame's pixels
+    are judged by `umind_core.prompts.VisualPrompt`, as the CLI's and the Predictor's are."""
     fg = _clicks("foreground", request.get("foreground"))
     bg = _clicks("background", request.get("background"))
     frames: set[int] = set()
@@ -177,4 +136,7 @@ def visual_prompt(request: dict, geometry: Geometry) -> VisualPrompt:
         frame = frames.pop() if frames else 0
     if not 0 <= frame < geometry.n_frames:
         raise BadRequest(f"the clicks or slice point at frame {frame}, the image has {geometry.n_frames}")
-    return VisualPrompt(frame, points, labels, box)
+    try:
+        return frame, VisualPrompt.of(box, points or None, labels or None, names=("roi", "clicks", "click labels"))
+    except PromptError as exc:
+        raise BadRequest(str(exc)) from None

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -88,7 +87,10 @@ class Request:
 
 
 def validate_request(args: argparse.Namespace) -> Request:
-    from .. import grounding, prompts
+    """The request as `umind infer` was asked it, checked by the rules the Predictor and the server apply:
+    the prompt by the template table (`prompts.build_user_text`), the box and clicks by `prompts.VisualPrompt`
+    (named by their options), the frames by `frames.parse_frames`."""
+    from .. import prompts
     from ..batch import parse_frames
 
     if args.task not in prompts.TASKS:
@@ -96,40 +98,20 @@ def validate_request(args: argparse.Namespace) -> Request:
     prompt = args.prompt
     if prompt is not None and not prompt.strip():
         raise InferError("--prompt is empty; give the target or question, or leave --prompt out")
-    box = None
-    if args.box is not None:
-        if not all(math.isfinite(v) for v in args.box):
-            raise InferError(f"--box needs 4 finite numbers X1 Y1 X2 Y2, got {args.box}")
-        if args.box[0] == args.box[2] or args.box[1] == args.box[3]:
-            raise InferError(f"--box {' '.join(f'{v:g}' for v in args.box)} has no area")
-        box = tuple(args.box)
     points = None
-    if args.points is not None:
-        if len(args.points) % 2 or not all(math.isfinite(v) for v in args.points):
-            raise InferError(f"--points needs pairs of finite numbers X Y [X Y ...], got {len(args.points)} values")
+    if args.points is not None:  # the flat X Y X Y of argv; the numbers themselves are VisualPrompt's to judge
+        if len(args.points) % 2:
+            raise InferError(f"--points needs pairs of numbers X Y [X Y ...], got {len(args.points)} values")
         points = [(args.points[i], args.points[i + 1]) for i in range(0, len(args.points), 2)]
-        if args.labels is None:
-            raise InferError(f"--points gave {len(points)} point(s) but no --labels (1 positive, 0 negative each)")
-        if len(args.labels) != len(points):
-            raise InferError(f"--points gave {len(points)} point(s) but --labels gave {len(args.labels)} label(s)")
-    elif args.labels is not None:
-        raise InferError("--labels given without --points")
-    if args.labels is not None and any(v not in (0, 1) for v in args.labels):
-        raise InferError(f"--labels must each be 1 (positive) or 0 (negative), got {args.labels}")
+    visual = prompts.VisualPrompt.of(args.box, points, args.labels, names=("--box", "--points", "--labels"))
     if args.batch_size < 1:
         raise InferError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.max_new_tokens < 1:
         raise InferError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    # the prompt rules (length, special tokens, a question for ask) are the template table's, checked on
-    # placeholder grid coordinates since real ones depend on each frame's size
-    prompts.build_user_text(
-        args.task, prompt,
-        box=grounding.Box(0, 0, grounding.GRID, grounding.GRID) if box is not None else None,
-        points=[grounding.Point(0, 0)] * len(points) if points is not None else None,
-        labels=list(args.labels) if points is not None else None,
-    )
-    return Request(task=args.task, prompt=prompt, box=box, points=points,
-                   labels=list(args.labels) if args.labels is not None else None,
+    prompts.build_user_text(args.task, prompt)  # length, special tokens, a question for ask
+    return Request(task=args.task, prompt=prompt, box=visual.box,
+                   points=None if visual.points is None else list(visual.points),
+                   labels=None if visual.labels is None else list(visual.labels),
                    frames=parse_frames(args.frames), axis=args.axis)
 
 

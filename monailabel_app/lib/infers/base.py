@@ -28,12 +28,14 @@ from typing import Any, ClassVar
 import numpy as np
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
-from umind_core.imageio import Study, label_map_suffix, read_study, write_label_map, write_markups_json
+from umind_core.frames import parse_frames
+from umind_core.imageio import Study, label_map_suffix, read_study, write_markups_json
+from umind_core.outputs import frame_markups, label_stack
 from umind_core.results import Result
 
 from ..caps import check_frame_count, check_image_size, check_request_counts, image_header_shape
 from ..errors import BadRequest, to_http
-from ..params import parse_bool, parse_frames, parse_prompt, parse_targets, visual_prompt, with_defaults
+from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import is_stock_extension, map_targets, view_offset_frame
 
@@ -138,14 +140,16 @@ class UMindInferTask(InferTask):
         box = points = labels = None
         current = opts.get("slice")
         if self.interactive:
-            vp = visual_prompt(_frame_of_view(opts, study), geometry)
+            frame, vp = visual_prompt(_frame_of_view(opts, study), geometry)
             if vp.empty:
                 raise BadRequest("interactive segmentation needs foreground/background clicks or an roi")
-            box, points, labels = vp.box, vp.points or None, vp.labels or None
-            frames = [vp.frame]
+            box, points, labels = vp.box, vp.points, vp.labels
+            frames = [frame]
         else:
-            frames = parse_frames(opts.get("frames"), geometry.n_frames,
-                                  current if isinstance(current, int) and not isinstance(current, bool) else None)
+            # one request is about one image: a range past its last frame is refused, not clipped as the CLI does
+            frames = parse_frames(opts.get("frames")).select(
+                geometry, current=current if isinstance(current, int) and not isinstance(current, bool) else None,
+                past_end="refuse")
         check_frame_count(len(frames), self.runtime.conf)
         selected = [study.frames[i] for i in frames]
         runs = []
@@ -178,44 +182,30 @@ class UMindInferTask(InferTask):
         return path, {"label_names": names, "umind": {"results": _dicts(runs)}}
 
     def _label_map(self, study: Study, opts: dict, runs, fill_boxes: bool) -> tuple[str, dict[str, int]]:
-        geometry = study.geometry
-        h, w = geometry.frame_shape
-        stack = np.zeros((geometry.n_frames, h, w), dtype=np.uint8)
-        names: dict[str, int] = {}
-        for _, target, results in runs:
-            for r in results:
-                for obj in r.objects:
-                    mask = obj.mask
-                    if mask is None and fill_boxes and obj.box is not None:
-                        mask = _box_mask(obj.box, h, w)
-                    if mask is None:
-                        continue
-                    name = target or obj.label or self.default_labels[0]
-                    if name not in names:
-                        if len(names) >= 255:
-                            raise BadRequest("more than 255 distinct labels do not fit one label map")
-                        names[name] = len(names) + 1
-                    stack[r.frame_index][mask] = names[name]
+        """One label value per requested target (the Slicer segment it updates), via `outputs.label_stack`."""
+        results = [r for _, _, rs in runs for r in rs]
+        targets = [t for _, t, rs in runs for _ in rs]
+        stack = label_stack(results, study.geometry, names=targets, fallback=self.default_labels[0],
+                            fill_boxes=fill_boxes)
+        if len(stack.values) > 255:
+            raise BadRequest("more than 255 distinct labels do not fit one label map")
+        names = dict(stack.values)
         if not names:  # nothing found: still name the (first) target so that its Slicer segment is cleared
             names[next((t for _, t, _ in runs if t), None) or self.default_labels[0]] = 1
-        path = _temp(label_map_suffix(geometry, opts.get("result_extension")))
-        write_label_map(stack[0] if geometry.kind == "2d" else stack, study.viewer_geometry, path)
+        path = _temp(label_map_suffix(study.geometry, opts.get("result_extension")))
+        stack.write(path, study.viewer_geometry)
         return path, names
 
     def _markups(self, study: Study, runs) -> tuple[list[dict], list[dict]]:
         """Markups where Slicer shows the image (viewer geometry); lengths in mm from the calibrated one."""
-        geometry = study.geometry
-        many = geometry.n_frames > 1
         markups, measurements = [], []
         for task, _, results in runs:
+            for m in frame_markups(results, study.viewer_geometry):
+                if self.output == "markups" and task == "detect" and m["type"] != "ROI":
+                    continue
+                m["description"] = f"umind {task}"
+                markups.append(m)
             for r in results:
-                for m in r.to_markups(study.viewer_geometry):
-                    if self.output == "markups" and task == "detect" and m["type"] != "ROI":
-                        continue
-                    if many:
-                        m["name"] = f"{m['name']} (frame {r.frame_index})"
-                    m["description"] = f"umind {task}"
-                    markups.append(m)
                 for obj in r.objects:
                     if obj.line is None:
                         continue
@@ -261,13 +251,6 @@ def _frame_of_view(opts: dict, study: Study) -> dict:
 def _temp(suffix: str) -> str:
     with tempfile.NamedTemporaryFile(prefix="umind-", suffix=suffix, delete=False) as fh:
         return fh.name
-
-
-def _box_mask(box, h: int, w: int) -> np.ndarray:
-    x1, y1, x2, y2 = box
-    m = np.zeros((h, w), dtype=bool)
-    m[max(int(np.floor(y1)), 0):min(int(np.ceil(y2)) + 1, h), max(int(np.floor(x1)), 0):min(int(np.ceil(x2)) + 1, w)] = True
-    return m
 
 
 def _dicts(runs) -> list[dict]:

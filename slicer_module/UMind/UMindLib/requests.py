@@ -77,26 +77,30 @@ def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str]
     return model
 
 
-_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_SPEC = re.compile(r"(\d+)(?:\s*([-:])\s*(\d+)?)?")
 
 
 def parse_frames(frames: str, n_frames: int | None = None) -> str:
-    """Validate the frame selection: "current", "all", "k" or "a-b" (inclusive, 0-based)."""
+    """Validate the frame selection and send it in one form: "current", "all", "a-b" or "a-" (to the end).
+
+    A mirror of the server's grammar (`umind_core.frames.parse_frames`: "A", "A-B", "A:B", "A-", 0-based),
+    which the Lib cannot import inside Slicer; tests/test_frames.py holds the two to the same cases. With
+    ``n_frames`` known, a range past the clip is refused here as the server refuses it. An empty box means
+    "current", the panel's default.
+    """
     f = (frames or "current").strip().lower()
     if f in ("current", "all"):
         return f
-    m = _RANGE.match(f)
-    if m:
-        a, b = int(m.group(1)), int(m.group(2))
-    elif f.isdigit():
-        a = b = int(f)
-    else:
-        raise RequestError(f"frames {frames!r}: use current, all, a frame number or a-b")
-    if a > b:
+    m = _SPEC.fullmatch(f)
+    if not m:
+        raise RequestError(f"frames {frames!r}: use current, all, a frame number, a-b or a-")
+    a = int(m.group(1))
+    b = a if m.group(2) is None else (int(m.group(3)) if m.group(3) is not None else None)
+    if b is not None and a > b:
         raise RequestError(f"frames {frames!r}: the range starts after it ends")
-    if n_frames is not None and b >= n_frames:
+    if n_frames is not None and max(a, b if b is not None else a) >= n_frames:
         raise RequestError(f"frames {frames!r}: the clip has frames 0..{n_frames - 1}")
-    return f"{a}-{b}"
+    return f"{a}-" if b is None else f"{a}-{b}"
 
 
 @dataclass

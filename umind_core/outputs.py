@@ -1,0 +1,115 @@
+"""Viewer outputs from Results: one label stack across the frames of an input, and markups named by frame.
+
+`umind infer` (`batch.write_outputs`) and the server's infer tasks (`monailabel_app/lib/infers/base.py`) both
+turn per-frame Results into the files Slicer loads. The rules those files obey live here, once, so the CLI and
+the server cannot drift apart:
+
+* The label stack covers every frame of the input (frames without an answer stay 0). A label name keeps one
+  value across all frames, so a cine clip's "lesion" is the same value in every frame; values are given in
+  order of first appearance and later objects paint over earlier ones, as `Result.label_map` does for one frame.
+* A 2D image's label map is its one frame; a clip's or a volume's is the whole stack.
+* Markups of a multi-frame input carry "(frame N)" in their names, since Slicer shows them all at once.
+
+Who names a mask is the caller's choice (the server names it after the requested target, the CLI after the
+object's label); everything else is decided here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .imageio import Geometry, write_label_map
+from .results import Result
+
+__all__ = ["OutputError", "LabelStack", "label_stack", "box_mask", "frame_markups"]
+
+
+class OutputError(ValueError):
+    """Results that do not fit the input they answer (a mask of another size than the frames)."""
+
+
+@dataclass
+class LabelStack:
+    """Label values of every frame of one input, the name of each value, and which object got which value."""
+
+    geometry: Geometry
+    #: (n_frames, H, W); None while no object has a mask (nothing allocated for an empty answer)
+    array: np.ndarray | None = None
+    #: label name -> value, in order of first appearance
+    values: dict[str, int] = field(default_factory=dict)
+    #: per result: object index -> the value its mask was painted with
+    object_values: list[dict[int, int]] = field(default_factory=list)
+
+    def volume(self) -> np.ndarray:
+        """What a label-map file holds: uint8 while the values fit, the one frame of a 2D image."""
+        if self.array is None:
+            h, w = self.geometry.frame_shape
+            self.array = np.zeros((self.geometry.n_frames, h, w), dtype=np.uint8)
+        return self.array[0] if self.geometry.kind == "2d" else self.array
+
+    def write(self, path: str | Path, viewer: Geometry | None = None) -> Path:
+        """Write the label map where the viewer shows the image (`Study.viewer_geometry`), atomically."""
+        return write_label_map(self.volume(), viewer or self.geometry, path)
+
+
+def box_mask(box: Sequence[float], h: int, w: int) -> np.ndarray:
+    """The pixels a box covers, both edges included, clipped to the frame."""
+    x1, y1, x2, y2 = box
+    m = np.zeros((h, w), dtype=bool)
+    m[max(int(np.floor(y1)), 0):min(int(np.ceil(y2)) + 1, h),
+      max(int(np.floor(x1)), 0):min(int(np.ceil(x2)) + 1, w)] = True
+    return m
+
+
+def label_stack(results: Sequence[Result], geometry: Geometry, names: Sequence[str | None] | None = None,
+                fallback: str | None = None, fill_boxes: bool = False) -> LabelStack:
+    """Paint every result's masks into one stack over the input's frames.
+
+    A mask is named ``names[k]`` for the k-th result when given (the server's requested target), else by the
+    object's label, else ``fallback`` or "object N" (its 1-based index in the result). ``fill_boxes`` paints a
+    box where an object has no mask (a label map from a detection). Values past 255 widen the stack to uint16.
+    """
+    out = LabelStack(geometry)
+    h, w = geometry.frame_shape
+    for k, res in enumerate(results):
+        override = names[k] if names is not None else None
+        painted: dict[int, int] = {}
+        for i, obj in enumerate(res.objects):
+            mask = obj.mask
+            if mask is None and fill_boxes and obj.box is not None:
+                mask = box_mask(obj.box, h, w)
+            if mask is None:
+                continue
+            if mask.shape != (h, w):
+                raise OutputError(f"{res.source}: frame {res.frame_index} has masks of shape {mask.shape}, "
+                                  f"the input's frames are {(h, w)}")
+            name = override or obj.label or fallback or f"object {i + 1}"
+            value = out.values.setdefault(name, len(out.values) + 1)
+            _paint(out, res.frame_index, mask, value)
+            painted[i] = value
+        out.object_values.append(painted)
+    return out
+
+
+def _paint(stack: LabelStack, frame: int, mask: np.ndarray, value: int) -> None:
+    """Paint one mask, allocating the stack on the first one and widening it when a value passes 255."""
+    if stack.array is None:
+        stack.volume()
+    if value > 255 and stack.array.dtype == np.uint8:
+        stack.array = stack.array.astype(np.uint16)
+    stack.array[frame][mask] = value
+
+
+def frame_markups(results: Sequence[Result], geometry: Geometry) -> list[dict]:
+    """Every result's markups in ``geometry`` (the viewer's), named "<name> (frame N)" on multi-frame inputs."""
+    out = []
+    for res in results:
+        for m in res.to_markups(geometry):
+            if geometry.n_frames > 1:
+                m["name"] = f"{m['name']} (frame {res.frame_index})"
+            out.append(m)
+    return out
