@@ -565,3 +565,21 @@ def test_overlay_png(tmp_path):
     assert a[5, 45].any() and a[40, 5].any()
     with pytest.raises(ImageWriteError, match="mask 0"):
         write_overlay_png(frame, [np.zeros((4, 4), bool)], tmp_path / "o2.png")
+
+
+def test_read_label_map_is_write_label_maps_reverse_in_frame_order(tmp_path):
+    from umind_core.imageio import ImageReadError, read_label_map
+
+    eye = tuple(float(v) for v in np.eye(3).ravel())
+    vol = Geometry("volume", (4, 5, 6), (1.0, 2.0, 3.0), (0.0, 0.0, 0.0), eye, axis=2, format="nrrd")
+    stack = np.zeros((vol.n_frames,) + vol.frame_shape, dtype=np.uint16)  # 6 frames of 4 x 5
+    stack[1, 0, 0], stack[5, 3, 4] = 3, 300
+    back = read_label_map(write_label_map(stack, vol, tmp_path / "v.nrrd"), vol)
+    assert back.dtype == np.int64 and back.shape == (6, 4, 5) and np.array_equal(back, stack)
+    flat = Geometry("2d", (4, 5), (1.0, 1.0), (0.0, 0.0), (1.0, 0.0, 0.0, 1.0))
+    plane = np.arange(20, dtype=np.uint8).reshape(4, 5)
+    assert np.array_equal(read_label_map(write_label_map(plane, flat, tmp_path / "p.png"), flat), plane[None])
+    other = Geometry("2d", (5, 4), (1.0, 1.0), (0.0, 0.0), (1.0, 0.0, 0.0, 1.0))
+    with pytest.raises(ImageReadError, match=r"p.png: label of shape \(1, 4, 5\) does not match the image "
+                                             r"\(1 frames of 5x4\)"):
+        read_label_map(tmp_path / "p.png", other)

@@ -54,6 +54,7 @@ __all__ = [
     "read_image",
     "frame_spacing",
     "write_label_map",
+    "read_label_map",
     "write_image",
     "label_map_suffix",
     "write_markups_json",
@@ -791,6 +792,31 @@ def write_image(pixels: np.ndarray, geometry: Geometry, path: str | os.PathLike)
     if arr.dtype != np.uint8:
         raise ImageWriteError(f"{path}: images are written as uint8 grey, got dtype {arr.dtype}")
     return _write_sitk(_fit_geometry(path, arr, geometry), geometry, path, suffix)
+
+
+def read_label_map(path: str | os.PathLike, geometry: Geometry) -> np.ndarray:
+    """A label file (PNG/JPEG, NIfTI, NRRD) as an N x H x W int64 stack in ``geometry``'s frame order.
+
+    The reverse of `write_label_map`, beside it so that the two agree on axis order: a volume sliced along
+    another axis is read back through the same transpose. Used where labels come in (datastore uploads,
+    training export); a map of another shape than the image's frames is an ImageReadError naming both.
+    """
+    path = Path(path)
+    h, w = geometry.frame_shape
+    if path.name.lower().endswith((".png", ".jpg", ".jpeg")):
+        with Image.open(path) as im:
+            stack = np.asarray(im.convert("L") if im.mode not in ("L", "I", "I;16") else im)[None]
+    else:
+        import SimpleITK as sitk
+
+        arr = sitk.GetArrayFromImage(sitk.ReadImage(str(path)))
+        stack = arr if arr.ndim == 3 else arr[None]
+        if geometry.kind != "2d" and geometry.axis != 0:
+            stack = stack_from_volume(arr, geometry.axis)
+    if stack.shape[1:] != (h, w) or stack.shape[0] != geometry.n_frames:
+        raise ImageReadError(f"{path}: label of shape {tuple(stack.shape)} does not match the image "
+                             f"({geometry.n_frames} frames of {h}x{w})")
+    return np.asarray(stack).astype(np.int64)
 
 
 def _fit_geometry(path: Path, arr: np.ndarray, geometry: Geometry) -> np.ndarray:

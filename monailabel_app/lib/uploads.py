@@ -4,7 +4,8 @@ MONAI Label stores whatever arrives under the extension of the client's file nam
 `.py` file or a 10x10 label for a 256x256 image were stored and counted for retraining, and failed only in
 the training run an hour later. Here the format is sniffed from the bytes (the stored extension follows the
 content, never the name), images are decoded with the same reader inference uses, and labels are read with
-the same reader training uses (`load_label_stack`), so what passes the door is what training can read.
+`imageio.read_label_map`, the reader beside the label-map writer (training's `load_label_stack` reads the same
+way), so what passes the door is what training can read.
 Every refusal is an `UploadError` (400) whose message names the id, not the temp file.
 """
 
@@ -117,9 +118,7 @@ def _integer_pixels(path: str, fmt: str) -> None:
 
 def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, tmp_dir: str) -> str:
     """The checked label under its content's extension; UploadError unless it is an integer map fitting the image."""
-    from umind_core.imageio import read_study
-
-    from .trainers.dataset import load_label_stack
+    from umind_core.imageio import read_label_map, read_study
 
     fmt = sniff_format(path) if os.path.getsize(path) else None
     if fmt is None and _is_markups_json(path):
@@ -133,7 +132,7 @@ def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, 
     try:
         _integer_pixels(copy, fmt)
         study = read_study(image_path)
-        stack = load_label_stack(copy, study)
+        stack = read_label_map(copy, study.geometry)
     except UploadError as exc:
         raise UploadError(f"label for {image_id!r}: {exc}") from None
     except Exception as exc:
