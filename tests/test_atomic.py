@@ -28,3 +28,17 @@ def test_replace_dir_swaps_a_finished_folder(tmp_path):
     atomic.replace_dir(new, dst)
     assert sorted(p.name for p in dst.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_remove_dir_renames_away_before_deleting(tmp_path, monkeypatch):
+    doomed = tmp_path / "step-4"
+    (doomed / "model").mkdir(parents=True)
+    (doomed / "model" / "w.bin").write_text("x")
+    seen = []
+    monkeypatch.setattr(atomic.shutil, "rmtree", lambda p, ignore_errors=False: seen.append(
+        (p.name, sorted(q.name for q in tmp_path.iterdir()))))
+    atomic.remove_dir(doomed, ".step-4.old")
+    assert seen == [(".step-4.old", [".step-4.old"])]  # by the time deletion starts, step-4 is gone
+    monkeypatch.undo()
+    atomic.remove_dir(tmp_path / ".step-4.old")
+    assert list(tmp_path.iterdir()) == []

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text", "write_bytes", "new_temp_dir", "replace_dir"]
+__all__ = ["atomic_path", "write_text", "write_bytes", "new_temp_dir", "replace_dir", "remove_dir"]
 
 
 @contextmanager
@@ -69,3 +69,15 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(src, dst)
+
+
+def remove_dir(path: str | os.PathLike, hidden_name: str | None = None) -> None:
+    """Delete a folder so that it is never seen half-deleted under its own name: renamed away first, then removed.
+
+    ``hidden_name`` is the name it is renamed to (default `.<name>.old-<random>`), for callers whose clean-up of
+    a killed process looks for a known pattern.
+    """
+    path = Path(path)
+    doomed = path.with_name(hidden_name or f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)

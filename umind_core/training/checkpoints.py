@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import remove_dir
 from .config import TrainingError
 
 __all__ = ["STATE_FILE", "TRAINABLE_FILE", "latest_checkpoint", "clean_partial", "prune_checkpoints",
@@ -59,9 +60,7 @@ def prune_checkpoints(output_dir: Path, keep: int) -> None:
     ckpts = output_dir / "checkpoints"
     steps = sorted((int(m.group(1)), e) for e in ckpts.iterdir() if (m := STEP_DIR.match(e.name)))
     for _step, entry in steps[:-keep]:
-        doomed = entry.with_name(f".{entry.name}.old")  # renamed first: a half-deleted folder never looks complete
-        os.replace(entry, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_dir(entry, f".{entry.name}.old")  # renamed first: a half-deleted folder never looks complete
 
 
 def save_trainable(model, names: list[str], path: Path) -> None:
