@@ -1,0 +1,252 @@
+"""The fast decode path (issue 16) against transformers' eager forward, the reference.
+
+Greedy answers must be the same tokens, mask logits equal to 1e-5, for every task; on the trained tiny fixture, on
+the shipped demo model (real weights, a real refusal), on a LoRA + trainable-token model whose adapters the fast
+path merges, with a cache that has to grow, after weights change in place, and when compiling fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_image, task_answers
+from umind_core.modeling import fast_decode
+from umind_core.predictor import Predictor, PredictorError
+
+TASKS = list(task_answers())  # segment, detect, keypoints, measure, diagnose, report, ask
+
+
+class _MaskSpy:
+    """Records the mask logits a model's decoder returns, so two paths can be compared before thresholding."""
+
+    def __init__(self, model):
+        self.logits: list[torch.Tensor] = []
+        original = model.decode_masks
+
+        def spy(*args, **kwargs):
+            out = original(*args, **kwargs)
+            self.logits.extend(o.detach().float().clone() for o in out)
+            return out
+
+        model.decode_masks = spy
+
+
+def _answers(model, decode, image, calls, **kwargs):
+    """Run `calls` [(task, prompt)] on one image; return (results, mask logits, token ids per call)."""
+    spy = _MaskSpy(model)
+    try:
+        pred = Predictor(model, decode=decode, **kwargs)
+        pred.set_image(image)
+        results, tokens = [], []
+        for task, prompt in calls:
+            results.append(pred.predict(task, prompt))
+            tokens.append(model.tokenizer(results[-1].text, add_special_tokens=False)["input_ids"])
+        return results, spy.logits, tokens, pred
+    finally:
+        del model.decode_masks  # back to the class method
+
+
+def _assert_same(eager, fast):
+    (res_e, masks_e, tok_e, _), (res_f, masks_f, tok_f, _) = eager, fast
+    for a, b, ta, tb in zip(res_e, res_f, tok_e, tok_f):
+        assert b.text == a.text and tb == ta, (a.task, a.text, b.text)
+        assert [o.label for o in b.objects] == [o.label for o in a.objects]
+        for key, value in a.confidence.items():
+            assert b.confidence[key] == pytest.approx(value, abs=1e-5), key
+    assert len(masks_f) == len(masks_e)
+    for me, mf in zip(masks_e, masks_f):
+        assert mf.shape == me.shape
+        torch.testing.assert_close(mf, me, atol=1e-5, rtol=0)
+
+
+def _task_calls():
+    return [(task, prompt) for task, (prompt, _) in task_answers().items()]
+
+
+def test_static_cache_path_equals_eager_for_every_task(trained_tiny):
+    calls = _task_calls()
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, "static", make_image(0), calls, max_new_tokens=64)
+    _assert_same(eager, fast)
+    # the answers compared hold masks, boxes, points and plain text (what the fixture learnt, near enough)
+    texts = {r.task: r.text for r in eager[0]}
+    assert texts["segment"] == task_answers()["segment"][1] and texts["detect"] == task_answers()["detect"][1]
+    joined = "".join(texts.values())
+    assert all(tag in joined for tag in ("<|seg_mask|>", "<|box_start|>", "<|point_start|>")), texts
+    assert texts["diagnose"] and "<|" not in texts["diagnose"]
+    assert len(eager[1]) == 1 and eager[1][0].shape == (1, 256, 256)  # the segment answer's mask
+    assert isinstance(fast[3]._state.cache, fast_decode.StaticKVCache)
+    assert not isinstance(eager[3]._state.cache, fast_decode.StaticKVCache)
+
+
+def test_compiled_step_equals_eager_for_every_task(trained_tiny):
+    calls = _task_calls()
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, "compiled", make_image(0), calls, max_new_tokens=64)
+    assert fast[3]._fast.compile_error is None, fast[3]._fast.compile_error
+    assert fast[3]._fast._compiled, "the single-token step was never compiled"
+    _assert_same(eager, fast)
+
+
+def test_batched_frames_equal_eager(trained_tiny):
+    frames = [make_image(0), make_image(1), make_image(2)]
+    out = {}
+    for decode in ("eager", "static"):
+        spy = _MaskSpy(trained_tiny)
+        try:
+            pred = Predictor(trained_tiny, decode=decode, max_new_tokens=64)
+            out[decode] = (pred.predict_batch(frames, "segment", "lesion"), spy.logits)
+        finally:
+            del trained_tiny.decode_masks
+    assert [r.text for r in out["static"][0]] == [r.text for r in out["eager"][0]]
+    assert len(out["eager"][1]) == 3
+    for me, mf in zip(out["eager"][1], out["static"][1]):
+        torch.testing.assert_close(mf, me, atol=1e-5, rtol=0)
+
+
+def test_a_cache_that_must_grow_gives_the_same_answers(trained_tiny, monkeypatch):
+    monkeypatch.setattr(fast_decode, "CAPACITY_STEP", 8)
+    monkeypatch.setattr(fast_decode, "PROMPT_ROOM", 0)  # no room for the prompt: every prompt grows the cache
+    calls = [("segment", "lesion"), ("report", None), ("measure", "lesion width")]
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, "static", make_image(0), calls, max_new_tokens=64)
+    state = fast[3]._state
+    allocated = -(-(state.prefix_len + 64 + trained_tiny.num_mask_tokens) // 8) * 8
+    assert state.cache.capacity > allocated and state.cache.capacity % 8 == 0
+    _assert_same(eager, fast)
+
+
+def test_demo_model_fast_equals_eager_including_a_refusal():
+    from umind_core import demo
+    from umind_core.data import synthetic
+
+    if not demo.has_demo_model():
+        pytest.skip("the bundled demo model is not built")
+    model = demo.load_model(None)
+    sample = synthetic.generate(3, site="breast", size=256)
+    calls = [("segment", "lesion"), ("detect", "lesion"), ("keypoints", "lesion"), ("measure", "lesion"),
+             ("diagnose", None), ("detect", "fetal head")]
+    eager = _answers(model, "eager", sample.image, calls)
+    fast = _answers(model, "static", sample.image, calls)
+    _assert_same(eager, fast)
+    assert eager[1], "the demo model drew no mask: the mask comparison would be empty"
+    assert any(not r.objects and r.text for r in eager[0]), [r.text for r in eager[0]]  # a refusal in words
+
+
+def _lora_model(tiny_model_factory):
+    """A LoRA + trainable-token model whose adapters are not zero, so that merging them matters."""
+    model = tiny_model_factory()  # LoRA on the text layers, new grounding rows as trainable tokens
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "trainable_tokens_delta" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    model.eval()
+    return model
+
+
+def test_adapters_are_merged_once_and_match_the_wrapped_forward(tiny_model_factory):
+    model = _lora_model(tiny_model_factory)
+    kinds = {type(m).__name__ for m in model.qwen.modules()}
+    assert "TrainableTokensWrapper" in kinds and "Linear" in kinds
+    eager, fast = Predictor(model, decode="eager"), Predictor(model, decode="static")
+    eager.set_image(make_image(0))
+    fast.set_image(make_image(0))
+    added = model.config.added_token_ids
+    ids = torch.tensor([[*added, 100, 7, added[-1], 3, 200]])  # new rows among ordinary ones
+    start = eager._state.prefix_len
+    a = eager._forward(eager._state, ids, start)
+    b = fast._forward(fast._state, ids, start)
+    torch.testing.assert_close(b.hidden_states, a.hidden_states, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.logits, a.logits[:, -1:], atol=1e-5, rtol=1e-5)
+    for i, tok in enumerate([added[0], 9, added[2]]):  # single-token steps after the block
+        one = torch.tensor([[tok]])
+        a = eager._forward(eager._state, one, start + ids.shape[1] + i)
+        b = fast._forward(fast._state, one, start + ids.shape[1] + i)
+        torch.testing.assert_close(b.logits, a.logits[:, -1:], atol=1e-5, rtol=1e-5)
+    # the merge is the fast path's copy: the model keeps its PEFT modules for training
+    assert "TrainableTokensWrapper" in {type(m).__name__ for m in model.qwen.modules()}
+
+
+def test_weights_changed_in_place_are_picked_up_at_the_next_image(trained_tiny):
+    model = copy.deepcopy(trained_tiny)
+    fast = Predictor(model, decode="static", max_new_tokens=64)
+    fast.set_image(make_image(0))
+    before = fast.predict("diagnose").text
+    with torch.no_grad():  # make the answer change: boost one ordinary token's logit everywhere
+        tok = model.tokenizer("Malignant", add_special_tokens=False)["input_ids"][0]
+        model.qwen.lm_head.weight[tok] *= 50.0
+    eager = Predictor(model, decode="eager", max_new_tokens=64)
+    eager.set_image(make_image(0))
+    fast.set_image(make_image(0))
+    after = fast.predict("diagnose").text
+    assert after == eager.predict("diagnose").text
+    assert after != before
+
+
+def test_a_failing_compile_falls_back_to_eager_with_one_warning(trained_tiny, monkeypatch, caplog):
+    def broken_compile(*args, **kwargs):
+        def fn(*a, **k):
+            raise RuntimeError("inductor: no C++ compiler\nlong trace")
+        return fn
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    calls = [("segment", "lesion"), ("detect", "lesion"), ("diagnose", None)]
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    with caplog.at_level(logging.WARNING, logger=fast_decode.__name__):
+        fast = _answers(trained_tiny, "compiled", make_image(0), calls, max_new_tokens=64)
+    _assert_same(eager, fast)
+    warnings = [r for r in caplog.records if "torch.compile" in r.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+    assert fast[3]._fast.compile_error.startswith("RuntimeError: inductor: no C++ compiler")
+
+
+def test_training_mode_keeps_the_eager_cache(trained_tiny):
+    model = copy.deepcopy(trained_tiny)
+    model.train()
+    pred = Predictor(model, decode="static")
+    pred.set_image(make_image(0))
+    assert not isinstance(pred._state.cache, fast_decode.StaticKVCache)
+
+
+def test_decode_mode_is_checked_and_read_from_the_environment(trained_tiny, monkeypatch):
+    with pytest.raises(PredictorError, match="decode must be one of static, compiled, eager"):
+        Predictor(trained_tiny, decode="fastest")
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "eager")
+    assert Predictor(trained_tiny)._fast is None
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "compiled")
+    assert Predictor(trained_tiny)._fast.compile is True
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "bogus")
+    with pytest.raises(PredictorError, match="UMIND_DECODE"):
+        Predictor(trained_tiny)
+    monkeypatch.delenv(fast_decode.DECODE_ENV)
+    assert Predictor(trained_tiny)._fast.compile is False
+
+
+def test_static_cache_crop_and_length_follow_dynamic_cache_semantics():
+    keys = [torch.zeros(1, 2, 16, 4)]
+    cache = fast_decode.StaticKVCache(keys, [torch.zeros(1, 2, 16, 4)], length=10)
+    cache.crop(-3)
+    assert cache.get_seq_length() == 7
+    cache.crop(5)
+    assert cache.get_seq_length() == 5
+    cache.crop(9)  # keeping more than there is changes nothing
+    assert cache.get_seq_length() == 5
+    keys[0][:, :, :5] = 1.0
+    cache.ensure(fast_decode.CAPACITY_STEP + 1)
+    assert cache.capacity == 2 * fast_decode.CAPACITY_STEP
+    assert bool((cache.keys[0][:, :, :5] == 1).all()) and bool((cache.keys[0][:, :, 5:] == 0).all())
+
+
+def test_rope_table_equals_transformers_text_rotary(trained_tiny):
+    weights = fast_decode.DecodeWeights(trained_tiny)
+    cos, sin = weights.rope_table(300)
+    pos = torch.arange(0, 300)[None]
+    rot = trained_tiny.qwen.model.language_model.rotary_emb
+    ref_cos, ref_sin = rot(torch.zeros(1, dtype=weights.dtype), pos[None].expand(3, -1, -1))
+    assert torch.equal(cos[:300], ref_cos[0]) and torch.equal(sin[:300], ref_sin[0])
