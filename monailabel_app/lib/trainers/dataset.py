@@ -22,11 +22,11 @@ from PIL import Image
 
 from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
 from umind_core.data.split import hash_split
-from umind_core.imageio import Study, read_study
+from umind_core.imageio import Study, read_label_map, read_study
 
 from .corrections import FrameCorrections, info_fields, read_corrections
 
-__all__ = ["ExportedData", "DatasetError", "export_datastore", "load_label_stack"]
+__all__ = ["ExportedData", "DatasetError", "export_datastore"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,31 +45,6 @@ class ExportedData:
     n_val_records: int
     skipped: dict[str, str]
     notes: list[str] = field(default_factory=list)  # markups, values and findings skipped, with the reason
-
-
-def load_label_stack(path: str | Path, study: Study) -> np.ndarray:
-    """A label file as an N x H x W integer stack in the study's frame order."""
-    path = Path(path)
-    h, w = study.geometry.frame_shape
-    low = path.name.lower()
-    if low.endswith((".png", ".jpg", ".jpeg")):
-        with Image.open(path) as im:
-            arr = np.asarray(im.convert("L") if im.mode not in ("L", "I", "I;16") else im)
-        stack = arr[None]
-    else:
-        import SimpleITK as sitk
-
-        arr = sitk.GetArrayFromImage(sitk.ReadImage(str(path)))
-        stack = arr if arr.ndim == 3 else arr[None]
-        axis = study.geometry.axis
-        if study.geometry.kind != "2d" and axis != 0:
-            from umind_core.imageio import stack_from_volume
-
-            stack = stack_from_volume(arr, axis)
-    if stack.shape[1:] != (h, w) or stack.shape[0] != study.geometry.n_frames:
-        raise DatasetError(f"{path}: label of shape {tuple(stack.shape)} does not match the image "
-                           f"({study.geometry.n_frames} frames of {h}x{w})")
-    return np.asarray(stack).astype(np.int64)
 
 
 def _label_names(info: dict, conf_labels: tuple[str, ...]) -> dict[int, str]:
@@ -192,7 +167,7 @@ def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val
     for image_id in sorted(datastore.get_labeled_images()):
         try:
             study = read_study(datastore.get_image_uri(image_id))
-            labels = load_label_stack(datastore.get_label_uri(image_id, tag), study)
+            labels = read_label_map(datastore.get_label_uri(image_id, tag), study.geometry)
             info = datastore.get_label_info(image_id, tag) or {}
             recs = _image_records(image_id, study, labels, info, conf_labels, out_dir, notes)
         except Exception as exc:  # one bad label must not stop training on the others
