@@ -4,8 +4,8 @@ MONAI Label stores whatever arrives under the extension of the client's file nam
 `.py` file or a 10x10 label for a 256x256 image were stored and counted for retraining, and failed only in
 the training run an hour later. Here the format is sniffed from the bytes (the stored extension follows the
 content, never the name), images are decoded with the same reader inference uses, and labels are read with
-`imageio.read_label_map`, the reader beside the label-map writer (training's `load_label_stack` reads the same
-way), so what passes the door is what training can read.
+`imageio.read_label_map`, the reader beside the label-map writer that training's export also uses, so what
+passes the door is what training can read.
 Every refusal is an `UploadError` (400) whose message names the id, not the temp file.
 """
 
