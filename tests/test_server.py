@@ -117,6 +117,9 @@ def test_segment_png_through_stock_client(server, tmp_path):
     assert params["label_names"] == {"lesion": 1}
     assert dice(labels == 1, lesion_mask()) > 0.7  # the fixture model memorised this lesion
     assert params["umind"]["version"] == 0
+    # the reply names the study's file, never where the server keeps it
+    (result,) = params["umind"]["results"]
+    assert result["source"] == "img0.png" and str(server.studies) not in json.dumps(params)
 
 
 def test_segment_several_targets_get_several_labels(server):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from pathlib import Path
 import time
 from typing import Any, ClassVar
 
@@ -254,4 +255,13 @@ def _temp(suffix: str) -> str:
 
 
 def _dicts(runs) -> list[dict]:
-    return [dict(r.to_dict(), target=target) for _, target, results in runs for r in results]
+    """Each Result as JSON for the reply. `source` is cut to the file's name: the study's absolute path on the
+    server is none of a client's business (it maps the server's disk for anyone who can ask for an inference)."""
+    out = []
+    for _, target, results in runs:
+        for r in results:
+            d = dict(r.to_dict(), target=target)
+            if d.get("source"):
+                d["source"] = Path(str(d["source"])).name
+            out.append(d)
+    return out
