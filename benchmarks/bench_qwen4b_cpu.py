@@ -52,7 +52,8 @@ def _answer(record: Record, model, frame, max_new: int) -> None:
 
     head = install_script_head(model)
     script = answer_script(model.tokenizer, label="lesion", box=None)
-    predictor = Predictor(model, max_new_tokens=max_new)
+    # eager: the scripted answer is applied at the LM head, which the fast decode path folds into its own weights
+    predictor = Predictor(model, max_new_tokens=max_new, decode="eager")
     with PeakRSS() as rss:
         t0 = time.perf_counter()
         predictor.set_image(frame)
