@@ -9,13 +9,13 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
+
+from server_utils import stop_process_group
 
 INSTALL = "apt-get install -y chromium (Debian, as root; .ci/run does it)"
 
@@ -129,9 +129,4 @@ class Browser:
             self.ws.close()
         except Exception:
             pass
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_process_group(self.proc, 10)

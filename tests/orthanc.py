@@ -14,14 +14,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_utils import free_port  # noqa: E402
+from server_utils import free_port, stop_process_group, wait_until_up  # noqa: E402
 
 PLUGIN_DIRS = ("/usr/share/orthanc/plugins", "/usr/lib/orthanc/plugins")
 INSTALL = "apt-get install -y orthanc orthanc-dicomweb (Debian, as root; .ci/run does it)"
@@ -60,13 +59,7 @@ class Orthanc:
         DICOMwebClient(self.dicomweb).store_instances([pydicom.dcmread(str(f)) for f in files])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process_group(self.proc, 20)
 
 
 def start_orthanc(root: Path, timeout: float = 60.0) -> Orthanc:
@@ -91,18 +84,16 @@ def start_orthanc(root: Path, timeout: float = 60.0) -> Orthanc:
     cmd = ["nice", "-n", "10", exe, str(cfg)] if shutil.which("nice") else [exe, str(cfg)]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     server = Orthanc(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Orthanc exited with {proc.returncode}:\n{server.log_tail()}")
+
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(server.dicomweb + "/studies", timeout=5) as r:
-                if r.status == 200:
-                    return server
+                return r.status == 200
         except OSError:
-            time.sleep(0.3)
-    server.stop()
-    raise RuntimeError(f"Orthanc's DICOMweb did not answer within {timeout:.0f} s:\n{server.log_tail()}")
+            return False
+
+    wait_until_up(proc, answers, timeout, 0.3, "Orthanc", "Orthanc's DICOMweb", server.stop, server.log_tail)
+    return server
 
 
 if __name__ == "__main__":

@@ -61,16 +61,38 @@ class Server:
         raise AssertionError(f"training did not finish in {timeout:.0f} s:\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(timeout=15)
+        stop_process_group(self.proc, 15)
+
+
+def stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to a process group started with start_new_session, SIGKILL if it has not ended within `timeout`
+    (the server, Orthanc and Chromium all start helpers of their own that must go with them)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=timeout)
+
+
+def wait_until_up(proc: subprocess.Popen, probe, timeout: float, interval: float, name: str, what: str, stop,
+                  log_tail) -> None:
+    """Poll `probe()` (True once the process answers) until it does; RuntimeError with the log's tail when the
+    process (`name`) exits first, or, after `stop()`, when `what` has not answered within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail()}")
+        if probe():
+            return
+        time.sleep(interval)
+    stop()
+    raise RuntimeError(f"{what} did not answer within {timeout:.0f} s:\n{log_tail()}")
 
 
 def start_server(studies: Path, conf: dict[str, str], log: Path, env: dict | None = None,
@@ -91,18 +113,15 @@ def start_server(studies: Path, conf: dict[str, str], log: Path, env: dict | Non
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
                             cwd=str(studies))
     server = Server(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log_tail()}")
+
+    def answers() -> bool:
         try:
             server.get_json("/info/", timeout=5)
-            return server
+            return True
         except urllib.error.HTTPError as exc:
-            if exc.code == 401:  # auth is on: the server is up and wants a token
-                return server
-            time.sleep(0.5)
+            return exc.code == 401  # auth is on: the server is up and wants a token
         except (urllib.error.URLError, ConnectionError, OSError, ValueError):
-            time.sleep(0.5)
-    server.stop()
-    raise RuntimeError(f"server did not answer /info within {timeout:.0f} s:\n{server.log_tail()}")
+            return False
+
+    wait_until_up(proc, answers, timeout, 0.5, "server", "server /info", server.stop, server.log_tail)
+    return server
