@@ -180,17 +180,16 @@ class UMindLoRATrain(TrainTask):
     def _start_scores(self, cache: SyntheticScores, current: int, before: dict, work: _Work,
                       params: TrainParams) -> dict:
         """The first version's scores on the synthetic regression set, which the gate judges that set against
-        (see gate.py): cached since the first run; scored once more only if the cache was lost."""
-        start = cache.get(START_VERSION, params.regression_size)
-        if start:
-            return start
+        (see gate.py): the served scores while the start is served (cached with them after the run), else the
+        cache; scored once more only if the cache was lost."""
         if current == START_VERSION:
-            start = before[SET_SYNTHETIC]
-        else:
+            return before[SET_SYNTHETIC]
+        start = cache.get(START_VERSION, params.regression_size)
+        if not start:
             model = load_model(self.runtime.spec(START_VERSION))
             start = score_sets(model, {SET_SYNTHETIC: work.sets[SET_SYNTHETIC]}, self.runtime.conf.max_new_tokens)[
                 SET_SYNTHETIC]
-        cache.put(START_VERSION, params.regression_size, start)
+            cache.put(START_VERSION, params.regression_size, start)
         return start
 
     def _train_and_score(self, current: int, work: _Work, params: TrainParams, staging: Path, run: dict) -> None:
