@@ -567,7 +567,9 @@ def test_client_labels_samples_and_training(proxy):
     data, name = c.download_image("img0")
     assert data == (proxy.studies / "img0.png").read_bytes() and name == "img0.png"
     started = c.train_start(params={"max_steps": 1})
-    assert started == json.loads(proxy.last("POST", "/train/umind_lora").reply) and started["status"] == "SUBMITTED"
+    assert started == json.loads(proxy.last("POST", "/train/umind_lora").reply)
+    # MONAI Label answers with the task's state at that instant: a loaded CI machine may already have started it.
+    assert started["status"] in ("SUBMITTED", "RUNNING")
     assert c.train_status()["id"] == started["id"]
     stopped = c.train_stop()
     assert stopped == json.loads(proxy.last("DELETE", "/train/").reply)
