@@ -138,6 +138,24 @@ def test_decodes_png_label_maps_written_by_pillow(optimize):
     assert out.array.shape == (1, 37, 53) and np.array_equal(out.array[0], a)  # row 0 on top
 
 
+def test_float_and_colour_label_files_are_refused_for_the_right_reason(tmp_path):
+    from PIL import Image
+
+    sitk = pytest.importorskip("SimpleITK")
+    v = np.full((2, 3, 4), np.nan, np.float32)
+    v[0, 0, 0] = 1
+    sitk.WriteImage(sitk.GetImageFromArray(v), str(tmp_path / "n.nii.gz"))  # ITK would read NaN as 0
+    with pytest.raises(lf.LabelFileError, match="NaN"):
+        lf.decode_label_file((tmp_path / "n.nii.gz").read_bytes(), "n.nii.gz")
+    a = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    for mode, px, why in [("RGB", np.stack([a, 2 * a, a], -1), "channels differ"),
+                          ("LA", np.stack([a, a], -1), "grey\\+alpha")]:
+        buf = io.BytesIO()
+        Image.fromarray(px, mode=mode).save(buf, format="PNG")
+        with pytest.raises(lf.LabelFileError, match=why):
+            lf.decode_label_file(buf.getvalue(), "c.png")
+
+
 def test_own_encoders_read_back_by_simpleitk(tmp_path):
     sitk = pytest.importorskip("SimpleITK")
     v = (np.arange(3 * 7 * 12).reshape(3, 7, 12) % 5).astype(np.uint8)
@@ -160,9 +178,12 @@ def test_bad_label_files_raise_clear_errors():
         lf.decode_label_file(b"", "a.nrrd")
     with pytest.raises(lf.LabelFileError, match="not a NRRD"):
         lf.decode_label_file(b"hello world", "a.bin")
-    with pytest.raises(lf.LabelFileError, match="need"):
+    with pytest.raises(lf.LabelFileError, match=r"short.nrrd: .*only 2 .*not 16"):  # data shorter than sizes
         lf.decode_label_file(b"NRRD0004\ntype: uchar\ndimension: 2\nsizes: 4 4\n"
                              b"encoding: raw\n\n\x00\x01", "short.nrrd")
+    with pytest.raises(lf.LabelFileError, match="detached"):  # never follow a header to another file
+        lf.decode_label_file(b"NRRD0004\ntype: uchar\ndimension: 2\nsizes: 4 4\n"
+                             b"data file: /etc/passwd\nencoding: raw\n\n", "det.nrrd")
     with pytest.raises(lf.LabelFileError, match="0..255"):
         lf.encode_png(np.full((2, 2), 300, np.uint16))
 
