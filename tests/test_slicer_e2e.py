@@ -32,7 +32,7 @@ from UMindLib import geometry as geo  # noqa: E402
 from UMindLib import labelfiles as lf  # noqa: E402
 from UMindLib import mrml  # noqa: E402
 from UMindLib.client import UMindClient, UMindServerError  # noqa: E402
-from UMindLib.requests import TASK_PRESETS, RoiBox  # noqa: E402
+from UMindLib.requests import TASK_PRESETS, RoiBox, RunRequest  # noqa: E402
 from UMindLib.workflow import UMindSession  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -116,7 +116,8 @@ def test_info_offers_a_model_for_every_task_of_the_widget(session):
 
 
 def test_segment_becomes_a_named_segment_on_the_lesion(session, scene, volume):
-    reply, nodes = session.run(volume, "segment", prompt="lesion", available_models=list(session.info().models))
+    reply, nodes = session.run(volume, RunRequest("segment", prompt="lesion",
+                                                  available_models=list(session.info().models)))
     assert reply.label_names == {"lesion": 1}
     seg = nodes.segmentation.GetSegmentation()
     assert seg.GetNumberOfSegments() == 1 and seg.GetNthSegment(0).GetName() == "lesion"
@@ -130,11 +131,11 @@ def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volum
     monkeypatch.setattr(session.client, "infer", lambda model, *a, **kw: sent.append(model) or infer(model, *a, **kw))
     models = list(session.info().models)
     centre = ras(volume, (X0 + X1) / 2, (Y0 + Y1) / 2)
-    reply, nodes = session.run(volume, "segment", foreground=[centre], background=[ras(volume, 5, 5)],
-                               available_models=models)
+    reply, nodes = session.run(volume, RunRequest("segment", foreground=[centre], background=[ras(volume, 5, 5)],
+                                                  available_models=models))
     assert nodes.segmentation is not None and reply.label_names
     roi = RoiBox(center=centre, size=[(X1 - X0) * SPACING[0], (Y1 - Y0) * SPACING[1], SPACING[2]])
-    reply, nodes = session.run(volume, "segment", prompt="lesion", roi=roi, available_models=models)
+    reply, nodes = session.run(volume, RunRequest("segment", prompt="lesion", roi=roi, available_models=models))
     assert sent == ["umind_interactive", "umind_interactive"]
     seg = nodes.segmentation.GetSegmentation()
     mask = mrml.segment_array(scene, nodes.segmentation, seg.GetNthSegmentID(0), volume)[0].astype(bool)
@@ -144,7 +145,7 @@ def test_interactive_click_and_roi_go_to_the_deepgrow_task(session, scene, volum
 
 
 def test_detect_places_an_roi_over_the_lesion(session, volume):
-    _, nodes = session.run(volume, "detect", prompt="lesion")
+    _, nodes = session.run(volume, RunRequest("detect", prompt="lesion"))
     assert len(nodes.rois) == 1
     centre = [0.0, 0.0, 0.0]
     nodes.rois[0].GetCenter(centre)
@@ -153,7 +154,7 @@ def test_detect_places_an_roi_over_the_lesion(session, volume):
 
 
 def test_landmarks_become_fiducials_on_the_lesion(session, volume):
-    _, nodes = session.run(volume, "landmarks", prompt="lesion centre")
+    _, nodes = session.run(volume, RunRequest("landmarks", prompt="lesion centre"))
     points = [p for node in nodes.fiducials for p in
               (node.GetNthControlPointPositionVector(i) for i in range(node.GetNumberOfControlPoints()))]
     assert points
@@ -162,7 +163,7 @@ def test_landmarks_become_fiducials_on_the_lesion(session, volume):
 
 
 def test_measure_line_length_in_mm_matches_the_server(session, volume):
-    reply, nodes = session.run(volume, "measure", prompt="lesion width")
+    reply, nodes = session.run(volume, RunRequest("measure", prompt="lesion width"))
     assert len(nodes.lines) == 1
     server_mm = reply.result.objects[0].physical["length_mm"]
     assert nodes.lines[0].GetLineLengthWorld() == pytest.approx(server_mm, rel=1e-3)
@@ -173,12 +174,12 @@ def test_measure_line_length_in_mm_matches_the_server(session, volume):
                                                 ("report", "", "Site: breast. Finding: oval lesion."),
                                                 ("ask", "Is there a lesion?", "Yes, one lesion.")])
 def test_text_answers_land_in_a_text_node(session, volume, task, prompt, answer):
-    reply, nodes = session.run(volume, task, prompt=prompt)
+    reply, nodes = session.run(volume, RunRequest(task, prompt=prompt))
     assert reply.answer == answer and nodes.text.GetText() == answer
 
 
 def test_corrected_label_reaches_the_datastore(session, server, scene, volume):
-    _, nodes = session.run(volume, "segment", prompt="lesion")
+    _, nodes = session.run(volume, RunRequest("segment", prompt="lesion"))
     seg_node = nodes.segmentation
     corrected = np.zeros((1, 256, 256), np.uint8)
     corrected[0, Y0:Y1, X0:(X0 + X1) // 2] = 1  # the user keeps only the left half
@@ -217,8 +218,9 @@ def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, sc
     proxy = scan_volume(scene, "cine proxy", frames[0])
     browser.AddProxyNode(proxy, seq, False)
 
-    _, nodes = session.run(proxy, "segment", prompt="lesion", browser_node=browser, all_frames=True)
-    seg_seq = nodes.segmentation
+    _, nodes = session.run(proxy, RunRequest("segment", prompt="lesion", all_frames=True), browser)
+    seg_seq = nodes.segmentation_sequence
+    assert nodes.segmentation is None
     assert seg_seq.IsA("vtkMRMLSequenceNode") and seg_seq.GetNumberOfDataNodes() == 3
     assert browser.IsSynchronizedSequenceNode(seg_seq)
     overlap = []
@@ -232,7 +234,7 @@ def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, sc
     assert overlap[0] > 0.7 and overlap[2] > 0.7  # the lesion frames; frame 1 is a blank frame
 
     browser.SetSelectedItemNumber(2)
-    reply, one = session.run(proxy, "detect", prompt="lesion", browser_node=browser)
+    reply, one = session.run(proxy, RunRequest("detect", prompt="lesion"), browser)
     assert [r.frame_index for r in reply.results] == [2]
     centre = [0.0, 0.0, 0.0]
     one.rois[0].GetCenter(centre)
@@ -249,7 +251,7 @@ def test_next_sample_then_train_from_the_panel_with_progress(session, server, sc
     assert image_id and data and name
     second = volume
     second.SetName("second scan")
-    _, nodes = session.run(second, "segment", prompt="lesion")
+    _, nodes = session.run(second, RunRequest("segment", prompt="lesion"))
     assert session.submit(second, nodes.segmentation).get("image") == second.GetAttribute(mrml.IMAGE_ID_ATTRIBUTE)
 
     started = session.client.train_start("umind_lora", {"max_steps": 2, "val_fraction": 0.5})

@@ -28,8 +28,8 @@ from UMindLib import mrml, submit  # noqa: E402
 from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
 from UMindLib.replies import (InferReply, ParsedReply, ReplyError, ServerResult, parse_reply,  # noqa: E402
                               train_progress)
-from UMindLib.requests import (RequestError, RoiBox, UIState, build_infer_request,  # noqa: E402
-                               model_for_task, parse_frames)
+from UMindLib.requests import (ImageTarget, RequestError, RoiBox, RunRequest,  # noqa: E402
+                               build_infer_request, model_for_task, parse_frames)
 from UMindLib.workflow import UMindSession, markup_positions, roi_box  # noqa: E402
 
 SPACING = (0.5, 0.25, 2.0)
@@ -248,35 +248,43 @@ def test_request_converts_clicks_and_roi_from_ras_to_voxels(volume):
     fg = geo.ijk_to_ras(g.ijk_to_ras, (12, 7, 1))
     bg = geo.ijk_to_ras(g.ijk_to_ras, (40.3, 30.4, 1))
     roi = RoiBox(center=geo.ijk_to_ras(g.ijk_to_ras, (20, 15, 1)), size=(10 * 0.5, 8 * 0.25, 2.0))
-    req = build_infer_request(UIState(task="segment", prompt="segment the nodule", image_id="im1",
-                                      ras_to_ijk=g.ras_to_ijk, dims=g.dims, foreground=[fg],
-                                      background=[bg], roi=roi, current_frame=1))
+    ask = RunRequest(task="segment", prompt="segment the nodule", foreground=[fg], background=[bg], roi=roi)
+    req = build_infer_request(ask, ImageTarget("im1", g.ras_to_ijk, g.dims, n_frames=g.dims[2], frame=1))
     assert req.model == "umind_interactive" and req.output == "all" and req.image_id == "im1"
     p = req.params
     assert p["foreground"] == [[12, 7, 1]] and p["background"] == [[40, 30, 1]]
     assert p["roi"] == [15, 25, 11, 19, 1, 1]
     assert (p["prompt"], p["task"], p["frames"], p["slice"]) == \
         ("segment the nodule", "segment", "current", 1)
+    # a clip's proxy holds one frame (k = 0) while the server holds the clip: clicks land on the current frame
+    proxy_dims = (g.dims[0], g.dims[1], 1)
+    on_proxy = [geo.ijk_to_ras(g.ijk_to_ras, (12, 7, 0))]
+    clip = ImageTarget("clip", g.ras_to_ijk, proxy_dims, n_frames=5, frame=3, clip=True)
+    p = build_infer_request(RunRequest(task="segment", foreground=on_proxy, roi=RoiBox(
+        center=geo.ijk_to_ras(g.ijk_to_ras, (20, 15, 0)), size=(10 * 0.5, 8 * 0.25, 2.0))), clip).params
+    assert p["foreground"] == [[12, 7, 3]] and p["roi"] == [15, 25, 11, 19, 3, 3] and p["slice"] == 3
+    with pytest.raises(RequestError, match="current frame 5 is outside"):
+        build_infer_request(RunRequest(task="report"), ImageTarget("im1", g.ras_to_ijk, g.dims, 5, 5))
 
 
 def test_request_presets_and_errors(volume):
     g = mrml.volume_geometry(volume)
-    base = dict(ras_to_ijk=g.ras_to_ijk, dims=g.dims)
-    req = build_infer_request(UIState(task="report", **base))
+    target = ImageTarget("", g.ras_to_ijk, g.dims, n_frames=g.dims[2], frame=0)
+    req = build_infer_request(RunRequest(task="report"), target)
     assert req.model == "umind_interpret" and req.output == "json"
     assert req.params["task"] == "report" and "prompt" not in req.params  # the server's default applies
     assert "foreground" not in req.params
-    req = build_infer_request(UIState(task="landmarks", prompt="kidney", **base))
+    req = build_infer_request(RunRequest(task="landmarks", prompt="kidney"), target)
     assert (req.model, req.params["task"], req.params["prompt"]) == ("umind_landmarks", "keypoints", "kidney")
-    req = build_infer_request(UIState(task="ask", prompt="Is it cystic?", **base))
+    req = build_infer_request(RunRequest(task="ask", prompt="Is it cystic?"), target)
     assert req.params["question"] == "Is it cystic?" and "prompt" not in req.params
     with pytest.raises(RequestError, match="needs a question"):
-        build_infer_request(UIState(task="ask", **base))
+        build_infer_request(RunRequest(task="ask"), target)
     with pytest.raises(RequestError, match="unknown task"):
-        build_infer_request(UIState(task="paint", **base))
+        build_infer_request(RunRequest(task="paint"), target)
     outside = geo.ijk_to_ras(g.ijk_to_ras, (70, 1, 0))
     with pytest.raises(RequestError, match="positive point .* outside"):
-        build_infer_request(UIState(task="segment", foreground=[outside], **base))
+        build_infer_request(RunRequest(task="segment", foreground=[outside]), target)
     assert parse_frames(" 3 - 10 ", 20) == "3-10" and parse_frames("4") == "4-4"
     with pytest.raises(RequestError, match="0..4"):
         parse_frames("2-7", 5)
@@ -612,8 +620,8 @@ def test_session_run_and_submit_round_trip(proxy, scene):
     pos = scene.AddNewNodeByClass("vtkMRMLMarkupsFiducialNode")
     g = mrml.volume_geometry(single)
     pos.AddControlPoint(vtk.vtkVector3d(*geo.ijk_to_ras(g.ijk_to_ras, (cx, cy, 0))))
-    reply, nodes = session.run(single, "segment", foreground=markup_positions(pos),
-                               available_models=list(info.models))
+    reply, nodes = session.run(single, RunRequest("segment", foreground=markup_positions(pos),
+                                                  available_models=list(info.models)))
     upload = proxy.last("PUT", "/datastore/image")
     assert multipart_fields(upload)["file"][0] == "us_frame.nrrd"
     infer = proxy.last("POST", "/infer/umind_interactive")
@@ -629,8 +637,8 @@ def test_session_run_and_submit_round_trip(proxy, scene):
     for i, seg_name in enumerate(names):
         a = mrml.segment_array(scene, nodes.segmentation, s.GetNthSegmentID(i), single)
         assert np.array_equal(a, labels == params["label_names"][seg_name])
-    session.run(single, "segment", foreground=markup_positions(pos), available_models=list(info.models),
-                model="umind_interactive")
+    session.run(single, RunRequest("segment", foreground=markup_positions(pos), available_models=list(info.models),
+                                   model="umind_interactive"))
     assert sum(e.path == "/datastore/image" for e in proxy.exchanges) == 1  # uploaded once
     session.submit(single, nodes.segmentation, nodes.all_markups(), "One lesion, benign.")
     submitted = proxy.last("PUT", "/datastore/label")
@@ -672,6 +680,19 @@ def test_cine_clip_frames_and_segmentation_sequence(scene):
         mrml.segmentation_sequence(scene, browser, labels[:2], {"nodule": 1})
 
 
+def test_the_session_decides_the_frame_once(scene, volume):
+    session = UMindSession(scene, client=None)  # images the server knows: nothing to upload
+    volume.SetAttribute(mrml.IMAGE_ID_ATTRIBUTE, "im1")
+    assert session.image_target(volume).frame == 1  # K = 3 and no slice given: the middle one (umind_core.frames)
+    t = session.image_target(volume, current_frame=2)
+    assert (t.image_id, t.frame, t.n_frames, t.clip) == ("im1", 2, 3, False)
+    seq, browser, proxy_volume = _clip(scene)
+    seq.SetAttribute(mrml.IMAGE_ID_ATTRIBUTE, "clip1")
+    browser.SetSelectedItemNumber(2)
+    t = session.image_target(proxy_volume, browser, current_frame=0)  # a clip's frame is its browser's
+    assert (t.image_id, t.frame, t.n_frames, t.clip, list(t.dims)) == ("clip1", 2, 3, True, [60, 40, 1])
+
+
 def test_session_runs_on_all_frames_of_a_clip(proxy, scene):
     pixels, _ = breast_scan()
     frames = [pixels, np.full_like(pixels, 200), pixels]
@@ -686,7 +707,7 @@ def test_session_runs_on_all_frames_of_a_clip(proxy, scene):
     browser.AddProxyNode(proxy_volume, seq, False)
     browser.SetSelectedItemNumber(1)
     session = UMindSession(scene, UMindClient(proxy.url, timeout=300))
-    _, nodes = session.run(proxy_volume, "segment", prompt="lesion", browser_node=browser, all_frames=True)
+    _, nodes = session.run(proxy_volume, RunRequest("segment", prompt="lesion", all_frames=True), browser)
     uploaded = lf.decode_label_file(multipart_fields(proxy.last("PUT", "/datastore/image"))["file"][1])  # NRRD
     assert uploaded.array.shape == (3, 256, 256) and np.array_equal(uploaded.array[2], pixels)
     infer = proxy.last("POST", "/infer/umind_segment")
@@ -695,19 +716,20 @@ def test_session_runs_on_all_frames_of_a_clip(proxy, scene):
     params, data, name = reply_parts(infer)
     labels = label_array(data, name)
     assert labels.shape == (3, 256, 256) and len(params["umind"]["results"]) == 3
-    assert nodes.segmentation.IsA("vtkMRMLSequenceNode")
-    assert nodes.segmentation.GetNumberOfDataNodes() == 3
+    assert nodes.segmentation is None and nodes.frame is None  # one meaning: the per-frame ones are a sequence
+    assert nodes.segmentation_sequence.IsA("vtkMRMLSequenceNode")
+    assert nodes.segmentation_sequence.GetNumberOfDataNodes() == 3
     names = sorted(params["label_names"], key=params["label_names"].get)
     for f in range(3):
-        item = nodes.segmentation.GetDataNodeAtValue(str(f)).GetSegmentation()
+        item = nodes.segmentation_sequence.GetDataNodeAtValue(str(f)).GetSegmentation()
         present = [n for n in names if (labels[f] == params["label_names"][n]).any()]
         assert [item.GetNthSegment(i).GetName() for i in range(item.GetNumberOfSegments())] in (names, present)
-    _, one = session.run(proxy_volume, "segment", prompt="lesion", browser_node=browser)
+    _, one = session.run(proxy_volume, RunRequest("segment", prompt="lesion", current_frame=0), browser)
     infer = proxy.last("POST", "/infer/umind_segment")
     sent = json.loads(multipart_fields(infer)["params"][1])
     assert sent["frames"] == "current" and sent["slice"] == 1
     params, data, name = reply_parts(infer)
-    assert one.segmentation.IsA("vtkMRMLSegmentationNode")
+    assert one.segmentation.IsA("vtkMRMLSegmentationNode") and one.frame == 1  # the browser's, not the 0 given
     current = label_array(data, name)
     if params["label_names"]:
         seg = one.segmentation.GetSegmentation()

@@ -165,3 +165,33 @@ def test_connect_fills_models_strategies_and_version(umind, monkeypatch):
     widget.onConnect()
     msg = ui.statusLabel.setText.call_args.args[0]
     assert msg.startswith("Connect failed: cannot reach the server at http://127.0.0.1:1")
+
+
+def test_run_hands_the_logic_one_request_and_reports_the_sessions_frame(umind, monkeypatch):
+    """Run reads the panel into one RunRequest; the frame in the status is the one the session decided."""
+    from UMindLib.mrml import ResultNodes
+
+    widget, ui = make_widget(umind, monkeypatch)
+    volume = MagicMock(name="volume")
+    monkeypatch.setattr(widget, "_volumeAndBrowser", lambda: (volume, None))
+    monkeypatch.setattr(widget, "_ensurePromptNodes", lambda: None)
+    monkeypatch.setattr(widget, "_currentSlice", lambda v: 4)
+    ui.taskComboBox.currentText, ui.promptComboBox.currentText = "segment", " lesion "
+    ui.modelComboBox.currentData, ui.useRoiCheckBox.checked, ui.replaceSegmentsCheckBox.checked = "", False, False
+    for w in (ui.positivePointsPlaceWidget, ui.negativePointsPlaceWidget, ui.roiPlaceWidget):
+        w.currentNode.return_value = None
+    widget.info = types.SimpleNamespace(models={"umind_segment": {}})
+    widget.logic.session = object()
+    previous, calls = ResultNodes(), []
+    widget.resultNodes = previous
+    reply = types.SimpleNamespace(answer="", version="", all_results=[], warnings=[], label_names={})
+    monkeypatch.setattr(widget.logic, "run", lambda *a, **kw: calls.append((a, kw)) or (reply, ResultNodes(frame=3)))
+    widget.onRun()
+    (args, kw), = calls
+    request = args[1]
+    assert args[0] is volume and kw == {"browser": None, "previous": previous}
+    assert (request.task, request.prompt, request.model, request.all_frames, request.current_frame,
+            request.replace, list(request.available_models)) == ("segment", "lesion", "", False, 4, False,
+                                                                 ["umind_segment"])
+    assert request.foreground == [] and request.roi is None
+    assert ui.statusLabel.setText.call_args.args[0].startswith("Done on frame 3:")

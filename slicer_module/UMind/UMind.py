@@ -16,7 +16,7 @@ from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
 from UMindLib.replies import ReplyError, run_summary, train_progress
-from UMindLib.requests import RequestError
+from UMindLib.requests import RequestError, RunRequest
 
 SETTINGS_URLS = "UMind/ServerUrlHistory"
 SETTINGS_PROMPTS = "UMind/PromptHistory"
@@ -203,31 +203,32 @@ class UMindWidget(ScriptedLoadableModuleWidget):
 
     def onRun(self, allFrames=False):
         def run():
+            from UMindLib.workflow import markup_positions, roi_box
+
             if self.logic.session is None:
                 raise RequestError("connect to a server first")
             volume, browser = self._volumeAndBrowser()
             if volume is None:
                 raise RequestError("select an image first")
             self._ensurePromptNodes()
-            prompt = self.ui.promptComboBox.currentText.strip()
             model = self.ui.modelComboBox.currentData or ""
-            frame = browser.GetSelectedItemNumber() if browser else self._currentSlice(volume)
-            reply, nodes = self.logic.run(
-                volume, task=self.ui.taskComboBox.currentText, prompt=prompt, model=model,
-                positiveNode=self.ui.positivePointsPlaceWidget.currentNode(),
-                negativeNode=self.ui.negativePointsPlaceWidget.currentNode(),
-                roiNode=self.ui.roiPlaceWidget.currentNode()
-                if self.ui.useRoiCheckBox.checked else None,
-                currentFrame=frame, allFrames=allFrames, browser=browser,
+            request = RunRequest(
+                task=self.ui.taskComboBox.currentText, prompt=self.ui.promptComboBox.currentText.strip(),
+                model=model,
+                foreground=markup_positions(self.ui.positivePointsPlaceWidget.currentNode()),
+                background=markup_positions(self.ui.negativePointsPlaceWidget.currentNode()),
+                roi=roi_box(self.ui.roiPlaceWidget.currentNode()) if self.ui.useRoiCheckBox.checked else None,
+                all_frames=allFrames,
+                current_frame=None if browser else self._currentSlice(volume),  # a clip's: its browser's
                 replace=self.ui.replaceSegmentsCheckBox.checked,
-                previous=self.resultNodes,
-                availableModels=list(self.info.models) if self.info else [])
+                available_models=list(self.info.models) if self.info and not model else [])
+            reply, nodes = self.logic.run(volume, request, browser=browser, previous=self.resultNodes)
             self.resultNodes = nodes
-            self._remember(self.ui.promptComboBox, SETTINGS_PROMPTS, prompt)
+            self._remember(self.ui.promptComboBox, SETTINGS_PROMPTS, request.prompt)
             self.ui.answerTextEdit.setPlainText(reply.answer)
             if reply.version:
                 self.ui.modelVersionLabel.setText(reply.version)
-            done = f"{len(reply.all_results)} frame(s)" if allFrames else f"frame {frame}"
+            done = f"{len(reply.all_results)} frame(s)" if allFrames else f"frame {nodes.frame}"
             warn = ("; warnings: " + "; ".join(reply.warnings)) if reply.warnings else ""
             self._status(f"Done on {done}: {len(reply.label_names)} label(s), "
                          f"{len(nodes.all_markups())} markup(s){warn}")
@@ -310,21 +311,10 @@ class UMindLogic(ScriptedLoadableModuleLogic):
         self.session = UMindSession(slicer.mrmlScene, client)
         return self.session.info()
 
-    def run(self, volume, task, prompt="", model="", positiveNode=None, negativeNode=None,
-            roiNode=None, currentFrame=0, allFrames=False, browser=None, replace=True,
-            previous=None, availableModels=()):
-        from UMindLib.workflow import markup_positions, roi_box
-
-        seg = previous.segmentation if previous is not None and not allFrames else None
-        if seg is not None and seg.IsA("vtkMRMLSequenceNode"):
-            seg = None
-        text = previous.text if previous is not None else None
-        reply, nodes = self.session.run(
-            volume, task, prompt, model, markup_positions(positiveNode),
-            markup_positions(negativeNode), roi_box(roiNode), currentFrame, allFrames,
-            browser, seg, replace, text,
-            available_models=() if model else list(availableModels))
-        if nodes.segmentation is not None and nodes.segmentation.IsA("vtkMRMLSegmentationNode"):
+    def run(self, volume, request, browser=None, previous=None):
+        """`request`: a UMindLib.requests.RunRequest; `previous`: the last run's ResultNodes (reused)."""
+        reply, nodes = self.session.run(volume, request, browser, previous)
+        if nodes.segmentation is not None:
             nodes.segmentation.SetReferenceImageGeometryParameterFromVolumeNode(volume)
             slicer.util.setSliceViewerLayers(background=volume)
         return reply, nodes
@@ -335,7 +325,7 @@ class UMindLogic(ScriptedLoadableModuleLogic):
         if volume is None:
             raise RequestError("select an image first")
         seg = resultNodes.segmentation if resultNodes is not None else None
-        if seg is not None and not seg.IsA("vtkMRMLSegmentationNode"):
+        if seg is None and resultNodes is not None and resultNodes.segmentation_sequence is not None:
             raise RequestError("submit one frame at a time: select the frame's segmentation")
         markups = resultNodes.all_markups() if resultNodes is not None else []
         sequence = browser.GetMasterSequenceNode() if browser is not None else None

@@ -8,9 +8,9 @@ also works in a plain Python.
 from .client import MultipartFile, UMindClient, UMindServerError
 from .geometry import GeometryError
 from .replies import InferReply, ParsedReply, ReplyError, ServerObject, ServerResult
-from .requests import (TASK_PRESETS, InferRequest, RequestError, RoiBox, UIState,
+from .requests import (TASK_PRESETS, ImageTarget, InferRequest, RequestError, RoiBox, RunRequest,
                        build_infer_request)
 
 __all__ = ["UMindClient", "UMindServerError", "MultipartFile", "GeometryError", "InferReply",
            "ParsedReply", "ReplyError", "ServerObject", "ServerResult", "TASK_PRESETS",
-           "InferRequest", "RequestError", "RoiBox", "UIState", "build_infer_request"]
+           "ImageTarget", "InferRequest", "RequestError", "RoiBox", "RunRequest", "build_infer_request"]

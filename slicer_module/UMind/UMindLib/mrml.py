@@ -371,9 +371,17 @@ def markups_dict_to_nodes(scene: Any, markups: dict, name: str = "UMind") -> lis
 
 @dataclass
 class ResultNodes:
-    """Nodes one reply produced; the widget keeps them to replace or submit later."""
+    """Nodes one reply produced; the widget keeps them to replace or submit later.
+
+    ``segmentation`` is always a vtkMRMLSegmentationNode (or None): the segments on the displayed volume, the
+    one a later run may replace and Submit sends. An all-frames run on a cine clip gives a segmentation per
+    frame instead: ``segmentation_sequence``, a sequence of segmentation nodes kept in step with the clip's
+    browser, and ``segmentation`` stays None. ``frame`` is the frame the results belong to (None after an
+    all-frames run)."""
 
     segmentation: Any = None
+    segmentation_sequence: Any = None
+    frame: int | None = None
     fiducials: list[Any] = field(default_factory=list)
     lines: list[Any] = field(default_factory=list)
     rois: list[Any] = field(default_factory=list)

@@ -1,8 +1,13 @@
-"""UI state -> one /infer request (model, image id, params), with no Qt in sight.
+"""What Run asks (`RunRequest`) + where it runs (`ImageTarget`) -> one /infer request, with no Qt in sight.
+
+`RunRequest` is the one object the Run path carries from the widget through the Logic and the session to
+here: task, typed prompt, model, clicks and ROI (RAS), all frames or the current one, options, the replace
+choice. The session adds the `ImageTarget`: the server's id for the image and the current frame, decided
+once there (`workflow.UMindSession.image_target`).
 
 The server reads visual prompts as voxel indices of ITS copy of the image, as the stock MONAI
 Label module sends them: ``foreground`` / ``background`` [[i, j, k], ...], ``roi``
-[i0, i1, j0, j1, k0, k1]; the frame selection is ``frames`` ("current" | "all" | "a-b") plus
+[i0, i1, j0, j1, k0, k1]; the frame selection is ``frames`` ("current" | "all") plus
 ``slice`` = the current frame. Slicer places markups in RAS, so every point passes through the
 volume's RAS->IJK matrix here, and a click outside the image is refused instead of clipped.
 (Named ``requests`` after the job, not the PyPI package, which the Lib never imports.)
@@ -18,8 +23,8 @@ import numpy as np
 
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
-__all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "UIState", "InferRequest",
-           "build_infer_request", "parse_frames", "model_for_task"]
+__all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
+           "InferRequest", "build_infer_request", "parse_frames", "model_for_task"]
 
 
 class RequestError(ValueError):
@@ -123,23 +128,46 @@ class RoiBox:
 
 
 @dataclass
-class UIState:
-    """What the widget knows when Run is pressed (all positions in RAS)."""
+class RunRequest:
+    """What the user asks when Run is pressed (all positions in RAS), from the widget to the request.
+
+    ``prompt`` is the typed text: the target of segment/detect/landmarks/measure, context for diagnose and
+    report, the question of ask (the task's preset names the param it goes to). ``current_frame`` is the
+    slice the viewer shows on a volume; the session decides the frame (a clip's comes from its browser, a
+    volume without one gets the middle slice, as `umind_core.frames.current_frame` says)."""
 
     task: str
     prompt: str = ""
-    image_id: str = ""
-    ras_to_ijk: Any = None  # 4x4 of the image volume (vtkMatrix4x4 or array)
-    dims: Sequence[int] = (0, 0, 0)  # volume dimensions (I, J, K)
+    model: str = ""  # empty: chosen from the task (and the clicks) among ``available_models``
     foreground: list[Sequence[float]] = field(default_factory=list)
     background: list[Sequence[float]] = field(default_factory=list)
     roi: RoiBox | None = None
-    frames: str = "current"
-    current_frame: int = 0
-    n_frames: int | None = None
-    model: str = ""  # empty: chosen from the task
-    available_models: Sequence[str] = ()
+    all_frames: bool = False
+    current_frame: int | None = None
     options: dict = field(default_factory=dict)  # extra task config from /info
+    available_models: Sequence[str] = ()
+    replace: bool = True  # new segments replace those of the previous run's segmentation
+
+    @property
+    def has_visual_prompts(self) -> bool:
+        return bool(self.foreground or self.background or self.roi is not None)
+
+
+@dataclass(frozen=True)
+class ImageTarget:
+    """The server's copy of the image a run goes to, and its current frame: decided once, by the session.
+
+    ``ras_to_ijk`` and ``dims`` (I, J, K) are the displayed volume's; the server's image has ``n_frames``
+    frames and ``frame`` is the current one among them. On a cine clip (``clip``) the displayed volume is the
+    browser's proxy, one frame (K = 1), while the server holds the whole clip: clicks and the ROI land on
+    ``frame`` there."""
+
+    image_id: str
+    ras_to_ijk: Any  # 4x4 (vtkMatrix4x4 or array)
+    dims: Sequence[int]
+    n_frames: int
+    frame: int
+    clip: bool = False
 
 
 @dataclass
@@ -150,40 +178,51 @@ class InferRequest:
     output: str = "all"
 
 
-def build_infer_request(state: UIState) -> InferRequest:
-    """Turn the UI state into the request; every problem is a `RequestError` for the user."""
-    if state.task not in TASK_PRESETS:
-        raise RequestError(f"unknown task {state.task!r}; choose one of "
+def build_infer_request(request: RunRequest, target: ImageTarget) -> InferRequest:
+    """The /infer request for ``request`` on ``target``; every problem is a `RequestError` for the user."""
+    if request.task not in TASK_PRESETS:
+        raise RequestError(f"unknown task {request.task!r}; choose one of "
                            f"{', '.join(TASK_PRESETS)}")
-    preset = TASK_PRESETS[state.task]
-    prompt = (state.prompt or "").strip()
+    preset = TASK_PRESETS[request.task]
+    prompt = (request.prompt or "").strip()
     if preset.needs_prompt and not prompt:
-        raise RequestError(f"task {state.task!r} needs a question in the prompt box")
-    has_visual = bool(state.foreground or state.background or state.roi is not None)
-    model = state.model or model_for_task(state.task, has_visual, state.available_models)
-    frames = parse_frames(state.frames, state.n_frames)
-    dims = [int(d) for d in state.dims]
+        raise RequestError(f"task {request.task!r} needs a question in the prompt box")
+    model = request.model or model_for_task(request.task, request.has_visual_prompts,
+                                            request.available_models)
+    frames = "all" if request.all_frames else "current"
+    dims = [int(d) for d in target.dims]
     if len(dims) != 3 or min(dims) < 1:
-        raise RequestError(f"the image has invalid dimensions {list(state.dims)}")
-    k = int(state.current_frame)
-    if not 0 <= k < (state.n_frames or dims[2] or 1) and frames == "current":
+        raise RequestError(f"the image has invalid dimensions {list(target.dims)}")
+    k = int(target.frame)
+    if not 0 <= k < (target.n_frames or 1) and frames == "current":
         raise RequestError(f"current frame {k} is outside the clip")
-    params: dict[str, Any] = dict(state.options)
+    params: dict[str, Any] = dict(request.options)
     params.update({"task": preset.server_task, "frames": frames, "slice": k, CLIENT_MARKER[0]: CLIENT_MARKER[1]})
     if prompt:
         params[preset.prompt_key] = prompt
-    if has_visual:
-        if state.ras_to_ijk is None:
-            raise RequestError("points or ROI were placed but the image geometry is unknown")
-        try:
-            m = as_matrix(state.ras_to_ijk, "RAS->IJK matrix")
-            params["foreground"] = [ijk_index(ras_to_ijk(m, p), dims, "positive point")
-                                    for p in state.foreground]
-            params["background"] = [ijk_index(ras_to_ijk(m, p), dims, "negative point")
-                                    for p in state.background]
-            if state.roi is not None:
-                params["roi"] = box_ras_to_ijk_extent(m, state.roi.corners(), dims)
-        except GeometryError as exc:
-            raise RequestError(str(exc)) from exc
-    return InferRequest(model=model, image_id=state.image_id, params=params,
+    if request.has_visual_prompts:
+        params.update(_visual_prompts(request, target, dims))
+    return InferRequest(model=model, image_id=target.image_id, params=params,
                         output=preset.output)
+
+
+def _visual_prompts(request: RunRequest, target: ImageTarget, dims: list[int]) -> dict[str, Any]:
+    """Clicks and ROI in RAS -> voxel indices of the server's image (a clip's k is the current frame)."""
+    if target.ras_to_ijk is None:
+        raise RequestError("points or ROI were placed but the image geometry is unknown")
+    try:
+        m = as_matrix(target.ras_to_ijk, "RAS->IJK matrix")
+        out: dict[str, Any] = {
+            "foreground": [ijk_index(ras_to_ijk(m, p), dims, "positive point") for p in request.foreground],
+            "background": [ijk_index(ras_to_ijk(m, p), dims, "negative point") for p in request.background]}
+        if request.roi is not None:
+            out["roi"] = box_ras_to_ijk_extent(m, request.roi.corners(), dims)
+    except GeometryError as exc:
+        raise RequestError(str(exc)) from exc
+    if target.clip:
+        k = int(target.frame)
+        out["foreground"] = [[i, j, k] for i, j, _ in out["foreground"]]
+        out["background"] = [[i, j, k] for i, j, _ in out["background"]]
+        if "roi" in out:
+            out["roi"] = out["roi"][:4] + [k, k]
+    return out

@@ -17,7 +17,7 @@ from .labelfiles import decode_label_file, encode_image_nrrd
 from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result_nodes,
                    sequence_frames, segmentation_sequence, volume_array, volume_geometry)
 from .replies import InferReply
-from .requests import RequestError, RoiBox, UIState, build_infer_request
+from .requests import ImageTarget, RequestError, RoiBox, RunRequest, build_infer_request
 from .submit import prepare_submission
 
 __all__ = ["ServerInfo", "UMindSession", "markup_positions", "roi_box"]
@@ -113,47 +113,47 @@ class UMindSession:
 
     # inference ---------------------------------------------------------------------------
 
-    def run(self, volume_node: Any, task: str, prompt: str = "", model: str = "",
-            foreground: Sequence[Sequence[float]] = (), background: Sequence[Sequence[float]] = (),
-            roi: RoiBox | None = None, current_frame: int = 0, all_frames: bool = False,
-            browser_node: Any = None, segmentation_node: Any = None, replace: bool = True,
-            text_node: Any = None, options: dict | None = None,
-            available_models: Sequence[str] = ()) -> tuple[InferReply, ResultNodes]:
-        """Run on the current frame (or all frames) and put the results into the scene."""
-        if volume_node is None:
-            raise RequestError("select an image first")
+    def image_target(self, volume_node: Any, browser_node: Any = None,
+                     current_frame: int | None = None) -> ImageTarget:
+        """The server's image (uploaded once) and the current frame, decided here and only here.
+
+        A cine clip (a browser whose proxy is ``volume_node``) is uploaded whole and its current frame is the
+        browser's item. A volume's is ``current_frame``, the slice the viewer shows, or when none is given
+        the middle slice (the frame Slicer opens a volume on, `umind_core.frames.current_frame`'s rule; the
+        Lib cannot import umind_core inside Slicer)."""
         sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
         g = volume_geometry(volume_node)
-        n_frames = sequence.GetNumberOfDataNodes() if sequence is not None else g.dims[2]
-        if sequence is not None:
-            current_frame = browser_node.GetSelectedItemNumber()
         image_id = self.ensure_image_id(volume_node, sequence)
-        state = UIState(task=task, prompt=prompt, image_id=image_id, ras_to_ijk=g.ras_to_ijk,
-                        dims=g.dims, foreground=list(foreground), background=list(background),
-                        roi=roi, frames="all" if all_frames else "current",
-                        current_frame=current_frame if sequence is None else 0,
-                        n_frames=None if sequence is not None else n_frames, model=model,
-                        available_models=available_models, options=dict(options or {}))
-        req = build_infer_request(state)
-        if sequence is not None:  # the server's image is the whole clip: k is the frame
-            req.params["slice"] = int(current_frame)
-            for key in ("foreground", "background"):
-                if key in req.params:
-                    req.params[key] = [[i, j, int(current_frame)] for i, j, _ in req.params[key]]
-            if "roi" in req.params:
-                r = req.params["roi"]
-                req.params["roi"] = r[:4] + [int(current_frame), int(current_frame)]
+        if sequence is not None:
+            return ImageTarget(image_id, g.ras_to_ijk, g.dims, sequence.GetNumberOfDataNodes(),
+                               int(browser_node.GetSelectedItemNumber()), clip=True)
+        n = int(g.dims[2])
+        frame = n // 2 if current_frame is None else int(current_frame)
+        return ImageTarget(image_id, g.ras_to_ijk, g.dims, n, frame)
+
+    def run(self, volume_node: Any, request: RunRequest, browser_node: Any = None,
+            previous: ResultNodes | None = None) -> tuple[InferReply, ResultNodes]:
+        """Run ``request`` on the current frame (or all frames) and put the results into the scene.
+
+        ``previous`` (the last run's nodes) lends its segmentation (to replace or add segments, not after an
+        all-frames run) and its text node."""
+        if volume_node is None:
+            raise RequestError("select an image first")
+        target = self.image_target(volume_node, browser_node, request.current_frame)
+        req = build_infer_request(request, target)
         reply = InferReply.from_parsed(
             self.client.infer(req.model, req.image_id, req.params, output=req.output))
         labels = None
         if reply.label_bytes:
             labels = decode_label_file(reply.label_bytes, reply.label_filename or "label").array
-        if sequence is not None:
-            return reply, self._place_on_clip(volume_node, browser_node, reply, labels,
-                                              all_frames, current_frame, segmentation_node,
-                                              replace, text_node)
-        nodes = build_result_nodes(self.scene, volume_node, reply, labels, segmentation_node,
-                                   replace, text_node)
+        seg = previous.segmentation if previous is not None and not request.all_frames else None
+        text = previous.text if previous is not None else None
+        if target.clip:
+            nodes = self._place_on_clip(volume_node, browser_node, reply, labels, request.all_frames,
+                                        target.frame, seg, request.replace, text)
+        else:
+            nodes = build_result_nodes(self.scene, volume_node, reply, labels, seg, request.replace, text)
+        nodes.frame = None if request.all_frames else target.frame
         return reply, nodes
 
     def _place_on_clip(self, volume_node: Any, browser_node: Any, reply: InferReply,
@@ -169,8 +169,8 @@ class UMindSession:
                                if current_frame < len(reply.results) else reply.result)
             nodes = build_result_nodes(self.scene, volume_node, plain, None, None, replace,
                                        text_node)
-            nodes.segmentation = segmentation_sequence(self.scene, browser_node, labels,
-                                                       reply.label_names)
+            nodes.segmentation_sequence = segmentation_sequence(self.scene, browser_node, labels,
+                                                                reply.label_names)
             return nodes
         if labels is not None and labels.shape[0] > 1:
             labels = labels[current_frame]
