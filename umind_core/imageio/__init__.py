@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .atomic import atomic_path, write_text
+from ..atomic import atomic_path, write_text
 
 __all__ = [
     "ImageReadError",
