@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from umind_core.imageio import Geometry, frame_itk_axes
+from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from .booleans import as_bool
@@ -78,8 +78,7 @@ def ijk_to_frame(geometry: Geometry, ijk: Sequence[float]) -> tuple[int, float, 
     if geometry.kind == "2d":
         return 0, float(ijk[0]), float(ijk[1])
     col, row = frame_itk_axes(geometry.axis)
-    normal = ({0, 1, 2} - {col, row}).pop()
-    return int(round(float(ijk[normal]))), float(ijk[col]), float(ijk[row])
+    return int(round(float(ijk[frame_normal_axis(geometry.axis)]))), float(ijk[col]), float(ijk[row])
 
 
 def _point(name: str, value: object) -> list[float]:
