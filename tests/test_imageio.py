@@ -269,12 +269,16 @@ def test_nifti_descrip_cine_and_plain_3d_volume(tmp_path):
     assert read_study(plain).geometry.kind == "volume"
 
 
-def test_nan_replaced_by_min(tmp_path):
+@pytest.mark.parametrize("suffix", [".nrrd", ".nii.gz"])  # ITK reads a NIfTI's NaN as 0; nibabel puts it back
+def test_nan_replaced_by_min(tmp_path, suffix):
     vol = F.volume_array()
     vol[2, 3, 4] = np.nan
-    study = read_study(F.sitk_volume(tmp_path / "n.nrrd", vol))
+    assert np.nanmin(vol) < 0  # so a NaN read as 0 would window above 0
+    study = read_study(F.sitk_volume(tmp_path / f"n{suffix}", vol))
     assert study.frames[2].pixels[3, 4, 0] == 0
     assert study.frames[-1].pixels.max() == 255
+    lowest = np.unravel_index(np.nanargmin(vol), vol.shape)
+    assert study.frames[lowest[0]].pixels[lowest[1], lowest[2], 0] == 0
 
 
 def test_constant_volume_is_zero(tmp_path):
@@ -314,6 +318,9 @@ def _bad_inputs():
     def all_nan(t):
         return F.sitk_volume(t / "nan.nrrd", np.full((3, 10, 10), np.nan, np.float32))
 
+    def all_nan_nifti(t):  # ITK alone reads it as a blank volume
+        return F.sitk_volume(t / "nan.nii.gz", np.full((3, 10, 10), np.nan, np.float32))
+
     def trunc_png(t):
         rng = np.random.default_rng(0)
         return _truncate(F.write_png(t / "t.png", rng.integers(0, 255, (64, 64), np.uint8)))
@@ -340,6 +347,7 @@ def _bad_inputs():
                       "too large"),
         "huge pixels": (lambda t: _huge_nhdr(t / "huge.nhdr"), "too large"),
         "all nan": (all_nan, "NaN"),
+        "all nan nifti": (all_nan_nifti, "NaN"),
         "4d": (nifti_4d, "unknown frame layout"),
         "no pixel data": (lambda t: F.dicom_without_pixels(t / "np.dcm"), "no PixelData"),
         "truncated png": (trunc_png, "cannot read png data"),

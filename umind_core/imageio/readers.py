@@ -1,5 +1,5 @@
-"""Readers: PNG/JPEG (Pillow), DICOM (pydicom, GDCM geometry through SimpleITK), NIfTI/NRRD (SimpleITK) ->
-RGB frames + `Geometry`. The conventions they follow are in the package docstring (`umind_core.imageio`)."""
+"""Readers: PNG/JPEG (Pillow), DICOM (pydicom, GDCM geometry through SimpleITK), NIfTI/NRRD (SimpleITK; a
+float NIfTI's NaN values through nibabel, see `_nifti_nan_back`) -> RGB frames + `Geometry`. The conventions they follow are in the package docstring (`umind_core.imageio`)."""
 
 from __future__ import annotations
 
@@ -380,6 +380,8 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
         spacing, origin, direction = img.GetSpacing(), img.GetOrigin(), img.GetDirection()
     if ncomp > 1:
         arr = arr[..., :3]
+    elif fmt == "nifti":
+        arr = _nifti_nan_back(p, arr)
     spacing = tuple(float(v) for v in spacing)
     origin = tuple(float(v) for v in origin)
     direction = tuple(float(v) for v in direction)
@@ -448,6 +450,25 @@ def _check_nifti_complete(p: Path, md: dict) -> None:
         got = p.stat().st_size
     if got < expected:
         raise ImageReadError(f"{p}: truncated NIfTI: {got} of {expected} bytes present")
+
+
+def _nifti_nan_back(p: Path, arr: np.ndarray) -> np.ndarray:
+    """``arr`` (read by ITK) with the NIfTI's stored NaN/inf back in place, read by nibabel.
+
+    ITK's NIfTI reader (niftilib) turns NaN voxels into 0: an all-NaN volume would read as a blank image
+    instead of being refused, and NaN voxels would window as 0 instead of the finite minimum (the rule in the
+    package docstring). nibabel reads the values as stored; only float data can hold them."""
+    import nibabel as nib
+
+    img = nib.load(str(p))
+    if img.get_data_dtype().kind != "f":
+        return arr
+    bad = ~np.isfinite(np.asanyarray(img.dataobj))  # (x, y, z[, t]): the transpose of ITK's array order
+    if not bad.any() or bad.size != arr.size:
+        return arr
+    out = np.array(arr, dtype=arr.dtype if arr.dtype.kind == "f" else np.float32)
+    out[bad.T.reshape(out.shape)] = np.nan
+    return out
 
 
 def _first_line(exc: Exception) -> str:
