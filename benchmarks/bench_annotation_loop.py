@@ -215,12 +215,13 @@ def served_regression(rows: list[dict]) -> list[dict]:
 
 
 def regression_vs_start(start: dict, now: dict) -> str:
-    """'held', or the tasks worse than at the start beyond the default tolerance (the gate's own rule)."""
+    """'held', or the tasks worse than at the start beyond the default tolerance, by the point values alone (the
+    issue's goal; the gate also weighs each change against its paired noise, which the run record's table shows)."""
     from lib.trainers.gate import Tolerance, compare, decide
 
     if not start or not now:
         return "-"
-    tol = Tolerance()
+    tol = Tolerance(noise_z=0.0)
     ok, reason = decide({"vs start": compare(start, now, tol)}, tol)
     return "held" if ok else reason.split(" (tolerance")[0].replace("rejected: ", "")
 

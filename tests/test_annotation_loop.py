@@ -89,6 +89,39 @@ def test_the_synthetic_suite_is_judged_against_the_start_not_a_lucky_served_vers
     assert "start" in table.splitlines()[0] and "0.615" in table and "WORSE" in table
 
 
+def test_a_change_beyond_the_tolerance_but_within_the_suites_noise_does_not_reject():
+    """The benchmark's case: 74 caliper samples whose answers move both ways by up to 0.3 after any retrain. A
+    mean rise of 0.009 (twice the 5% tolerance) inside that noise holds; the same rise with every sample moving
+    together is a real regression; without per-sample values the tolerance alone decides."""
+    from lib.trainers.gate import PER_SAMPLE, paired_se, per_sample_values
+
+    tol = Tolerance()
+    n = 74
+    start_errs = [0.094] * n
+    noisy = [0.094 + (0.009 + (0.12 if i % 2 else -0.12)) for i in range(n)]  # mean +0.009, sd of change 0.12
+    steady = [0.103] * n  # every sample +0.009
+    start = summary(measurement_rel_error=0.094, **{PER_SAMPLE: {"measure": start_errs}})
+    for after, worse in ((noisy, False), (steady, True)):
+        cand = summary(measurement_rel_error=sum(after) / n, **{PER_SAMPLE: {"measure": after}})
+        row = next(r for r in compare(start, cand, tol, start=start) if r["task"] == "measure")
+        assert row["worse"] is worse
+    se = paired_se(start, summary(**{PER_SAMPLE: {"measure": noisy}}), "measure")
+    assert se == pytest.approx(0.1208 / n ** 0.5, rel=0.01)
+    # misaligned or missing per-sample values: the point rule
+    bad = summary(measurement_rel_error=0.103, **{PER_SAMPLE: {"measure": noisy[:-1]}})
+    assert next(r for r in compare(start, bad, tol) if r["task"] == "measure")["worse"]
+    assert next(r for r in compare(summary(), summary(measurement_rel_error=0.12), tol)
+                if r["task"] == "measure")["se"] is None
+    # noise_z=0 is the tolerance alone
+    cand = summary(measurement_rel_error=0.103, **{PER_SAMPLE: {"measure": noisy}})
+    assert next(r for r in compare(start, cand, Tolerance(noise_z=0.0)) if r["task"] == "measure")["worse"]
+    # per-sample values are the metric's own units: relative caliper error, keypoint error / width
+    vals = per_sample_values([{"task": "measure", "rel_error": 0.1, "score": -0.1},
+                              {"task": "keypoints", "score": -12.0, "width": 240},
+                              {"task": "diagnose", "score": 1.0}, {"task": "report", "score": 0.3}])
+    assert vals == {"measure": [0.1], "keypoints": [0.05], "diagnose": [1.0]}
+
+
 # -------------------------------------------------------------------------------------- corrections
 @pytest.fixture
 def study(tmp_path):

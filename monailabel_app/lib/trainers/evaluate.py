@@ -10,13 +10,16 @@ import logging
 
 from umind_core.evaluation.runner import EVAL_TASKS, EvalError, evaluate
 
+from .gate import PER_SAMPLE, per_sample_values
+
 __all__ = ["score_sets", "summary"]
 
 logger = logging.getLogger(__name__)
 
 
 def summary(predictor, records: list) -> dict:
-    """The evaluation summary of `records` (every task they have data for); {} when none is scorable."""
+    """The evaluation summary of `records` (every task they have data for) with its per-sample values; {} when
+    none is scorable."""
     if not records:
         return {}
     try:
@@ -26,6 +29,7 @@ def summary(predictor, records: list) -> dict:
         return {}
     out = dict(report.metrics["summary"])
     out["n_samples"] = report.metrics["n_samples"]
+    out[PER_SAMPLE] = per_sample_values(report.samples)  # the gate pairs them to know a change from noise
     return out
 
 

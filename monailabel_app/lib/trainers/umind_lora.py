@@ -39,7 +39,7 @@ from ..model_holder import load_model
 from ..runtime import Runtime
 from .dataset import export_datastore
 from .evaluate import score_sets
-from .gate import Tolerance, compare, decide, format_table
+from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table
 from .rehearsal import (REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, rehearsal_plan,
                         synthetic_set)
 
@@ -78,6 +78,15 @@ class SyntheticScores:
         data = self._load()
         data[f"{version}:{size}"] = scores
         write_text(self.path, json.dumps(data, indent=2))
+
+
+def _tolerance(params: TrainParams) -> Tolerance:
+    return Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples, params.gate_noise_z)
+
+
+def _shown(scores: dict[str, dict]) -> dict[str, dict]:
+    """Scores as the run record shows them: the per-sample values stay in the cache, where the gate pairs them."""
+    return {name: {k: v for k, v in s.items() if k != PER_SAMPLE} for name, s in scores.items()}
 
 
 @dataclass
@@ -128,7 +137,7 @@ class UMindLoRATrain(TrainTask):
             run["params"] = dataclasses.asdict(params)
             work = self._prepare(datastore, params, staging, run)
             self._train_and_score(current, work, params, staging, run)
-            tol = Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples)
+            tol = _tolerance(params)
             promote, reason = decide(run["gate"], tol)
             run.update(status="promoted" if promote else "rejected", reason=reason,
                        seconds=round(time.perf_counter() - t0, 2))
@@ -221,8 +230,9 @@ class UMindLoRATrain(TrainTask):
         if SET_SYNTHETIC in work.sets:
             cache.put(current, params.regression_size, before[SET_SYNTHETIC])
             cache.put(run["version"], params.regression_size, after[SET_SYNTHETIC])
-        tol = Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples)
-        run.update(scores_current=before, scores_new=after, scores_start={SET_SYNTHETIC: start} if start else {},
+        tol = _tolerance(params)
+        run.update(scores_current=_shown(before), scores_new=_shown(after),
+                   scores_start={SET_SYNTHETIC: _shown({SET_SYNTHETIC: start})[SET_SYNTHETIC]} if start else {},
                    gate={name: compare(before[name], after[name], tol, start if name == SET_SYNTHETIC else None)
                          for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
