@@ -1,4 +1,6 @@
-"""The full Qwen3-VL-4B shape on this CPU (bf16 as shipped, or float32): does it load, answer and train one LoRA step within 24 GiB?
+"""The full Qwen3-VL-4B shape on this CPU: does it load, answer and train one LoRA step within 24 GiB?
+
+As shipped (bf16), in float32, or with bf16 weights and float32 arithmetic (`--dtype bf16-weights`).
 
     python scripts/make_qwen_layout.py /tmp/qwen3-vl-4b-random --variant 4b     # about 8.9 GB, 3-4 minutes
     python benchmarks/bench_qwen4b_cpu.py /tmp/qwen3-vl-4b-random --out benchmarks/results/qwen4b_cpu.json
@@ -98,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=256, help="frame side in pixels (256: 64 image tokens)")
     parser.add_argument("--out", type=Path, help="JSON with every figure, rewritten after each step")
     parser.add_argument("--save-dir", type=Path, default=Path("/tmp/umind-4b-version"))
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                        help="float32 on CPUs without bf16 instructions (AVX2 only): bf16 matmuls are emulated "
-                             "there and a LoRA step did not finish in 25 minutes; float32 needs ~17 GiB for weights")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32", "bf16-weights"), default="bfloat16",
+                        help="bf16-weights: weights stored bf16, arithmetic float32 (umind_core.modeling.upcast), "
+                             "for CPUs without bf16 instructions (AVX2 only), where bf16 matmuls are emulated and a "
+                             "LoRA step did not finish in 25 minutes; float32 needs ~17 GiB for weights alone")
     args = parser.parse_args(argv)
     from umind_core.modeling.base_folder import check_base_folder
     from umind_core.modeling.umind import UMindVL
@@ -112,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     record.add("check_folder", seconds=time.perf_counter() - t0)
     with PeakRSS() as rss:
         t0 = time.perf_counter()
-        model = UMindVL.from_pretrained(args.folder, dtype=args.dtype, trainable=True)
+        model = UMindVL.from_pretrained(args.folder, dtype="bfloat16" if args.dtype == "bf16-weights" else args.dtype,
+                                        trainable=True)
+        if args.dtype == "bf16-weights":
+            from umind_core.modeling.upcast import compute_in_float32
+
+            compute_in_float32(model)
         load_s = time.perf_counter() - t0
     counts = model.parameter_counts()
     record.add("load", seconds=load_s, peak_rss_gib=rss.peak / GiB, parameters=counts["total"],

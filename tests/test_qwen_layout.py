@@ -209,6 +209,41 @@ def test_one_lora_step_trains_and_the_version_refers_to_the_base(layout, tmp_pat
     assert torch.allclose(a, b, atol=1e-4)
 
 
+def test_bf16_weights_with_float32_arithmetic_train_like_float32(layout):
+    """`compute_in_float32` (the 4B model on a CPU without bf16 instructions): frozen weights stay bf16, trainable
+    ones become float32, and a LoRA step's loss and gradients equal those of the same weights held in float32
+    (up to the bf16 rounding of the pixels, which follow the model's dtype)."""
+    from umind_core.modeling.upcast import compute_in_float32
+
+    def load(upcast: bool):
+        torch.manual_seed(0)  # the same fresh LoRA and decoder in both
+        m = UMindVL.from_pretrained(layout, dtype="bfloat16", trainable=True)
+        assert (compute_in_float32(m) > 0) if upcast else m.to(torch.float32) is m
+        return m
+
+    mixed, full = load(True), load(False)
+    frozen = {p.dtype for p in mixed.parameters() if not p.requires_grad}
+    assert frozen == {torch.bfloat16} and {p.dtype for p in mixed.parameters() if p.requires_grad} == {torch.float32}
+    enc, labels, targets = _mask_sample(mixed)
+    losses, grads = [], []
+    for m in (mixed, full):
+        m.train()
+        torch.manual_seed(1)  # the same LoRA dropout
+        e = {k: (v.to(m.dtype) if v.is_floating_point() else v) for k, v in enc.items()}
+        out = m(**e, labels=labels, mask_targets=targets)
+        out.loss.backward()
+        losses.append(float(out.loss))
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.requires_grad})
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+    assert grads[0].keys() == grads[1].keys() and all(g is not None for g in grads[0].values())
+    compared = 0
+    for n, g in grads[1].items():
+        if float(g.norm()) > 1e-6:  # a few decoder biases get ~1e-8: rounding, not signal
+            assert float((grads[0][n] - g).norm() / g.norm()) < 0.02, n
+            compared += 1
+    assert compared > 20 and any("lora_B" in n for n in grads[1])
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 def _faulty_copy(layout: Path, tmp_path: Path) -> Path:
     """A folder of links to the layout's files: a test replaces the one it breaks."""
