@@ -45,7 +45,8 @@ class _Float32Linear(torch.autograd.Function):
 
 def _linear_forward(self, x):
     x = x.to(_F32)
-    if self.weight.dtype == _F32 or self.weight.requires_grad:
+    trainable = self.weight.requires_grad or (self.bias is not None and self.bias.requires_grad)
+    if self.weight.dtype == _F32 or trainable:  # _Float32Linear returns no weight or bias gradient
         return F.linear(x, self.weight.to(_F32), None if self.bias is None else self.bias.to(_F32))
     return _Float32Linear.apply(x, self.weight, self.bias)
 

@@ -84,9 +84,9 @@ def _tolerance(params: TrainParams) -> Tolerance:
     return Tolerance(params.score_tolerance, params.error_tolerance, params.gate_min_samples, params.gate_noise_z)
 
 
-def _shown(scores: dict[str, dict]) -> dict[str, dict]:
-    """Scores as the run record shows them: the per-sample values stay in the cache, where the gate pairs them."""
-    return {name: {k: v for k, v in s.items() if k != PER_SAMPLE} for name, s in scores.items()}
+def _shown(summary: dict) -> dict:
+    """A summary as the run record shows it: the per-sample values stay in the cache, where the gate pairs them."""
+    return {k: v for k, v in summary.items() if k != PER_SAMPLE}
 
 
 @dataclass
@@ -231,8 +231,9 @@ class UMindLoRATrain(TrainTask):
             cache.put(current, params.regression_size, before[SET_SYNTHETIC])
             cache.put(run["version"], params.regression_size, after[SET_SYNTHETIC])
         tol = _tolerance(params)
-        run.update(scores_current=_shown(before), scores_new=_shown(after),
-                   scores_start={SET_SYNTHETIC: _shown({SET_SYNTHETIC: start})[SET_SYNTHETIC]} if start else {},
+        run.update(scores_current={k: _shown(v) for k, v in before.items()},
+                   scores_new={k: _shown(v) for k, v in after.items()},
+                   scores_start={SET_SYNTHETIC: _shown(start)} if start else {},
                    gate={name: compare(before[name], after[name], tol, start if name == SET_SYNTHETIC else None)
                          for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
