@@ -8,6 +8,11 @@ one series. Both sides answer the same question, and the label map the server re
 the direct masks, so the two halves do the same work.
 
     .venv/bin/python benchmarks/bench_server.py [--model DIR] [--size 256] [--repeats 30]
+
+`--clients 8` measures instead what batching concurrent requests (umind_core.scheduler) buys: the same mixed
+requests (segment, detect, interactive clicks, interpret; one per client and round, on 8 different images)
+sent one by one, then by that many clients at once; every concurrent reply is checked against the reply the
+same request got alone. It prints throughput and latency ratios measured in this one run.
 """
 
 from __future__ import annotations
@@ -99,6 +104,91 @@ def _same_work(resp, res) -> bool:
     return labels.shape == direct.shape and bool(((labels > 0) == direct).all())
 
 
+MIXED = (("umind_segment", {"prompt": "lesion"}), ("umind_detect", {"prompt": "lesion"}),
+         ("umind_interactive", {"foreground": [[128, 120, 0]], "background": [[12, 12, 0]]}),
+         ("umind_interpret", {"task": "diagnose"}))
+
+
+def _mixed_requests(clients: int, per_client: int, images: int) -> list[list[tuple[str, str, dict]]]:
+    """Per client, its requests: the four kinds in turn, each on another image."""
+    return [[(*MIXED[(c + j) % len(MIXED)][:1], f"img{(c * per_client + j) % images}", MIXED[(c + j) % len(MIXED)][1])
+             for j in range(per_client)] for c in range(clients)]
+
+
+def _send(server_url: str, req) -> tuple[float, int, bytes]:
+    import requests
+
+    task, image, params = req
+    t0 = time.perf_counter()
+    r = requests.post(f"{server_url}/infer/{task}?image={image}", data={"params": json.dumps(params)}, timeout=600)
+    return time.perf_counter() - t0, r.status_code, _answer_of(r)
+
+
+def _answer_of(resp) -> bytes:
+    """What a reply answers (label map or markups bytes plus the JSON without timings), to compare two replies."""
+    from requests_toolbelt.multipart import decoder
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("timings", "latencies")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return round(value, 4) if isinstance(value, float) else value
+
+    if "multipart" not in resp.headers.get("content-type", ""):
+        return json.dumps(strip(resp.json()), sort_keys=True).encode()
+    out = b""
+    for part in decoder.MultipartDecoder(resp.content, resp.headers["content-type"]).parts:
+        if b'name="params"' in part.headers.get(b"Content-Disposition", b""):
+            out += json.dumps(strip(json.loads(part.text)), sort_keys=True).encode()
+        else:
+            out += part.content
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values) * 1000, q))
+
+
+def _concurrency(server_url: str, clients: int, per_client: int, images: int) -> bool:
+    """Sequential pass, then concurrent pass, of the same requests; prints ratios; True when every reply matched."""
+    plan = _mixed_requests(clients, per_client, images)
+    flat = [req for reqs in plan for req in reqs]
+    for req in flat[: 2 * len(MIXED)]:  # warm-up: every kind, the model loaded
+        _send(server_url, req)
+    t0 = time.perf_counter()
+    alone = [_send(server_url, req) for req in flat]
+    seq_s = time.perf_counter() - t0
+
+    def client(reqs):
+        return [_send(server_url, req) for req in reqs]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        together = [out for outs in pool.map(client, plan) for out in outs]
+    conc_s = time.perf_counter() - t0
+    import requests
+
+    batching = requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching")
+    ok = all(a[1] == 200 for a in alone) and all(t[1] == 200 and t[2] == a[2] for t, a in zip(together, alone))
+    mismatched = sum(t[2] != a[2] for t, a in zip(together, alone))
+    lone = [a[0] for a in alone]
+    conc = [t[0] for t in together]
+    n = len(flat)
+    print(f"{clients} clients x {per_client} mixed requests (segment, detect, interactive, interpret) on {images} "
+          f"images, shipped demo model unless --model; batch window from the server's conf")
+    print(f"one by one : {n} requests in {seq_s:6.2f} s = {n / seq_s:6.2f} req/s; latency p50 {_pct(lone, 50):.0f} ms, "
+          f"p95 {_pct(lone, 95):.0f} ms")
+    print(f"concurrent : {n} requests in {conc_s:6.2f} s = {n / conc_s:6.2f} req/s; latency p50 {_pct(conc, 50):.0f} "
+          f"ms, p95 {_pct(conc, 95):.0f} ms")
+    print(f"throughput ratio concurrent/one-by-one: {seq_s / conc_s:.2f}x; p95 latency concurrent / lone p95: "
+          f"{_pct(conc, 95) / _pct(lone, 95):.2f}x (/ lone p50: {_pct(conc, 95) / _pct(lone, 50):.2f}x)")
+    print(f"replies equal to the same request sent alone: {n - mismatched}/{n}")
+    print(f"server batching over both passes (/info): {batching}")
+    print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="UMind folder (default: the shipped demo model)")
@@ -106,7 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30, help="timed rounds (each one HTTP + one direct call)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--clients", type=int, default=0, help="measure concurrent clients instead (e.g. 8)")
+    ap.add_argument("--per-client", type=int, default=10, help="requests per client with --clients")
+    ap.add_argument("--window-ms", type=float, default=None, help="the server's batch_window_ms (default: its own)")
     args = ap.parse_args(argv)
+    if args.clients:
+        return _main_concurrency(args)
 
     from PIL import Image
 
@@ -149,6 +244,35 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"label maps equal to the direct masks in every round: {same}")
     return 0 if same else 1
+
+
+def _main_concurrency(args) -> int:
+    from PIL import Image
+
+    from umind_core.data.synthetic import generate
+
+    images = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        studies = root / "studies"
+        studies.mkdir()
+        for i in range(images):  # held-out seeds, several sites
+            sample = generate(seed=1_000_100 + i, site=("breast", "thyroid", "kidney", "fetal_head")[i % 4], size=args.size)
+            Image.fromarray(np.repeat(sample.image[..., None], 3, axis=2)).save(studies / f"img{i}.png")
+        conf = {"workdir": str(root / "work"), "max_new_tokens": str(args.max_new_tokens), "retrain_every": "0"}
+        if args.model:
+            conf["model"] = args.model
+        if args.window_ms is not None:
+            conf["batch_window_ms"] = str(args.window_ms)
+        server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
+        try:
+            ok = _concurrency(server.url, args.clients, args.per_client, images)
+        except Exception:
+            print(server.log_tail(), file=sys.stderr)
+            raise
+        finally:
+            server.stop()
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

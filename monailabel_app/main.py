@@ -156,6 +156,7 @@ class UMindApp(MONAILabelApp):
             "retrain_every": self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
             "trigger": self.trigger.state(),
             "loaded": holder.loaded_key() is not None,
+            "batching": self.runtime.batching(),
         }
         meta["umind"]["warnings"] = meta["umind"].get("warnings", []) + self.runtime.warnings()
         return meta

@@ -346,6 +346,27 @@ def test_accelerate_two_cpu_processes_write_what_one_process_writes(tmp_path, ca
             sorted(p.name for p in (tmp_path / "two" / name).iterdir())
 
 
+def test_parallel_inputs_share_batches_and_write_what_one_at_a_time_writes(tmp_path, capsys, model_dir):
+    inputs = [_png(tmp_path / f"img{i}.png", make_image(i, height=h, width=w))
+              for i, (h, w) in enumerate([(256, 256), (192, 256), (256, 224), (256, 256)])]
+    inputs += [_dicom_cine(tmp_path / "clip.dcm", n=3), tmp_path / "empty.png"]
+    inputs[-1].write_bytes(b"")
+    common = ["--task", "detect", "--prompt", "lesion"]
+    rc1, out1, _ = _infer(capsys, model_dir, *inputs, "--out", tmp_path / "one", *common, "--parallel", "1")
+    rc4, out4, _ = _infer(capsys, model_dir, *inputs, "--out", tmp_path / "four", *common, "--parallel", "4")
+    assert rc1 == rc4 == 1  # the empty file failed alone in both
+    assert out1.splitlines()[1:] == out4.splitlines()[1:] == [f"  FAILED {inputs[-1]}: file is empty"]
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert names == ["clip", "img0", "img1", "img2", "img3"]
+    for name in names:
+        _assert_same(_doc(tmp_path / "one" / name / "results.json"), _doc(tmp_path / "four" / name / "results.json"),
+                     name)
+        assert sorted(p.name for p in (tmp_path / "one" / name).iterdir()) == \
+            sorted(p.name for p in (tmp_path / "four" / name).iterdir())
+    rc, _, _ = _infer(capsys, model_dir, *inputs[:1], "--out", tmp_path / "x", *common, "--parallel", "0")
+    assert rc == 2
+
+
 # ------------------------------------------------------------------ naming and frame selection
 
 

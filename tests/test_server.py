@@ -49,7 +49,7 @@ def server(tmp_path_factory, trained_tiny):
     sitk_volume(studies / "vol.nii.gz", vol, spacing=(0.5, 0.5, 2.0), origin=(0.0, 0.0, 0.0))
     conf = {"model": str(model_dir), "workdir": str(workdir), "retrain_every": str(K), "max_new_tokens": "64",
             "max_steps": "2", "val_fraction": "0.4", "promote_tolerance": "0.05", "rehearsal_pool": "4",
-            "regression_size": "2", "gate_min_samples": "1"}
+            "regression_size": "2", "gate_min_samples": "1", "batch_window_ms": "50"}
     srv = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     srv.studies, srv.workdir = studies, workdir
     yield srv
@@ -215,6 +215,43 @@ def test_bad_requests_answer_4xx_json(server, task, image, params, status, words
     resp = infer(server, task, image, params)
     assert resp.status_code == status, resp.text
     assert words in resp.json()["detail"]
+
+
+def test_concurrent_requests_each_get_their_own_answer_and_a_bad_one_fails_alone(server):
+    """Requests that arrive together share the model's batches (batch_window_ms): each reply must still be its own
+    request's, equal to the same request sent alone, and a refused request is a 400 that touches no other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    good = [("umind_segment", "img0", {"prompt": "lesion"}), ("umind_detect", "img2", {"prompt": "lesion"}),
+            ("umind_interpret", "img3", {"task": "diagnose"}),
+            ("umind_interactive", "img1", {"foreground": [[120, 100, 0]], "background": [[20, 20, 0]]}),
+            ("umind_interpret", "img0", {"task": "ask", "question": "Is there a lesion?"})]
+    bad = [("umind_interactive", "img0", {"roi": [400, 500, 400, 500, 0, 0]}),
+           ("umind_interpret", "img1", {"task": "ask"})]
+
+    def reply(req):
+        resp = infer(server, *req)
+        return resp.status_code, (multipart(resp) if resp.status_code == 200 else (resp.json(), None))
+
+    alone = [reply(req) for req in good]
+    with ThreadPoolExecutor(len(good) + len(bad)) as pool:
+        together = list(pool.map(reply, [r for pair in zip(good + bad, good) for r in pair][: 2 * len(good)] + bad))
+    for i, req in enumerate(good):
+        for status, (body, data) in (together[2 * i], together[2 * i + 1]):
+            assert status == 200, body
+            assert data == alone[i][1][1], req  # the same label map or markups, byte for byte
+            assert _comparable(body) == _comparable(alone[i][1][0]), req
+    for status, (body, _) in together[2 * len(good):]:
+        assert status == 400 and body["detail"]
+
+
+def _comparable(value):
+    """A reply's results without timings, floats to 5 decimals: what must not depend on the batch it ran in."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if k not in ("timings", "latencies")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return round(value, 5) if isinstance(value, float) else value
 
 
 def test_malformed_params_and_unreadable_upload_are_400(server):

@@ -12,8 +12,12 @@ How the work is split:
 - When the model emits `<|seg_mask|>`, all N mask tokens are fed in one forward on the cache (not decoded one by
   one); their states are the decoder's kernel queries, and the decoder turns them into a mask at the frame's
   full resolution.
-- `predict_batch` runs frames of one size (a cine clip, the slices of a volume) as one batch through the same
-  loop; sequences that finish early are fed padding that nobody reads.
+- `predict_batch` runs many frames with one prompt (a cine clip, the slices of a volume) and `predict_many` runs
+  jobs that share nothing (another image, another task, other clicks: concurrent requests gathered by
+  `umind_core.scheduler`) as batches through the same loop. With the fast decoder, rows of different image
+  prefixes and prompt lengths share one cache with per-row holes (`fast_decode.StaticKVCache.stack`, prompts
+  left-padded), so every row answers as it would alone; the eager path batches only rows of one frame size and
+  one prompt. Sequences that finish early are fed padding that nobody reads.
 - Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
   transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`); `decode="eager"`
   is transformers' own forward, the reference the fast path is tested against.
@@ -34,7 +38,7 @@ from .imageio import Frame
 from .modeling import fast_decode
 from .results import GroundedObject, Result
 
-__all__ = ["Predictor", "PredictorError"]
+__all__ = ["Job", "Predictor", "PredictorError"]
 
 MIN_SIDE, MAX_SIDE = 8, 16384
 
@@ -47,14 +51,36 @@ class VisualPromptError(PredictorError, prompts.PromptError):
     """A visual prompt `prompts.VisualPrompt` refused: both a Predictor error and a prompt error for callers."""
 
 
+@dataclass(frozen=True)
+class Job:
+    """One prompt on one frame: the unit `Predictor.predict_many` batches with others."""
+
+    frame: Frame | np.ndarray
+    task: str
+    prompt: str | None = None
+    box: Sequence[float] | None = None
+    points: Sequence[Sequence[float]] | None = None
+    labels: Sequence[int] | None = None
+
+
+@dataclass
+class _Row:
+    """What one row of a batch asks: the task, the user's words and the built user text (with its warnings)."""
+
+    task: str
+    prompt: str | None
+    user_text: str
+    warnings: list[str]
+
+
 @dataclass
 class _ImageState:
     """What `set_image` keeps: the cache after the image prefix and the decoder's image features."""
 
     frames: list[Frame]
     cache: object
-    prefix_len: int
-    rope_delta: torch.Tensor  # (B, 1): M-RoPE position offset of text tokens after the image
+    prefix_len: int  # the slot after the image prefix (the longest one when rows were stacked)
+    rope_delta: torch.Tensor  # (B, 1): M-RoPE position of slot 0 for the text after the image, per row
     image_states: list[torch.Tensor]  # per frame (H, W, D)
     encode_s: float
 
@@ -134,9 +160,8 @@ class Predictor:
         with self._lock:
             if self._state is None:
                 raise PredictorError("no image set: call set_image(frame) before predict()")
-            frame = self._state.frames[0]
-            user_text, warnings = self._user_text(task, prompt, box, points, labels, frame)
-            return self._run(self._state, task, prompt, user_text, warnings)[0]
+            row = self._row(task, prompt, box, points, labels, self._state.frames[0])
+            return self._run(self._state, [row])[0]
 
     def predict_batch(
         self,
@@ -152,36 +177,66 @@ class Predictor:
 
         The image set by `set_image` is left as it was.
         """
-        items = [_as_frame(f) for f in frames]
-        if not items:
-            return []
-        results: list[Result | None] = [None] * len(items)
-        by_size: dict[tuple[int, int], list[int]] = {}
-        for i, frame in enumerate(items):
-            by_size.setdefault(frame.size, []).append(i)
-        chunks = [idx[s : s + self.batch_size] for idx in by_size.values() for s in range(0, len(idx), self.batch_size)]
+        ready, failed = self._prepare([Job(f, task, prompt, box, points, labels) for f in frames])
+        if failed:  # one prompt for every frame: a refusal is the whole call's, before any work
+            raise failed[min(failed)]
         bar = None
-        if progress:
+        if progress and ready:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(items), desc=f"umind {task}", unit="frame")
-        with self._lock:
-            try:
-                for chunk in chunks:
-                    user_text, warnings = self._user_text(task, prompt, box, points, labels, items[chunk[0]])
-                    state = self._encode([items[i] for i in chunk])
-                    for i, res in zip(chunk, self._run(state, task, prompt, user_text, warnings)):
-                        results[i] = res
-                    if bar is not None:
-                        bar.update(len(chunk))
-            finally:
-                if bar is not None:
-                    bar.close()
-        return results  # type: ignore[return-value]
+            bar = tqdm(total=len(ready), desc=f"umind {task}", unit="frame")
+        try:
+            return self._answer(ready, on_chunk=None if bar is None else bar.update)  # type: ignore[return-value]
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def predict_many(self, jobs: Sequence[Job], on_chunk=None) -> list[Result | PredictorError]:
+        """Answer unrelated jobs in batches; each gets its Result, or the PredictorError that refused its input.
+
+        A bad frame or visual prompt fails only its own job. The image set by `set_image` is left as it was.
+        `on_chunk(n)` is called after each batch of n jobs (a progress bar's update).
+        """
+        ready, failed = self._prepare(jobs)
+        answers: list[Result | PredictorError | None] = [None] * len(jobs)
+        for i, exc in failed.items():
+            answers[i] = exc
+        for i, res in zip([i for i, _, _ in ready], self._answer(ready, on_chunk)):
+            answers[i] = res
+        return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
-    def _user_text(self, task, prompt, box, points, labels, frame: Frame) -> tuple[str, list[str]]:
-        """The user text for one frame size; the visual prompt is checked and placed by `prompts.VisualPrompt`."""
+    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame, _Row]], dict[int, PredictorError]]:
+        """(index, frame, row) of every job the Predictor accepts, and the error of each one it refuses.
+        Jobs on one image object share one Frame, so that the image is encoded once."""
+        ready, failed, frames = [], {}, {}
+        for i, job in enumerate(jobs):
+            try:
+                frame = frames.get(id(job.frame))
+                if frame is None:
+                    frame = frames[id(job.frame)] = _as_frame(job.frame)
+                ready.append((i, frame, self._row(job.task, job.prompt, job.box, job.points, job.labels, frame)))
+            except PredictorError as exc:
+                failed[i] = exc
+            except prompts.PromptError as exc:
+                failed[i] = VisualPromptError(str(exc))
+        return ready, failed
+
+    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None) -> list[Result]:
+        """Results of prepared jobs, in their order."""
+        order = {i: k for k, (i, _, _) in enumerate(ready)}
+        results: list[Result | None] = [None] * len(ready)
+        with self._lock:
+            for chunk in self._chunks(ready):
+                state = self._encode_rows([frame for _, frame, _ in chunk])
+                for (i, _, _), res in zip(chunk, self._run(state, [row for _, _, row in chunk])):
+                    results[order[i]] = res
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
+        return results  # type: ignore[return-value]
+
+    def _row(self, task, prompt, box, points, labels, frame: Frame) -> _Row:
+        """The user text for one frame; the visual prompt is checked and placed by `prompts.VisualPrompt`."""
         width, height = frame.size
         try:
             vp = prompts.VisualPrompt.of(box, points, labels)
@@ -191,7 +246,57 @@ class Predictor:
         user_text = prompts.build_user_text(
             task, prompt, box=grid_box, points=grid_points, labels=None if vp.labels is None else list(vp.labels)
         )
-        return user_text, warnings
+        return _Row(task, prompt, user_text, list(warnings))
+
+    def _stacks(self) -> bool:
+        """Whether rows of different prefixes and prompts can share a batch (the fast decoder's stacked cache)."""
+        return self._fast is not None and not self.model.training
+
+    def _chunks(self, ready: list) -> list[list]:
+        """Batches of at most `batch_size` jobs: same-size frames together (they encode as one batch); without
+        stacking, only jobs with one frame size and one user text share a batch."""
+        groups: dict[tuple, list] = {}
+        for item in ready:
+            _, frame, row = item
+            key = (frame.size,) if self._stacks() else (frame.size, row.user_text)
+            groups.setdefault(key, []).append(item)
+        ordered = [item for group in groups.values() for item in group]
+        if not self._stacks():
+            return [g[s: s + self.batch_size] for g in groups.values() for s in range(0, len(g), self.batch_size)]
+        return [ordered[s: s + self.batch_size] for s in range(0, len(ordered), self.batch_size)]
+
+    def _encode_rows(self, frames: list[Frame]) -> _ImageState:
+        """The state whose row i is frames[i]: each distinct frame encoded once, frames of one size together, and
+        rows of different prefixes stacked into one cache (right-aligned, the holes shifted out of RoPE)."""
+        distinct: dict[int, Frame] = {}
+        for frame in frames:
+            distinct.setdefault(id(frame), frame)
+        if not self._stacks() or (len(distinct) == len(frames) and len({f.size for f in frames}) == 1):
+            return self._encode(frames)
+        by_size: dict[tuple[int, int], list[Frame]] = {}
+        for frame in distinct.values():
+            by_size.setdefault(frame.size, []).append(frame)
+        where: dict[int, tuple[_ImageState, int]] = {}
+        for group in by_size.values():
+            state = self._encode(group)
+            for r, frame in enumerate(group):
+                where[id(frame)] = (state, r)
+        rows = [where[id(f)] for f in frames]
+        cache = self._fast.stack([(st.cache, r) for st, r in rows], self._answer_room())
+        length = cache.get_seq_length()
+        delta = torch.cat([st.rope_delta[r: r + 1] - (length - st.prefix_len) for st, r in rows])
+        states = {id(st): st for st, _ in rows}
+        return _ImageState(
+            frames=list(frames),
+            cache=cache,
+            prefix_len=length,
+            rope_delta=delta,
+            image_states=[st.image_states[r] for st, r in rows],
+            encode_s=sum(st.encode_s for st in states.values()),
+        )
+
+    def _answer_room(self) -> int:
+        return self.max_new_tokens + self.model.num_mask_tokens
 
     def _encode(self, frames: list[Frame]) -> _ImageState:
         model = self.model
@@ -217,7 +322,7 @@ class Predictor:
         image_states = [model.image_states(out.hidden_states[b], spans[b][0]) for b in range(len(frames))]
         cache = out.cache
         if self._fast is not None:  # room for a prompt, the answer and a mask group; grows if a prompt needs more
-            cache = self._fast.adopt(cache, answer_tokens=self.max_new_tokens + model.num_mask_tokens)
+            cache = self._fast.adopt(cache, answer_tokens=self._answer_room())
         return _ImageState(
             frames=frames,
             cache=cache,
@@ -227,29 +332,34 @@ class Predictor:
             encode_s=time.perf_counter() - t0,
         )
 
-    def _forward(self, state: _ImageState, ids: torch.Tensor, start: int):
-        """Feed `ids` (B, k) at sequence positions start..start+k-1 on the cache."""
+    def _forward(self, state: _ImageState, ids: torch.Tensor, start: int, delta: torch.Tensor | None = None,
+                 pad: torch.Tensor | None = None):
+        """Feed `ids` (B, k) at cache slots start..start+k-1, slot s of row b at text position s + delta[b]
+        (default: the state's); `pad` (B, k) marks left padding of a shorter prompt (stacked caches only)."""
         k = ids.shape[1]
-        pos = torch.arange(start, start + k, device=ids.device)[None, :] + state.rope_delta
+        delta = state.rope_delta if delta is None else delta
+        pos = torch.arange(start, start + k, device=ids.device)[None, :] + delta
         if isinstance(state.cache, fast_decode.StaticKVCache):
-            return self._fast.forward(state.cache, ids, pos, start)
+            return self._fast.forward(state.cache, ids, pos, start, pad)
+        if pad is not None:
+            raise RuntimeError("prompts of different lengths in one batch need the fast decoder's cache")
         position_ids = pos[None].expand(3, -1, -1)
         with torch.no_grad():
             return self.model(
                 input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
             )
 
-    def _run(self, state: _ImageState, task, prompt, user_text, warnings) -> list[Result]:
+    def _run(self, state: _ImageState, rows: list[_Row]) -> list[Result]:
+        """Answer row b's prompt on row b of `state`; the cache goes back to the image prefix afterwards."""
         model = self.model
         t0 = time.perf_counter()
-        suffix = prompts.turn_suffix(user_text)
-        suffix_ids = model.tokenizer(suffix, add_special_tokens=False)["input_ids"]
+        ids, pad, shift = self._prompt_ids(rows, model.device)
+        delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
         batch = state.batch
-        ids = torch.tensor([suffix_ids] * batch, device=model.device)
         try:
-            out = self._forward(state, ids, state.prefix_len)
+            out = self._forward(state, ids, state.prefix_len, delta, pad)
             t1 = time.perf_counter()
-            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
+            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta)
         finally:
             extra = state.cache.get_seq_length() - state.prefix_len
             if extra > 0:  # back to the image prefix for the next prompt
@@ -257,19 +367,37 @@ class Predictor:
         t2 = time.perf_counter()
         results = []
         for b in range(batch):
-            res = self._result(state, b, decoded[b], task, prompt, list(warnings))
+            row = rows[b]
+            res = self._result(state, b, decoded[b], row.task, row.prompt, list(row.warnings))
             res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch,
                                decode_s=(t2 - t1) / batch)
             results.append(res)
         self.last_stats = {
             "prefix_tokens": state.prefix_len,
-            "prompt_tokens": len(suffix_ids),
+            "prompt_tokens": int(ids.shape[1]),
             "generated_tokens": max(len(d.token_ids) for d in decoded),
-            "processed_tokens": len(suffix_ids) + fed,
+            "processed_tokens": int(ids.shape[1]) + fed,
         }
         return results
 
-    def _decode(self, state: _ImageState, logits: torch.Tensor, start: int) -> tuple[list[_Decoded], int]:
+    def _prompt_ids(self, rows: list[_Row], device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k."""
+        tokenized: dict[str, list[int]] = {}
+        for row in rows:
+            if row.user_text not in tokenized:
+                suffix = prompts.turn_suffix(row.user_text)
+                tokenized[row.user_text] = self.model.tokenizer(suffix, add_special_tokens=False)["input_ids"]
+        per_row = [tokenized[row.user_text] for row in rows]
+        width = max(len(ids) for ids in per_row)
+        shift = torch.tensor([width - len(ids) for ids in per_row], device=device)
+        ids = torch.tensor([[self._pad_id] * (width - len(r)) + r for r in per_row], device=device)
+        if not bool(shift.any()):
+            return ids, None, shift
+        pad = torch.arange(width, device=device)[None, :] < shift[:, None]
+        return ids, pad, shift
+
+    def _decode(self, state: _ImageState, logits: torch.Tensor, start: int,
+                delta: torch.Tensor | None = None) -> tuple[list[_Decoded], int]:
         """Greedy decoding on the cache; returns per-sequence output and the number of positions fed."""
         model = self.model
         n_mask, seg_id = model.num_mask_tokens, model.seg_mask_id
@@ -310,7 +438,7 @@ class Predictor:
             if not self.one_forward_masks:
                 k = 1
             rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in range(batch)]
-            out = self._forward(state, torch.tensor(rows, device=model.device), cursor)
+            out = self._forward(state, torch.tensor(rows, device=model.device), cursor, delta)
             cursor += k
             fed += k
             for b in active:

@@ -92,6 +92,8 @@ class AppConfig:
     image_dirs: tuple[Path, ...] = ()
     #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/cors.py)
     cors_origins: tuple[str, ...] = ()
+    #: how long concurrent infer requests are gathered into one batch (umind_core.scheduler); 0 = what is queued
+    batch_window_ms: float = 3.0
 
 
 def _int(key: str, value: object, minimum: int | None = None) -> int:
@@ -248,4 +250,5 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         uncertainty_signal=_choice("uncertainty_signal", conf.get("uncertainty_signal", "combined"), SIGNALS),
         scoring_sample=_int("scoring_sample", conf.get("scoring_sample", "0"), 0),
         uncertainty_balance=_bool("uncertainty_balance", conf.get("uncertainty_balance", "true")),
+        batch_window_ms=_float("batch_window_ms", conf.get("batch_window_ms", AppConfig.batch_window_ms), 0.0, 1000.0),
     )

@@ -12,8 +12,13 @@ from .versions import VersionStore
 
 __all__ = ["Runtime", "PREDICT_LOCK"]
 
-#: held while a request uses the shared Predictor: /infer runs in the thread pool (lib/offloop.py), and a
-#: Predictor keeps per-image state (set_image), so two requests must not interleave on it
+#: (Predictor, its BatchScheduler) of the served model; replaced, not accumulated, when another model is served
+_SCHEDULER: list[tuple[object, object]] = []
+
+#: held while a request fetches (and maybe loads) the served Predictor, and by callers that drive it directly
+#: (scoring, uncertainty). /infer runs in the thread pool (lib/offloop.py) and hands its jobs to the
+#: Predictor's BatchScheduler after releasing this lock, so concurrent requests share batches; the Predictor
+#: serialises its own use (its per-image state is never touched by two threads at once).
 PREDICT_LOCK = threading.Lock()
 logger = logging.getLogger(__name__)
 #: versions this process failed to load (version -> error) and what it serves in their place; per process,
@@ -57,6 +62,19 @@ class Runtime:
                 _BROKEN[spec.version] = f"{type(exc).__name__}: {exc}"
                 logger.warning(f"umind: version {spec.version} cannot be loaded: {exc}")
         return self._fallback(spec.version)
+
+    def scheduler(self):
+        """(BatchScheduler, version) for the served Predictor: the way /infer requests reach the model."""
+        from umind_core.scheduler import BatchScheduler
+
+        predictor, version = self.predictor()
+        if not _SCHEDULER or _SCHEDULER[0][0] is not predictor:
+            _SCHEDULER[:] = [(predictor, BatchScheduler(predictor, window_ms=self.conf.batch_window_ms))]
+        return _SCHEDULER[0][1], version
+
+    def batching(self) -> dict | None:
+        """The served scheduler's batch statistics for /info, or None before the first inference."""
+        return _SCHEDULER[0][1].stats() if _SCHEDULER else None
 
     def _fallback(self, broken: int):
         promoted = sorted({r["version"] for r in self.versions.state()["runs"]

@@ -12,6 +12,10 @@ process takes every N-th input and the first one prints the merged summary; the 
 process writes. Processes on the CPU (--device cpu, or no CUDA) join a gloo group; note that accelerate's own
 `--cpu` launcher starts a single process unless mpirun is configured, so use --multi_gpu with --device cpu. Put INPUTS before --points/--labels
 (or end those lists with --), since those flags take a variable number of values.
+
+Within a process, `--parallel N` inputs are read, answered and written at once by N threads whose frames meet in
+one `BatchScheduler` (umind_core.scheduler): a folder of single-frame images runs in shared batches, and one
+input's reading or writing overlaps another's forward pass.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..atomic import write_text
@@ -53,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="slicing axis of volumes, numpy (z, y, x) order (default 0); 2D images and cine "
                              "clips ignore it")
     parser.add_argument("--batch-size", type=int, default=8, help="frames per forward pass (default 8)")
+    parser.add_argument("--parallel", type=int, default=4, metavar="N",
+                        help="inputs read, answered and written at once; their frames share forward passes "
+                             "(umind_core.scheduler; default 4, 1 = one input after the other)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the process's accelerator or cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -106,6 +114,8 @@ def validate_request(args: argparse.Namespace) -> Request:
     visual = prompts.VisualPrompt.of(args.box, points, args.labels, names=("--box", "--points", "--labels"))
     if args.batch_size < 1:
         raise InferError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.parallel < 1:
+        raise InferError(f"--parallel must be at least 1, got {args.parallel}")
     if args.max_new_tokens < 1:
         raise InferError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     prompts.build_user_text(args.task, prompt)  # length, special tokens, a question for ask
@@ -181,6 +191,29 @@ class _Context:
     overlay: bool
     bar: object
     say: object
+    scheduler: object = None  # a BatchScheduler when several inputs run at once, else None
+    bar_lock: object = field(default_factory=threading.Lock)
+
+    def predict(self, frames: list) -> list:
+        """One chunk of frames through the Predictor, batched with other inputs' chunks when running in parallel."""
+        r = self.request
+        if self.scheduler is None:
+            return self.predictor.predict_batch(frames, r.task, r.prompt, box=r.box, points=r.points,
+                                                labels=r.labels)
+        from ..predictor import Job
+
+        return self.scheduler.predict([Job(f, r.task, r.prompt, r.box, r.points, r.labels) for f in frames])
+
+    def grow_bar(self, total: int = 0, done: int = 0, postfix: str | None = None) -> None:
+        if self.bar is None:
+            return
+        with self.bar_lock:
+            self.bar.total += total
+            if postfix is not None:
+                self.bar.set_postfix_str(postfix)
+            if done:
+                self.bar.update(done)
+            self.bar.refresh()
 
 
 def _process(ctx: _Context, index: int, item) -> Record:
@@ -202,23 +235,15 @@ def _process(ctx: _Context, index: int, item) -> Record:
     indices = ctx.request.frames.select(study.geometry, name)
     frames = [study.frames[i] for i in indices]
     batch.clear_outputs(out_dir)
-    if ctx.bar is not None:
-        ctx.bar.total += len(frames)
-        ctx.bar.set_postfix_str(item.name[-30:])
-        ctx.bar.refresh()
-    r = ctx.request
+    ctx.grow_bar(total=len(frames), postfix=item.name[-30:])
     results = []
     try:
         for s in range(0, len(frames), ctx.batch_size):
             chunk = frames[s: s + ctx.batch_size]
-            results.extend(ctx.predictor.predict_batch(chunk, r.task, r.prompt, box=r.box, points=r.points,
-                                                       labels=r.labels))
-            if ctx.bar is not None:
-                ctx.bar.update(len(chunk))
+            results.extend(ctx.predict(chunk))
+            ctx.grow_bar(done=len(chunk))
     except BaseException:
-        if ctx.bar is not None:  # the frames that will not be processed leave the bar's total
-            ctx.bar.total -= len(frames) - len(results)
-            ctx.bar.refresh()
+        ctx.grow_bar(total=-(len(frames) - len(results)))  # frames that will not be processed leave the total
         raise
     batch.write_outputs(out_dir, study, frames, results, wanted, ctx.model_name, overlay=ctx.overlay,
                         extra={"elapsed_s": round(time.perf_counter() - t0, 3)})
@@ -335,8 +360,17 @@ def run(args: argparse.Namespace) -> int:
     ctx = _Context(request=request, predictor=predictor, out=out, model_name=_model_name(args.model),
                    batch_size=args.batch_size, overwrite=args.overwrite, overlay=args.overlay, bar=bar, say=say)
     try:
-        for index in mine:
-            records.append(_run_one(ctx, index, items[index]))
+        if predictor is not None and args.parallel > 1 and len(mine) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from ..scheduler import BatchScheduler
+
+            ctx.scheduler = BatchScheduler(predictor, window_ms=0)  # batches what is queued; waits for nothing
+            with ThreadPoolExecutor(min(args.parallel, len(mine)), thread_name_prefix="umind-infer") as pool:
+                records += list(pool.map(lambda i: _run_one(ctx, i, items[i]), mine))
+        else:
+            for index in mine:
+                records.append(_run_one(ctx, index, items[index]))
     finally:
         if bar is not None:
             bar.close()

@@ -175,10 +175,21 @@ class StaticKVCache:
 
     `get_seq_length` and `crop` mean what they mean on transformers' DynamicCache, so the Predictor treats both
     caches alike; crop only moves the length (the slots after it are overwritten by the next prompt).
+
+    All rows share one write position, so that a batch of different requests decodes in lockstep. Rows whose
+    image prefixes or prompts are shorter than the longest carry holes: `valid` (B, capacity) says which slots
+    a row's tokens may attend to. `uniform` stays True while no row has a hole, and then no per-row mask is
+    built at all (the single-request path is exactly what it was).
     """
 
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int):
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int,
+                 valid: torch.Tensor | None = None):
         self.keys, self.values, self.length = keys, values, int(length)
+        b, _, capacity, _ = keys[0].shape
+        if valid is None:
+            valid = torch.ones((b, capacity), dtype=torch.bool, device=keys[0].device)
+        self.valid = valid
+        self.uniform = bool(valid[:, : self.length].all())
 
     @classmethod
     def from_dynamic(cls, cache, capacity: int) -> "StaticKVCache":
@@ -195,6 +206,27 @@ class StaticKVCache:
             values.append(v)
         return cls(keys, values, length)
 
+    @classmethod
+    def stack(cls, rows: list[tuple["StaticKVCache", int]], capacity: int) -> "StaticKVCache":
+        """One cache whose row i is row `rows[i][1]` of cache `rows[i][0]`, each ending at the longest prefix.
+
+        A shorter prefix is right-aligned (its leading slots are holes), so every row's next token goes to the
+        same slot; the caller shifts that row's RoPE positions by the hole's width.
+        """
+        length = max(c.length for c, _ in rows)
+        first = rows[0][0]
+        keys = [t.new_zeros((len(rows), t.shape[1], capacity, t.shape[3])) for t in first.keys]
+        values = [t.new_zeros((len(rows), t.shape[1], capacity, t.shape[3])) for t in first.values]
+        valid = torch.ones((len(rows), capacity), dtype=torch.bool, device=first.valid.device)
+        for i, (cache, r) in enumerate(rows):
+            hole = length - cache.length
+            valid[i, :hole] = False
+            valid[i, hole:length] = cache.valid[r, : cache.length]
+            for dst, src in ((keys, cache.keys), (values, cache.values)):
+                for layer, t in enumerate(src):
+                    dst[layer][i, :, hole:length] = t[r, :, : cache.length]
+        return cls(keys, values, length, valid)
+
     @property
     def capacity(self) -> int:
         return self.keys[0].shape[2]
@@ -206,6 +238,17 @@ class StaticKVCache:
         """Keep the first `max_length` tokens; a negative value removes that many from the end (as DynamicCache)."""
         self.length = self.length + max_length if max_length < 0 else min(self.length, max_length)
 
+    def mark(self, start: int, pad: torch.Tensor | None) -> None:
+        """Slots start..start+k-1 are about to be written: valid unless `pad` (B, k) says the row's token is padding."""
+        if pad is None:
+            self.valid[:, start:] = True
+            return
+        k = pad.shape[1]
+        self.valid[:, start: start + k] = ~pad
+        self.valid[:, start + k:] = True
+        if bool(pad.any()):
+            self.uniform = False
+
     def ensure(self, needed: int) -> None:
         """Grow (once, by whole CAPACITY_STEPs) when a prompt would run past the allocated slots."""
         if needed <= self.capacity:
@@ -216,6 +259,9 @@ class StaticKVCache:
                 grown = t.new_zeros((*t.shape[:2], capacity, t.shape[3]))
                 grown[:, :, : self.length] = t[:, :, : self.length]
                 store[i] = grown
+        valid = torch.ones((self.valid.shape[0], capacity), dtype=torch.bool, device=self.valid.device)
+        valid[:, : self.length] = self.valid[:, : self.length]
+        self.valid = valid
 
 
 def _round_up(n: int, step: int) -> int:
@@ -261,16 +307,20 @@ def _logits(w: DecodeWeights, x):
     return F.linear(_rms(x[:, -1:], w.norm, w.eps), w.lm_head, w.lm_bias)
 
 
-def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int):
+def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int, valid: torch.Tensor | None = None):
     """k tokens at cache slots start..start+k-1, attending to the slots before them and causally among themselves.
 
     Used for prompts and the 16 mask tokens (k > 1) and as the single-token step when compiling is off or failed.
+    `valid` (B, capacity), when given, also hides each row's holes (see StaticKVCache).
     """
     k = ids.shape[1]
     end = start + k
     mask = None
     if k > 1:  # new token i sees every cached slot and new tokens 0..i
         mask = torch.ones(k, end, dtype=torch.bool, device=ids.device).tril(diagonal=start)
+    if valid is not None:
+        rows = valid[:, None, None, :end]
+        mask = rows if mask is None else rows & mask
     x = F.embedding(ids, w.embed)
     scale = w.head_dim ** -0.5
     for layer, kc, vc in zip(w.layers, keys, values):
@@ -283,15 +333,16 @@ def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int):
     return _logits(w, x), _rms(x, w.norm, w.eps)
 
 
-def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot):
-    """One token per row written at `slot` (a 1-element tensor), attending over the whole capacity under a mask.
+def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot, valid):
+    """One token per row written at `slot` (a 1-element tensor), attending over the whole capacity under a mask
+    (slots up to `slot` that the row's `valid` (B, capacity) allows).
 
     Every shape is fixed by (batch, capacity) and the position travels as data, so `torch.compile` builds this
     graph once and replays it at every step.
     """
     x = F.embedding(ids, w.embed)
     capacity = keys[0].shape[2]
-    mask = (torch.arange(capacity, device=ids.device) <= slot)[None, None, None, :]
+    mask = ((torch.arange(capacity, device=ids.device) <= slot)[None, :] & valid)[:, None, None, :]
     scale = w.head_dim ** -0.5
     for layer, kc, vc in zip(w.layers, keys, values):
         q, key, value = _attention_inputs(w, layer, x, cos, sin)
@@ -346,11 +397,15 @@ class FastDecoder:
         needed = cache.get_seq_length() + PROMPT_ROOM + answer_tokens
         return StaticKVCache.from_dynamic(cache, _round_up(needed, CAPACITY_STEP))
 
-    def forward(self, cache: StaticKVCache, ids: torch.Tensor, positions: torch.Tensor, start: int) -> FastOutput:
-        """Feed `ids` (B, k) at cache slots start.. with text RoPE positions `positions` (B, k)."""
+    def forward(self, cache: StaticKVCache, ids: torch.Tensor, positions: torch.Tensor, start: int,
+                pad: torch.Tensor | None = None) -> FastOutput:
+        """Feed `ids` (B, k) at cache slots start.. with text RoPE positions `positions` (B, k); `pad` (B, k) marks
+        padding tokens (a shorter prompt, left-padded), which no later token attends to."""
         w = self.weights if self.weights is not None else self.refresh()
         k = ids.shape[1]
         cache.ensure(start + k)
+        cache.mark(start, pad)
+        positions = positions.clamp(min=0)  # a pad token's position is never read; a real one is never below 0
         cos_table, sin_table = w.rope_table(int(positions.max()) + 1)
         cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # (B, 1, k, hd)
         with torch.no_grad():
@@ -358,9 +413,15 @@ class FastDecoder:
             if k == 1 and self.compile and self.compile_error is None:
                 out = self._compiled_step(w, cache, ids, cos, sin, start)
             if out is None:
-                out = eager_forward(w, cache.keys, cache.values, ids, cos, sin, start)
+                valid = None if cache.uniform else cache.valid
+                out = eager_forward(w, cache.keys, cache.values, ids, cos, sin, start, valid)
         cache.length = start + k
         return FastOutput(logits=out[0], hidden_states=out[1])
+
+    def stack(self, rows: list[tuple[StaticKVCache, int]], answer_tokens: int) -> StaticKVCache:
+        """`StaticKVCache.stack` with room for a prompt and `answer_tokens` more tokens, as `adopt` leaves."""
+        needed = max(c.length for c, _ in rows) + PROMPT_ROOM + answer_tokens
+        return StaticKVCache.stack(rows, _round_up(needed, CAPACITY_STEP))
 
     def _compiled_step(self, w, cache, ids, cos, sin, start):
         key = (ids.shape[0], cache.capacity, w.dtype, str(w.device))
@@ -369,7 +430,7 @@ class FastDecoder:
             if fn is None:
                 fn = self._compiled[key] = torch.compile(_StepModule(w), fullgraph=True, dynamic=False)
             slot = torch.tensor([start], device=ids.device)
-            return fn(cache.keys, cache.values, ids, cos, sin, slot)
+            return fn(cache.keys, cache.values, ids, cos, sin, slot, cache.valid)
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure means: use the eager lean step
             self.compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             logger.warning("umind: torch.compile of the decode step failed, decoding eagerly (%s)", self.compile_error)
@@ -400,8 +461,8 @@ class _StepModule(nn.Module):
                        for i in range(len(w.layers))]
         return view
 
-    def forward(self, keys, values, ids, cos, sin, slot):
-        return static_step(self._weights(), keys, values, ids, cos, sin, slot)
+    def forward(self, keys, values, ids, cos, sin, slot, valid):
+        return static_step(self._weights(), keys, values, ids, cos, sin, slot, valid)
 
 
 def for_predictor(model, mode: str | None = None) -> FastDecoder | None:

@@ -32,6 +32,7 @@ from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 from umind_core.frames import parse_frames
 from umind_core.imageio import Study, label_map_suffix, read_study, write_markups_json
 from umind_core.outputs import frame_markups, label_stack
+from umind_core.predictor import Job
 from umind_core.results import Result
 
 from ..caps import check_frame_count, check_image_size, check_request_counts, image_header_shape
@@ -89,9 +90,9 @@ class UMindInferTask(InferTask):
             study = self._read(opts)
             t1 = time.perf_counter()
             with PREDICT_LOCK:
-                predictor, version = self.runtime.predictor()
-                t2 = time.perf_counter()
-                runs = self._run(predictor, study, opts, targets)
+                scheduler, version = self.runtime.scheduler()
+            t2 = time.perf_counter()
+            runs = self._run(scheduler, study, opts, targets)  # batched with concurrent requests
             t3 = time.perf_counter()
             path, body = self._write(study, opts, runs)
         except Exception as exc:  # every failure leaves as an HTTP error naming the problem
@@ -134,7 +135,7 @@ class UMindInferTask(InferTask):
             raise BadRequest(f"task must be one of {', '.join(self.umind_tasks)} (or 'all'), got {task!r}")
         return [task]
 
-    def _run(self, predictor, study: Study, opts: dict,
+    def _run(self, scheduler, study: Study, opts: dict,
              targets: list[str | None]) -> list[tuple[str, str | None, list[Result]]]:
         """(task, target, one Result per selected frame) for every task and target of the request."""
         geometry = study.geometry
@@ -153,15 +154,20 @@ class UMindInferTask(InferTask):
                 past_end="refuse")
         check_frame_count(len(frames), self.runtime.conf)
         selected = [study.frames[i] for i in frames]
-        runs = []
+        asks = []
         for task in self._tasks(opts):
             prompt_key = "question" if task == "ask" else "prompt"
             for target in (targets if prompt_key == "prompt" else [parse_prompt("question", opts.get("question"),
                                                                                 required=True)]):
-                results = predictor.predict_batch(selected, task, target, box=box, points=points, labels=labels)
-                for r in results:
-                    r.attach_geometry(geometry)
-                runs.append((task, target, results))
+                asks.append((task, target))
+        jobs = [Job(frame, task, target, box, points, labels) for task, target in asks for frame in selected]
+        answers = iter(scheduler.predict(jobs))  # every job of the request in one submission: one batch
+        runs = []
+        for task, target in asks:
+            results = [next(answers) for _ in selected]
+            for r in results:
+                r.attach_geometry(geometry)
+            runs.append((task, target, results))
         return runs
 
     # ------------------------------------------------------------------ outputs

@@ -1,0 +1,185 @@
+"""Cross-request batching: unrelated jobs (other images, sizes, tasks, clicks) in one batch answer exactly as
+each does alone, a refused job fails alone, and the scheduler gathers concurrent callers into shared batches."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_image, task_answers
+from umind_core.predictor import Job, Predictor, PredictorError
+from umind_core.scheduler import BatchScheduler
+
+_SIZES = {0: (256, 256), 1: (192, 256), 2: (256, 224)}  # image seed -> (height, width): three prefix lengths
+
+
+def _frames():
+    return {seed: make_image(seed, height=h, width=w) for seed, (h, w) in _SIZES.items()}
+
+
+def _mixed_jobs(frames) -> list[Job]:
+    """Every task, three frame sizes, a visual prompt, and two jobs on one image object."""
+    prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
+    jobs = [Job(frames[0], "segment", prompts["segment"]), Job(frames[1], "detect", prompts["detect"]),
+            Job(frames[2], "segment", "lesion", points=[[120.0, 100.0], [30.0, 30.0]], labels=[1, 0]),
+            Job(frames[0], "diagnose", prompts["diagnose"]), Job(frames[1], "report", prompts["report"]),
+            Job(frames[2], "keypoints", prompts["keypoints"]), Job(frames[0], "measure", prompts["measure"]),
+            Job(frames[1], "ask", "What organ is shown in this image?"),
+            Job(frames[2], "segment", "lesion", box=[40.0, 40.0, 200.0, 180.0])]
+    return jobs
+
+
+def _alone(model, job: Job):
+    return Predictor(model, max_new_tokens=64, decode="eager").predict_batch(
+        [job.frame], job.task, job.prompt, box=job.box, points=job.points, labels=job.labels)[0]
+
+
+def _assert_same(batched, alone):
+    assert batched.text == alone.text
+    assert batched.task == alone.task and batched.image_size == alone.image_size
+    assert len(batched.objects) == len(alone.objects)
+    for a, b in zip(batched.objects, alone.objects):
+        assert a.label == b.label and a.box == b.box and a.line == b.line and a.points == b.points
+        assert (a.mask is None) == (b.mask is None)
+        if a.mask is not None:
+            assert a.mask.shape == b.mask.shape
+            assert (a.mask != b.mask).mean() < 1e-3  # only pixels at the threshold may flip
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+    for key, value in alone.confidence.items():
+        assert batched.confidence[key] == pytest.approx(value, abs=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [3, 9])
+def test_mixed_jobs_in_one_batch_answer_as_each_alone(trained_tiny, batch_size):
+    frames = _frames()
+    jobs = _mixed_jobs(frames)
+    batched = Predictor(trained_tiny, max_new_tokens=64, decode="static", batch_size=batch_size).predict_many(jobs)
+    texts = set()
+    for job, res in zip(jobs, batched):
+        assert not isinstance(res, Exception), res
+        _assert_same(res, _alone(trained_tiny, job))
+        texts.add(res.text)
+    assert len(texts) >= 6  # the jobs really asked different things
+
+
+def test_a_refused_job_fails_alone_and_the_others_answer(trained_tiny):
+    frames = _frames()
+    good = _mixed_jobs(frames)[:3]
+    bad_clicks = Job(frames[0], "segment", "lesion", points=[[10.0, 10.0]], labels=[1, 0])  # 1 point, 2 labels
+    unreadable = Job(np.full((64, 64), np.nan, dtype=np.float32), "segment", "lesion")
+    out_of_frame = Job(frames[1], "segment", "lesion", box=[300.0, 300.0, 400.0, 400.0])
+    jobs = [good[0], bad_clicks, good[1], unreadable, out_of_frame, good[2]]
+    answers = Predictor(trained_tiny, max_new_tokens=64, batch_size=8).predict_many(jobs)
+    for i in (1, 3, 4):
+        assert isinstance(answers[i], PredictorError), answers[i]
+    assert "non-finite" in str(answers[3])
+    for job, res in zip(good, (answers[0], answers[2], answers[5])):
+        _assert_same(res, _alone(trained_tiny, job))
+
+
+def test_predict_batch_still_refuses_the_whole_call_before_any_work(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64)
+    with pytest.raises(PredictorError, match="non-finite"):
+        p.predict_batch([make_image(0), np.full((64, 64), np.nan)], "segment", "lesion")
+    assert p.last_stats == {}
+
+
+def test_compiled_step_on_a_stacked_batch_equals_static(trained_tiny):
+    pytest.importorskip("torch._dynamo")
+    frames = _frames()
+    jobs = _mixed_jobs(frames)[:4]
+    static = Predictor(trained_tiny, max_new_tokens=64, decode="static").predict_many(jobs)
+    compiled_p = Predictor(trained_tiny, max_new_tokens=64, decode="compiled")
+    compiled = compiled_p.predict_many(jobs)
+    if compiled_p._fast.compile_error:
+        pytest.skip(f"torch.compile unavailable here: {compiled_p._fast.compile_error}")
+    for a, b in zip(compiled, static):
+        _assert_same(a, b)
+
+
+def test_scheduler_batches_concurrent_callers_and_each_gets_its_own_answers(trained_tiny):
+    frames = _frames()
+    jobs = _mixed_jobs(frames)
+    expected = [_alone(trained_tiny, job) for job in jobs]
+    scheduler = BatchScheduler(Predictor(trained_tiny, max_new_tokens=64, batch_size=8), window_ms=200)
+    bad = Job(frames[0], "segment", "lesion", points=[[10.0, 10.0]], labels=[1, 0])
+    answers: dict[int, object] = {}
+    gate = threading.Barrier(len(jobs) + 1)
+
+    def caller(i, job):
+        gate.wait()
+        answers[i] = scheduler.run([job])
+
+    threads = [threading.Thread(target=caller, args=(i, job)) for i, job in enumerate(jobs + [bad])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert max(scheduler.batches) > 1, scheduler.batches  # callers shared a batch
+    for i, job in enumerate(jobs):
+        (res,) = answers[i]
+        _assert_same(res, expected[i])
+    (refused,) = answers[len(jobs)]
+    assert isinstance(refused, PredictorError)
+    with pytest.raises(PredictorError):
+        scheduler.predict([bad])
+
+
+def test_scheduler_reruns_callers_alone_when_a_whole_batch_fails(trained_tiny):
+    class Flaky(Predictor):
+        def predict_many(self, jobs, on_chunk=None):
+            if any(j.prompt == "poison" for j in jobs):
+                raise RuntimeError("poisoned batch")
+            return super().predict_many(jobs, on_chunk)
+
+    frames = _frames()
+    scheduler = BatchScheduler(Flaky(trained_tiny, max_new_tokens=64), window_ms=200)
+    results: dict[str, object] = {}
+    gate = threading.Barrier(2)
+
+    def call(name, job):
+        gate.wait()
+        try:
+            results[name] = scheduler.predict([job])[0]
+        except RuntimeError as exc:
+            results[name] = exc
+
+    a = threading.Thread(target=call, args=("good", Job(frames[0], "segment", "lesion")))
+    b = threading.Thread(target=call, args=("bad", Job(frames[1], "segment", "poison")))
+    for t in (a, b):
+        t.start()
+    for t in (a, b):
+        t.join(timeout=300)
+    assert isinstance(results["bad"], RuntimeError)
+    _assert_same(results["good"], _alone(trained_tiny, Job(frames[0], "segment", "lesion")))
+
+
+def test_scheduler_worker_ends_when_idle(trained_tiny):
+    scheduler = BatchScheduler(Predictor(trained_tiny, max_new_tokens=8), window_ms=0, idle_s=0.05)
+    scheduler.run([Job(make_image(0), "diagnose", None)])
+    worker = scheduler._worker
+    if worker is not None:
+        worker.join(timeout=5)
+    assert scheduler._worker is None or not worker.is_alive()
+    assert len(scheduler.run([Job(make_image(0), "diagnose", None)])) == 1  # and starts again
+    with pytest.raises(ValueError, match="window_ms"):
+        BatchScheduler(Predictor(trained_tiny), window_ms=-1)
+
+
+def test_stacked_cache_hides_holes():
+    """A row whose prefix is shorter attends to exactly its own slots: the stacked cache's valid mask."""
+    from umind_core.modeling.fast_decode import StaticKVCache
+
+    def cache(length, value):
+        k = torch.full((1, 2, 8, 4), float(value))
+        return StaticKVCache([k], [k.clone()], length)
+
+    stacked = StaticKVCache.stack([(cache(3, 1), 0), (cache(5, 2), 0)], capacity=16)
+    assert stacked.length == 5 and not stacked.uniform
+    assert stacked.valid[0].tolist()[:6] == [False, False, True, True, True, True]
+    assert stacked.valid[1, :5].all()
+    assert torch.equal(stacked.keys[0][0, :, 2:5], torch.ones(2, 3, 4))
+    assert torch.equal(stacked.keys[0][0, :, :2], torch.zeros(2, 2, 4))

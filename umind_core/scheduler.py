@@ -1,0 +1,129 @@
+"""Cross-request batching: concurrent callers' jobs gathered for a few ms and answered by one `predict_many`.
+
+Why: a decode step costs about the same for one row as for eight (it is bound by per-step overhead and, on a
+GPU, by reading the weights), so requests that queue one by one behind a lock each pay the whole step alone.
+Here every caller (a server thread per HTTP request, a `umind infer` worker per input file) hands its jobs to
+one scheduler and blocks; a worker thread takes what has arrived (waiting up to `window_s` for more once the
+first job is in, up to `max_jobs`), runs it through `Predictor.predict_many` (which stacks different images
+and prompts into one batch) and hands each caller its own answers.
+
+Failure stays with its owner: a job the Predictor refuses comes back as that job's PredictorError, and if a
+batch of several callers fails as a whole (an error no single input explains), each caller's jobs are run
+again alone, so one poisoned request cannot fail the others.
+
+The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
+Predictor was replaced (a promoted version) leaves no thread behind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from .predictor import Job, Predictor, PredictorError
+from .results import Result
+
+__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS"]
+
+DEFAULT_WINDOW_MS = 3.0
+
+
+@dataclass
+class _Ticket:
+    jobs: list[Job]
+    future: Future = field(default_factory=Future)
+
+
+class BatchScheduler:
+    def __init__(self, predictor: Predictor, window_ms: float = DEFAULT_WINDOW_MS, max_jobs: int | None = None,
+                 idle_s: float = 5.0):
+        if window_ms < 0:
+            raise ValueError(f"window_ms must be 0 or more, got {window_ms}")
+        self.predictor = predictor
+        self.window_s = float(window_ms) / 1000.0
+        self.max_jobs = int(max_jobs or predictor.batch_size)
+        self.idle_s = float(idle_s)
+        self._queue: list[_Ticket] = []
+        self._cond = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self.batches: list[int] = []  # callers per batch run, most recent last (bounded to the last 1000)
+
+    def run(self, jobs: Sequence[Job]) -> list[Result | PredictorError]:
+        """Each job's Result, or the PredictorError that refused it; blocks until the batch holding them ran."""
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        ticket = _Ticket(jobs)
+        with self._cond:
+            self._queue.append(ticket)
+            self._cond.notify_all()
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._loop, name="umind-batch", daemon=True)
+                self._worker.start()
+        return ticket.future.result()
+
+    def predict(self, jobs: Sequence[Job]) -> list[Result]:
+        """As `run`, raising the first refusal instead of returning it (callers whose jobs stand or fall together)."""
+        answers = self.run(jobs)
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return answers  # type: ignore[return-value]
+
+    def stats(self) -> dict:
+        """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by."""
+        recent = list(self.batches)
+        return {"window_ms": self.window_s * 1000.0, "max_jobs": self.max_jobs, "batches": len(recent),
+                "mean_callers": round(sum(recent) / len(recent), 3) if recent else None,
+                "max_callers": max(recent) if recent else None}
+
+    # ------------------------------------------------------------------ worker
+    def _take(self) -> list[_Ticket] | None:
+        """The tickets of the next batch, or None when the worker should end (idle too long)."""
+        with self._cond:
+            idle_until = time.monotonic() + self.idle_s
+            while not self._queue:
+                left = idle_until - time.monotonic()
+                if left <= 0:
+                    self._worker = None
+                    return None
+                self._cond.wait(left)
+            deadline = time.monotonic() + self.window_s
+            while sum(len(t.jobs) for t in self._queue) < self.max_jobs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            taken, count = [], 0
+            while self._queue and (not taken or count + len(self._queue[0].jobs) <= self.max_jobs):
+                ticket = self._queue.pop(0)
+                taken.append(ticket)
+                count += len(ticket.jobs)
+            return taken
+
+    def _loop(self) -> None:
+        while True:
+            tickets = self._take()
+            if tickets is None:
+                return
+            self.batches = (self.batches + [len(tickets)])[-1000:]
+            self._serve(tickets)
+
+    def _serve(self, tickets: list[_Ticket]) -> None:
+        jobs = [job for t in tickets for job in t.jobs]
+        try:
+            answers = self.predictor.predict_many(jobs)
+        except BaseException as exc:  # noqa: BLE001 - decided per caller below
+            if len(tickets) == 1:
+                tickets[0].future.set_exception(exc)
+                return
+            for ticket in tickets:  # no single input explains it: each caller alone, so only the culprit fails
+                self._serve([ticket])
+            return
+        start = 0
+        for ticket in tickets:
+            ticket.future.set_result(answers[start: start + len(ticket.jobs)])
+            start += len(ticket.jobs)
