@@ -199,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=0, help="measure concurrent clients instead (e.g. 8)")
     ap.add_argument("--per-client", type=int, default=10, help="requests per client with --clients")
     ap.add_argument("--window-ms", type=float, default=None, help="the server's batch_window_ms (default: its own)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="with --clients: the same plan through a BatchScheduler in this process, no HTTP")
     args = ap.parse_args(argv)
+    if args.clients and args.in_process:
+        return _main_in_process(args)
     if args.clients:
         return _main_concurrency(args)
 
@@ -246,19 +250,75 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if same else 1
 
 
+IMAGES = 8
+
+
+def _bench_images(size: int) -> list[np.ndarray]:
+    """Held-out seeds (outside the demo model's training seeds), several sites, RGB uint8."""
+    from umind_core.data.synthetic import generate
+
+    sites = ("breast", "thyroid", "kidney", "fetal_head")
+    return [np.repeat(generate(seed=1_000_100 + i, site=sites[i % 4], size=size).image[..., None], 3, axis=2)
+            for i in range(IMAGES)]
+
+
+def _main_in_process(args) -> int:
+    """The concurrency plan without the server: what the scheduler and the batched Predictor give on their own."""
+    from umind_core import demo
+    from umind_core.predictor import Job, Predictor
+    from umind_core.scheduler import DEFAULT_WINDOW_MS, BatchScheduler
+
+    images = _bench_images(args.size)
+    kinds = {"umind_segment": ("segment", "lesion", {}), "umind_detect": ("detect", "lesion", {}),
+             "umind_interactive": ("segment", "lesion", {"points": [[128, 120], [12, 12]], "labels": [1, 0]}),
+             "umind_interpret": ("diagnose", None, {})}
+
+    def job(req):
+        task, prompt, visual = kinds[req[0]]
+        return Job(images[int(req[1][3:])], task, prompt, **visual)
+
+    plan = [[job(r) for r in reqs] for reqs in _mixed_requests(args.clients, args.per_client, IMAGES)]
+    flat = [j for jobs in plan for j in jobs]
+    window = DEFAULT_WINDOW_MS if args.window_ms is None else args.window_ms
+    scheduler = BatchScheduler(Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens), window)
+
+    def timed(j):
+        t0 = time.perf_counter()
+        (res,) = scheduler.predict([j])
+        return time.perf_counter() - t0, res
+
+    for j in flat[: 2 * len(MIXED)]:
+        timed(j)
+    t0 = time.perf_counter()
+    alone = [timed(j) for j in flat]
+    seq_s = time.perf_counter() - t0
+    scheduler.batches, scheduler.batch_s = [], []
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(args.clients) as pool:
+        together = [out for outs in pool.map(lambda jobs: [timed(j) for j in jobs], plan) for out in outs]
+    conc_s = time.perf_counter() - t0
+    same = sum(a[1].text == t[1].text and len(a[1].objects) == len(t[1].objects) for a, t in zip(alone, together))
+    lone, conc, n = [a[0] for a in alone], [t[0] for t in together], len(flat)
+    print(f"in process: {args.clients} threads x {args.per_client} mixed jobs, one BatchScheduler "
+          f"(window {window} ms, up to {scheduler.max_jobs} jobs per batch)")
+    print(f"one by one : {n / seq_s:6.2f} jobs/s; latency p50 {_pct(lone, 50):.0f} ms, p95 {_pct(lone, 95):.0f} ms")
+    print(f"concurrent : {n / conc_s:6.2f} jobs/s; latency p50 {_pct(conc, 50):.0f} ms, p95 {_pct(conc, 95):.0f} ms; "
+          f"batches {scheduler.stats()}")
+    print(f"throughput ratio: {seq_s / conc_s:.2f}x; p95 latency concurrent / lone p95: "
+          f"{_pct(conc, 95) / _pct(lone, 95):.2f}x; answers equal to alone: {same}/{n}")
+    return 0 if same == n else 1
+
+
 def _main_concurrency(args) -> int:
     from PIL import Image
 
-    from umind_core.data.synthetic import generate
-
-    images = 8
+    images = IMAGES
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         studies = root / "studies"
         studies.mkdir()
-        for i in range(images):  # held-out seeds, several sites
-            sample = generate(seed=1_000_100 + i, site=("breast", "thyroid", "kidney", "fetal_head")[i % 4], size=args.size)
-            Image.fromarray(np.repeat(sample.image[..., None], 3, axis=2)).save(studies / f"img{i}.png")
+        for i, pixels in enumerate(_bench_images(args.size)):
+            Image.fromarray(pixels).save(studies / f"img{i}.png")
         conf = {"workdir": str(root / "work"), "max_new_tokens": str(args.max_new_tokens), "retrain_every": "0"}
         if args.model:
             conf["model"] = args.model

@@ -50,6 +50,7 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self.batches: list[int] = []  # callers per batch run, most recent last (bounded to the last 1000)
+        self.batch_s: list[float] = []  # seconds each of those batches took in the Predictor
 
     def run(self, jobs: Sequence[Job]) -> list[Result | PredictorError]:
         """Each job's Result, or the PredictorError that refused it; blocks until the batch holding them ran."""
@@ -78,7 +79,8 @@ class BatchScheduler:
         recent = list(self.batches)
         return {"window_ms": self.window_s * 1000.0, "max_jobs": self.max_jobs, "batches": len(recent),
                 "mean_callers": round(sum(recent) / len(recent), 3) if recent else None,
-                "max_callers": max(recent) if recent else None}
+                "max_callers": max(recent) if recent else None,
+                "mean_batch_s": round(sum(self.batch_s) / len(self.batch_s), 4) if self.batch_s else None}
 
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[_Ticket] | None:
@@ -109,8 +111,10 @@ class BatchScheduler:
             tickets = self._take()
             if tickets is None:
                 return
-            self.batches = (self.batches + [len(tickets)])[-1000:]
+            t0 = time.perf_counter()
             self._serve(tickets)
+            self.batches = (self.batches + [len(tickets)])[-1000:]
+            self.batch_s = (self.batch_s + [time.perf_counter() - t0])[-1000:]
 
     def _serve(self, tickets: list[_Ticket]) -> None:
         jobs = [job for t in tickets for job in t.jobs]
