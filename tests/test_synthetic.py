@@ -312,3 +312,34 @@ def test_usaugment_hook_applies_the_transform_inside_the_scan_only(monkeypatch):
     assert not out.image[~inside].any()  # the inverted background (255) is blacked out again
     assert [o.label for o in out.objects] == [o.label for o in s.objects]
     assert all(np.array_equal(a.mask, b.mask) for a, b in zip(out.objects, s.objects))
+
+
+# ------------------------------------------------------------------------------ appearances
+
+def test_varied_appearance_draws_a_scanner_per_seed_never_scanner_b_and_keeps_the_scene():
+    from umind_core.data.synthetic import APPEARANCES, VARIED, VARIED_RANGES, Appearance, varied_appearance
+
+    looks = [varied_appearance(seed) for seed in range(200)]
+    assert varied_appearance(7) == varied_appearance(7) and len({repr(lk) for lk in looks}) == 200
+    default, held_out = Appearance(), APPEARANCES["scanner_b"]
+    for key, (lo, hi) in VARIED_RANGES.items():
+        values = [getattr(lk, key) for lk in looks]
+        assert lo <= min(values) and max(values) <= hi, key
+        assert lo <= getattr(default, key) <= hi, key  # the default look lies inside every range
+        b = getattr(held_out, key)
+        if b != getattr(default, key):  # where scanner_b departs from the default, no drawn scanner reaches it
+            assert not (lo <= b <= hi), key
+    # a seed keeps its site and finding; the annotations stay inside the (drawn) scan
+    for seed in range(8):
+        plain, varied = generate(seed), generate(seed, appearance=VARIED)
+        assert (varied.site, varied.diagnosis) == (plain.site, plain.diagnosis)
+        assert not np.array_equal(varied.image, plain.image)
+        for obj in varied.objects:
+            assert obj.mask.any() and not (obj.mask & ~varied.scan_mask).any()
+    with pytest.raises(SyntheticError, match="needs the sample's seed"):
+        from umind_core.data.synthetic import appearance_of
+
+        appearance_of(VARIED)
+    many = list(generate_many(3, seed0=50, appearance=VARIED))
+    assert all(np.array_equal(m.image, generate(50 + i, site=m.site, appearance=VARIED).image)
+               for i, m in enumerate(many))

@@ -24,7 +24,7 @@ def _positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..data.synthetic import APPEARANCES
+    from ..data.synthetic import appearance_names
 
     parser.add_argument("--out", required=True, help="output folder (created; manifest.jsonl, images/, masks/)")
     parser.add_argument("-n", type=_positive_int, required=True, help="number of images")
@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated sites to cycle through (default: all of breast,thyroid,kidney,"
                              "fetal_head)")
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
-    parser.add_argument("--appearance", default="default", choices=sorted(APPEARANCES),
-                        help="how the simulated scanner looks; 'scanner_b' is a domain the demo model never saw")
+    parser.add_argument("--appearance", default="default", choices=sorted(appearance_names()),
+                        help="how the simulated scanner looks; 'scanner_b' is a domain the demo model never saw; "
+                             "'varied' draws a scanner per image (training-time augmentation, never scanner_b)")
     parser.add_argument("--conversations", action=argparse.BooleanOptionalAction, default=True,
                         help="fill the manifest's training conversations (default: yes)")
     parser.add_argument("--refusal-rate", type=_fraction, default=0.15,

@@ -126,14 +126,49 @@ APPEARANCES: dict[str, Appearance] = {
 }
 
 
-def appearance_of(name: str | Appearance | None) -> Appearance:
-    """An Appearance by name ("default", "scanner_b") or as given."""
+#: the appearance name that draws a scanner per sample (`varied_appearance`): training-time augmentation
+VARIED = "varied"
+
+#: (low, high) of each factor `varied_appearance` draws uniformly. They bracket the default look (x1.0, +0 dB) on
+#: both sides, and on every axis where scanner_b departs from the default they stop short of it (its speckle
+#: 0.5x long and 2.6x wide, 40% density, +20 dB range, +10 dB TGC error and noise, 1.8x lesion amplitude, half the
+#: apex radius, 2x linear margins): the held-out scanner stays a look no training sample had.
+VARIED_RANGES: dict[str, tuple[float, float]] = {
+    "psf_axial": (0.7, 1.5), "psf_lateral": (0.7, 1.8), "density": (0.6, 1.0), "dynamic_range_db": (-10.0, 12.0),
+    "gain_db": (-6.0, 5.0), "tgc_error_db": (-6.0, 7.0), "lesion_amp": (0.8, 1.4), "noise_db": (0.0, 7.0),
+    "apex_radius": (0.7, 1.4), "fan_deg": (-5.0, 4.0), "linear_margin": (0.5, 1.6),
+}
+
+
+def appearance_names() -> tuple[str, ...]:
+    """What `appearance` accepts by name: the fixed scanners and VARIED."""
+    return (*APPEARANCES, VARIED)
+
+
+def varied_appearance(seed: int) -> Appearance:
+    """The scanner sample `seed` is seen through under VARIED: every factor drawn from VARIED_RANGES.
+
+    Why: a model trained on one look keys on its texture (the demo model refused in-scope questions on another
+    simulator's images); a look drawn per sample makes texture useless as a cue. It comes from its own random
+    stream, so a seed keeps its site and finding; the probe's footprint is part of the look, so the scene is
+    laid out anew inside it (annotations stay exact).
+    """
+    rng = np.random.default_rng([int(seed), 3])
+    return Appearance(name=VARIED, **{k: float(rng.uniform(lo, hi)) for k, (lo, hi) in VARIED_RANGES.items()})
+
+
+def appearance_of(name: str | Appearance | None, seed: int | None = None) -> Appearance:
+    """An Appearance by name ("default", "scanner_b"; VARIED needs the sample's seed) or as given."""
     if name is None:
         return APPEARANCES["default"]
     if isinstance(name, Appearance):
         return name
+    if name == VARIED:
+        if seed is None:
+            raise SyntheticError(f"appearance {VARIED!r} is drawn per sample: it needs the sample's seed")
+        return varied_appearance(seed)
     if name not in APPEARANCES:
-        raise SyntheticError(f"appearance {name!r} is not one of {tuple(APPEARANCES)}")
+        raise SyntheticError(f"appearance {name!r} is not one of {appearance_names()}")
     return APPEARANCES[name]
 
 
@@ -972,7 +1007,7 @@ def generate(seed: int, site: str | None = None, size: int = 256, geometry: str 
     weights = np.array([_FINDING_WEIGHTS[f] for f in options])
     drawn_finding = str(options[int(choice.choice(len(options), p=weights / weights.sum()))])
     finding = finding or drawn_finding
-    look = appearance_of(appearance)
+    look = appearance_of(appearance, seed)
     geometry = geometry or look.geometry_for(site)
 
     rng = np.random.default_rng([seed, 2])
@@ -1002,7 +1037,7 @@ def generate_many(n: int, seed0: int = 0, sites: Sequence[str] | None = None, si
     so that a dataset is balanced. ``augment`` (e.g. ``usaugment_hook()``) is applied to each."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise SyntheticError(f"n must be a non-negative integer, got {n!r}")
-    look = appearance_of(appearance)
+    look = appearance if appearance == VARIED else appearance_of(appearance)  # VARIED: drawn per seed
     sites = tuple(SITES if sites is None else sites)
     if not sites:
         raise SyntheticError("sites must not be empty")
