@@ -86,7 +86,8 @@ def test_queries_use_the_annotated_labels(records):
     assert {q.prompt for q in by_task["segment"]} >= {"thyroid nodule", "thyroid", "kidney", "fetal head"}
     assert len(by_task["segment"]) == len(by_task["detect"]) == 8
     assert {q.prompt for q in by_task["keypoints"]} == {"kidney", "fetal head"}
-    assert {q.prompt for q in by_task["measure"]} == {"kidney length", "BPD"}
+    assert {q.prompt for q in by_task["measure"]} == {"kidney length", "BPD"} | {
+        f"{lesion} {axis} axis" for lesion in ("cyst", "breast lesion", "thyroid nodule") for axis in ("long", "short")}
     assert [q.target["diagnosis"] for q in by_task["diagnose"]] == ["benign", "malignant", "benign", "malignant"]
     assert all(q.prompt is None for q in by_task["diagnose"])
     refusals = by_task["refusal"]
@@ -115,7 +116,7 @@ def test_perfect_oracle_scores_perfectly(records):
     assert s["measurement_rel_error"] < 1e-3  # ground-truth lengths are rounded to 0.01 mm
     assert s["diagnosis_accuracy"] == 1.0 and s["diagnosis_macro_f1"] == 1.0
     assert s["refusal_accuracy"] == s["refusal_out_of_scope_accuracy"] == s["refusal_in_scope_accuracy"] == 1.0
-    assert m["n_samples"] == {"segment": 8, "detect": 8, "keypoints": 2, "measure": 2, "diagnose": 4,
+    assert m["n_samples"] == {"segment": 8, "detect": 8, "keypoints": 2, "measure": 10, "diagnose": 4,
                               "refusal": 12}
 
 
@@ -227,8 +228,9 @@ def test_overlays_are_the_best_and_worst_per_spatial_task(untrained_run):
 def test_rewriting_replaces_old_overlays(untrained_run, tmp_path):
     report, _, _ = untrained_run
     write_eval(report, tmp_path, overlays=2)
-    # segment and detect (8 samples): 2 best + 2 worst; keypoints and measure (2 samples): 2 best, no repeats
-    assert len(list((tmp_path / "overlays").iterdir())) == 12
+    # segment, detect (8 samples) and measure (2 lines + 8 lesion calipers): 2 best + 2 worst; keypoints (2
+    # samples): 2 best, no repeats
+    assert len(list((tmp_path / "overlays").iterdir())) == 14
     write_eval(report, tmp_path, overlays=1)
     assert len(list((tmp_path / "overlays").iterdir())) == 8
 

@@ -144,11 +144,42 @@ def test_normal_breast_has_no_lesion_and_thyroid_keeps_gland():
 
 def test_lesion_report_matches_measurements():
     s = generate(42, site="thyroid", finding="malignant")
-    w, h = s.measurements["lesion width mm"], s.measurements["lesion height mm"]
+    w = s.measurements["lesion width mm"]
     x1, y1, x2, y2 = s.objects[0].box
     assert w == pytest.approx((x2 - x1 + 1) * s.spacing[0], abs=0.01)
-    assert f"Size: {w:.1f} x {h:.1f} mm" in s.report
+    long_mm, short_mm = s.measurements["lesion long axis mm"], s.measurements["lesion short axis mm"]
+    assert f"Size: {long_mm:.1f} x {short_mm:.1f} mm (long x short axis)" in s.report
     assert s.report.startswith("Site: thyroid.") and "malignancy" in s.report
+
+
+@pytest.mark.parametrize("site", ["breast", "thyroid"])
+def test_lesion_calipers_are_the_longest_diameter_and_the_longest_perpendicular_chord(site):
+    for seed in range(6):
+        s = generate(600 + seed, site=site, finding=("benign", "malignant", "cyst")[seed % 3])
+        lesion = s.objects[0]
+        (n1, long_line, long_mm), (n2, short_line, short_mm) = lesion.lines
+        assert (n1, n2) == (f"{lesion.label} long axis", f"{lesion.label} short axis")
+        assert (long_mm, short_mm) == (s.measurements["lesion long axis mm"], s.measurements["lesion short axis mm"])
+        ys, xs = np.nonzero(lesion.mask)
+        pts = np.stack([xs, ys], 1).astype(float)
+        for x1, y1, x2, y2 in (long_line, short_line):
+            assert lesion.mask[int(y1), int(x1)] and lesion.mask[int(y2), int(x2)]  # calipers on the lesion
+            assert (x1, y1) <= (x2, y2)
+        # no two lesion pixels lie farther apart than the long axis (checked on a sample of pixel pairs)
+        far = np.linalg.norm(pts[:, None] - pts[None, ::max(1, len(pts) // 300)], axis=-1).max()
+        lx = math.hypot(long_line[2] - long_line[0], long_line[3] - long_line[1])
+        assert far <= lx + 1e-9
+        assert long_mm == pytest.approx(lx * s.spacing[0], abs=0.01)
+        u = np.subtract(long_line[2:], long_line[:2]) / lx
+        d = np.subtract(short_line[2:], short_line[:2])
+        sx = float(np.hypot(*d))
+        assert abs(float(d @ u)) <= 1.0 + 1e-9  # perpendicular to within a pixel
+        assert 0 < short_mm <= long_mm and short_mm == pytest.approx(sx * s.spacing[0], abs=0.01)
+        # the widest chord across: no pixel column along the long axis is wider than the short axis
+        along = np.rint((pts - long_line[:2]) @ u)
+        across = (pts - long_line[:2]) @ np.array([-u[1], u[0]])
+        widest = max(across[along == t].max() - across[along == t].min() for t in np.unique(along))
+        assert sx >= widest - 1.0
 
 
 # ------------------------------------------------------------------------------ organs

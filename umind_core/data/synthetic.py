@@ -722,9 +722,39 @@ def _box_size_mm(mask: np.ndarray, s: float) -> tuple[float, float]:
     return (xs.max() - xs.min() + 1) * s, (ys.max() - ys.min() + 1) * s
 
 
+def _calipers(mask: np.ndarray, s: float, label: str) -> list[tuple[str, tuple[float, float, float, float], float]]:
+    """The two lines a sonographer draws on a lesion (BI-RADS / TI-RADS size): the long axis, the mask's longest
+    diameter between two of its pixels, and the short axis, its longest chord perpendicular to the long axis.
+    Endpoints are pixel centres, left one first; lengths in mm."""
+    ys, xs = np.nonzero(mask)
+    pts = np.stack([xs, ys], 1).astype(np.float64)
+    edge = mask & ~(np.roll(mask, 1, 0) & np.roll(mask, -1, 0) & np.roll(mask, 1, 1) & np.roll(mask, -1, 1))
+    ey, ex = np.nonzero(edge)
+    rim = np.stack([ex, ey], 1).astype(np.float64)
+    d2 = ((rim[:, None, :] - rim[None, :, :]) ** 2).sum(-1)
+    i, j = np.unravel_index(int(np.argmax(d2)), d2.shape)
+    a, b = rim[i], rim[j]
+    u = (b - a) / max(float(np.hypot(*(b - a))), 1e-9)
+    v = np.array([-u[1], u[0]])
+    along, across = np.rint((pts - a) @ u).astype(int), (pts - a) @ v
+    best, short = -1.0, (a, a)
+    for t in np.unique(along):
+        sel = along == t
+        lo, hi = int(np.argmin(np.where(sel, across, np.inf))), int(np.argmax(np.where(sel, across, -np.inf)))
+        if across[hi] - across[lo] > best:
+            best, short = across[hi] - across[lo], (pts[lo], pts[hi])
+
+    def line(p, q, name):
+        p, q = (p, q) if (p[0], p[1]) <= (q[0], q[1]) else (q, p)
+        coords = (float(p[0]), float(p[1]), float(q[0]), float(q[1]))
+        return name, coords, _length_mm(*coords, s)
+    return [line(a, b, f"{label} long axis"), line(*short, f"{label} short axis")]
+
+
 def _lesion_report(site: str, kind: str, lesion: _Lesion, mask: np.ndarray, s: float,
-                   where: str) -> tuple[str, dict[str, float]]:
+                   where: str, calipers) -> tuple[str, dict[str, float]]:
     w, h = _box_size_mm(mask, s)
+    long_mm, short_mm = calipers[0][2], calipers[1][2]
     wd = lesion.words
     if kind == "cyst":
         finding = (f"anechoic {wd['shape']} {'cyst' if site == 'breast' else 'cystic nodule'}{where}, "
@@ -743,9 +773,10 @@ def _lesion_report(site: str, kind: str, lesion: _Lesion, mask: np.ndarray, s: f
         else:
             impression = ("suspicious for malignancy (TI-RADS 4-5)" if kind == "malignant"
                           else "likely benign (TI-RADS 2-3)")
-    report = (f"Site: {site}. Finding: {finding}. Size: {w:.1f} x {h:.1f} mm (width x height). "
+    report = (f"Site: {site}. Finding: {finding}. Size: {long_mm:.1f} x {short_mm:.1f} mm (long x short axis). "
               f"Impression: {impression}.")
-    return report, {"lesion width mm": round(w, 2), "lesion height mm": round(h, 2)}
+    return report, {"lesion width mm": round(w, 2), "lesion height mm": round(h, 2),
+                    "lesion long axis mm": long_mm, "lesion short axis mm": short_mm}
 
 
 def _diagnosis_of(kind: str) -> str:
@@ -773,9 +804,10 @@ def _breast(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.
         return probe.point(_u(rng, top, bottom), _u(rng, 0.25, 0.75))
     lesion, mask = _place_lesion(rng, _plan_lesion(rng, "breast", kind), mm, pixels, inner, region)
     layers += _lesion_layers(rng, lesion, size, mm)
-    report, meas = _lesion_report("breast", kind, lesion, mask, s, "")
     label = "cyst" if kind == "cyst" else LESION_LABEL["breast"]
-    return _Scene(layers, [(label, lesion.shape, [], [], _diagnosis_of(kind))], _diagnosis_of(kind),
+    calipers = _calipers(mask, s, label)
+    report, meas = _lesion_report("breast", kind, lesion, mask, s, "", calipers)
+    return _Scene(layers, [(label, lesion.shape, [], calipers, _diagnosis_of(kind))], _diagnosis_of(kind),
                   report, meas)
 
 
@@ -833,9 +865,10 @@ def _thyroid(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np
     assert plan is not None
     lesion, mask = _place_lesion(rng, plan, mm, pixels, inner, region)
     layers += _lesion_layers(rng, lesion, size, mm)
-    report, meas = _lesion_report("thyroid", kind, lesion, mask, s, f" in the {lobe_side} lobe")
     label = "cyst" if kind == "cyst" else LESION_LABEL["thyroid"]
-    return _Scene(layers, [(label, lesion.shape, [], [], _diagnosis_of(kind)), lobe_obj],
+    calipers = _calipers(mask, s, label)
+    report, meas = _lesion_report("thyroid", kind, lesion, mask, s, f" in the {lobe_side} lobe", calipers)
+    return _Scene(layers, [(label, lesion.shape, [], calipers, _diagnosis_of(kind)), lobe_obj],
                   _diagnosis_of(kind), report, meas)
 
 
