@@ -118,6 +118,9 @@ def test_perfect_oracle_scores_perfectly(records):
     assert s["refusal_accuracy"] == s["refusal_out_of_scope_accuracy"] == s["refusal_in_scope_accuracy"] == 1.0
     assert m["n_samples"] == {"segment": 8, "detect": 8, "keypoints": 2, "measure": 10, "diagnose": 4,
                               "refusal": 12}
+    by_kind = m["measurement"]["by_kind"]  # the lesions' two calipers apart from the organ lines
+    assert {k: v["n"] for k, v in by_kind.items()} == {"lesion calipers": 8, "kidney length": 1, "BPD": 1}
+    assert all(v["mean_rel"] < 1e-3 for v in by_kind.values())
 
 
 def test_wrong_oracle_gives_the_hand_computed_numbers(records):
@@ -136,6 +139,7 @@ def test_wrong_oracle_gives_the_hand_computed_numbers(records):
     assert s["keypoint_error_mm"] == pytest.approx(5.0 * (kidney.spacing[0] + head.spacing[0]) / 2)
     assert s["keypoint_error_rel_width"] == pytest.approx(5.0 / 128)
     assert s["measurement_rel_error"] == pytest.approx(0.1)
+    assert [v["mean_rel"] for v in m["measurement"]["by_kind"].values()] == pytest.approx([0.1] * 3)
     # truth benign, malignant, benign, malignant; the first answered "normal" (outside the classes)
     assert s["diagnosis_accuracy"] == 0.75
     assert s["diagnosis_macro_f1"] == pytest.approx((2 / 3 + 1.0) / 2)

@@ -396,6 +396,11 @@ def aggregate(samples: Sequence[dict]) -> dict:
     meas = _of(samples, "measure")
     if meas:
         out["measurement"] = M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas])
+        kinds: dict[str, list[dict]] = {}
+        for s in meas:
+            kinds.setdefault(measurement_kind(s["prompt"]), []).append(s)
+        out["measurement"]["by_kind"] = {k: M.measurement_errors([s["pred_mm"] for s in v], [s["gt_mm"] for s in v])
+                                         for k, v in sorted(kinds.items())}
         summary["measurement_rel_error"] = out["measurement"]["mean_rel"]
 
     dia = _of(samples, "diagnose")
@@ -541,6 +546,9 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
         add("Measurement length error", {"Mean relative error (%)": None if m["mean_rel"] is None
                                          else 100.0 * m["mean_rel"], "Mean absolute error (mm)": m["mean_abs"],
                                          "missing": f"{m['n_missing']} of {m['n']}"})
+        if m.get("by_kind"):
+            add("Measurement mean relative error by kind (%)",
+                {k: None if v["mean_rel"] is None else 100.0 * v["mean_rel"] for k, v in m["by_kind"].items()})
     if "diagnosis" in metrics:
         d = metrics["diagnosis"]
         add("Diagnosis, benign vs malignant (%)", {"Accuracy": d["accuracy"], "Macro-F1": d["macro_f1"]}, 100.0)
@@ -552,6 +560,12 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
     if counts:
         add("Samples", counts)
     return tables, scale
+
+
+def measurement_kind(line_name: str) -> str:
+    """What a measurement line measures, for the per-kind breakdown: a lesion's two calipers are one kind (their
+    names carry the lesion's label), every other line its own (kidney length, BPD)."""
+    return "lesion calipers" if line_name.endswith((" long axis", " short axis")) else line_name
 
 
 def _safe(name: str) -> str:
