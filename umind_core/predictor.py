@@ -173,9 +173,9 @@ class Predictor:
         labels: Sequence[int] | None = None,
         progress: bool = False,
     ) -> list[Result]:
-        """The same prompt on many frames, batched by frame size; results come back in input order.
-
-        The image set by `set_image` is left as it was.
+        """The same prompt on many frames, in batches of `batch_size` (frames of one size encode together); results
+        come back in input order. A frame or visual prompt the Predictor refuses fails the whole call before any
+        work. The image set by `set_image` is left as it was.
         """
         ready, failed = self._prepare([Job(f, task, prompt, box, points, labels) for f in frames])
         if failed:  # one prompt for every frame: a refusal is the whole call's, before any work
@@ -218,7 +218,7 @@ class Predictor:
                 ready.append((i, frame, self._row(job.task, job.prompt, job.box, job.points, job.labels, frame)))
             except PredictorError as exc:
                 failed[i] = exc
-            except prompts.PromptError as exc:
+            except prompts.PromptError as exc:  # e.g. an unknown task: still both error types for callers
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
