@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from server_utils import start_server  # noqa: E402
+from server_utils import comparable, start_server  # noqa: E402
 
 PROMPT = "lesion"
 
@@ -111,8 +111,11 @@ MIXED = (("umind_segment", {"prompt": "lesion"}), ("umind_detect", {"prompt": "l
 
 def _mixed_requests(clients: int, per_client: int, images: int) -> list[list[tuple[str, str, dict]]]:
     """Per client, its requests: the four kinds in turn, each on another image."""
-    return [[(*MIXED[(c + j) % len(MIXED)][:1], f"img{(c * per_client + j) % images}", MIXED[(c + j) % len(MIXED)][1])
-             for j in range(per_client)] for c in range(clients)]
+    def request(c: int, j: int) -> tuple[str, str, dict]:
+        task, params = MIXED[(c + j) % len(MIXED)]
+        return task, f"img{(c * per_client + j) % images}", params
+
+    return [[request(c, j) for j in range(per_client)] for c in range(clients)]
 
 
 def _send(server_url: str, req) -> tuple[float, int, bytes]:
@@ -128,19 +131,12 @@ def _answer_of(resp) -> bytes:
     """What a reply answers (label map or markups bytes plus the JSON without timings), to compare two replies."""
     from requests_toolbelt.multipart import decoder
 
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in ("timings", "latencies")}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return round(value, 4) if isinstance(value, float) else value
-
     if "multipart" not in resp.headers.get("content-type", ""):
-        return json.dumps(strip(resp.json()), sort_keys=True).encode()
+        return json.dumps(comparable(resp.json(), 4), sort_keys=True).encode()
     out = b""
     for part in decoder.MultipartDecoder(resp.content, resp.headers["content-type"]).parts:
         if b'name="params"' in part.headers.get(b"Content-Disposition", b""):
-            out += json.dumps(strip(json.loads(part.text)), sort_keys=True).encode()
+            out += json.dumps(comparable(json.loads(part.text), 4), sort_keys=True).encode()
         else:
             out += part.content
     return out
@@ -292,7 +288,7 @@ def _main_in_process(args) -> int:
     t0 = time.perf_counter()
     alone = [timed(j) for j in flat]
     seq_s = time.perf_counter() - t0
-    scheduler.batches, scheduler.batch_s = [], []
+    scheduler.reset_stats()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
         together = [out for outs in pool.map(lambda jobs: [timed(j) for j in jobs], plan) for out in outs]

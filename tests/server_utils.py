@@ -23,6 +23,16 @@ REPO = Path(__file__).resolve().parents[1]
 APP_DIR = REPO / "monailabel_app"
 
 
+def comparable(value, digits: int = 5):
+    """A reply's JSON without timings and latencies, floats rounded: what must not depend on when or in which
+    batch the request ran (tests and benchmarks compare two replies by it)."""
+    if isinstance(value, dict):
+        return {k: comparable(v, digits) for k, v in value.items() if k not in ("timings", "latencies")}
+    if isinstance(value, list):
+        return [comparable(v, digits) for v in value]
+    return round(value, digits) if isinstance(value, float) else value
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from PIL import Image
 
 from conftest import lesion_boxes, make_image
 from fixtures_imaging import dicom_mono_multiframe, sitk_volume
-from server_utils import start_server
+from server_utils import comparable, start_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -240,18 +240,9 @@ def test_concurrent_requests_each_get_their_own_answer_and_a_bad_one_fails_alone
         for status, (body, data) in (together[2 * i], together[2 * i + 1]):
             assert status == 200, body
             assert data == alone[i][1][1], req  # the same label map or markups, byte for byte
-            assert _comparable(body) == _comparable(alone[i][1][0]), req
+            assert comparable(body) == comparable(alone[i][1][0]), req
     for status, (body, _) in together[2 * len(good):]:
         assert status == 400 and body["detail"]
-
-
-def _comparable(value):
-    """A reply's results without timings, floats to 5 decimals: what must not depend on the batch it ran in."""
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items() if k not in ("timings", "latencies")}
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return round(value, 5) if isinstance(value, float) else value
 
 
 def test_malformed_params_and_unreadable_upload_are_400(server):

@@ -255,15 +255,13 @@ class Predictor:
     def _chunks(self, ready: list) -> list[list]:
         """Batches of at most `batch_size` jobs: same-size frames together (they encode as one batch); without
         stacking, only jobs with one frame size and one user text share a batch."""
+        stacks = self._stacks()
         groups: dict[tuple, list] = {}
         for item in ready:
             _, frame, row = item
-            key = (frame.size,) if self._stacks() else (frame.size, row.user_text)
-            groups.setdefault(key, []).append(item)
-        ordered = [item for group in groups.values() for item in group]
-        if not self._stacks():
-            return [g[s: s + self.batch_size] for g in groups.values() for s in range(0, len(g), self.batch_size)]
-        return [ordered[s: s + self.batch_size] for s in range(0, len(ordered), self.batch_size)]
+            groups.setdefault((frame.size,) if stacks else (frame.size, row.user_text), []).append(item)
+        runs = [[item for group in groups.values() for item in group]] if stacks else list(groups.values())
+        return [run[s: s + self.batch_size] for run in runs for s in range(0, len(run), self.batch_size)]
 
     def _encode_rows(self, frames: list[Frame]) -> _ImageState:
         """The state whose row i is frames[i]: each distinct frame encoded once, frames of one size together, and

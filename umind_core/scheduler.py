@@ -49,8 +49,7 @@ class BatchScheduler:
         self._queue: list[_Ticket] = []
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
-        self.batches: list[int] = []  # callers per batch run, most recent last (bounded to the last 1000)
-        self.batch_s: list[float] = []  # seconds each of those batches took in the Predictor
+        self._history: list[tuple[int, float]] = []  # (callers, seconds in the Predictor) of the last 1000 batches
 
     def run(self, jobs: Sequence[Job]) -> list[Result | PredictorError]:
         """Each job's Result, or the PredictorError that refused it; blocks until the batch holding them ran."""
@@ -74,13 +73,22 @@ class BatchScheduler:
                 raise answer
         return answers  # type: ignore[return-value]
 
+    @property
+    def batches(self) -> list[int]:
+        """Callers per recent batch, most recent last."""
+        return [callers for callers, _ in self._history]
+
+    def reset_stats(self) -> None:
+        self._history = []
+
     def stats(self) -> dict:
         """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by."""
-        recent = list(self.batches)
-        return {"window_ms": self.window_s * 1000.0, "max_jobs": self.max_jobs, "batches": len(recent),
-                "mean_callers": round(sum(recent) / len(recent), 3) if recent else None,
-                "max_callers": max(recent) if recent else None,
-                "mean_batch_s": round(sum(self.batch_s) / len(self.batch_s), 4) if self.batch_s else None}
+        recent = list(self._history)
+        n = len(recent)
+        return {"window_ms": self.window_s * 1000.0, "max_jobs": self.max_jobs, "batches": n,
+                "mean_callers": round(sum(c for c, _ in recent) / n, 3) if n else None,
+                "max_callers": max(c for c, _ in recent) if n else None,
+                "mean_batch_s": round(sum(s for _, s in recent) / n, 4) if n else None}
 
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[_Ticket] | None:
@@ -113,8 +121,7 @@ class BatchScheduler:
                 return
             t0 = time.perf_counter()
             self._serve(tickets)
-            self.batches = (self.batches + [len(tickets)])[-1000:]
-            self.batch_s = (self.batch_s + [time.perf_counter() - t0])[-1000:]
+            self._history = (self._history + [(len(tickets), time.perf_counter() - t0)])[-1000:]
 
     def _serve(self, tickets: list[_Ticket]) -> None:
         jobs = [job for t in tickets for job in t.jobs]

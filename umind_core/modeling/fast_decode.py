@@ -268,6 +268,11 @@ def _round_up(n: int, step: int) -> int:
     return int(math.ceil(n / step) * step)
 
 
+def _capacity(prefix: int, answer_tokens: int) -> int:
+    """Slots for an image prefix, a prompt and an answer, in whole CAPACITY_STEPs (so compiled steps are reused)."""
+    return _round_up(prefix + PROMPT_ROOM + answer_tokens, CAPACITY_STEP)
+
+
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Qwen3's RMSNorm, step for step (float32 inside, weight applied after casting back)."""
     dtype = x.dtype
@@ -394,8 +399,7 @@ class FastDecoder:
         if self.model.training:
             return cache
         self.refresh()
-        needed = cache.get_seq_length() + PROMPT_ROOM + answer_tokens
-        return StaticKVCache.from_dynamic(cache, _round_up(needed, CAPACITY_STEP))
+        return StaticKVCache.from_dynamic(cache, _capacity(cache.get_seq_length(), answer_tokens))
 
     def forward(self, cache: StaticKVCache, ids: torch.Tensor, positions: torch.Tensor, start: int,
                 pad: torch.Tensor | None = None) -> FastOutput:
@@ -420,8 +424,7 @@ class FastDecoder:
 
     def stack(self, rows: list[tuple[StaticKVCache, int]], answer_tokens: int) -> StaticKVCache:
         """`StaticKVCache.stack` with room for a prompt and `answer_tokens` more tokens, as `adopt` leaves."""
-        needed = max(c.length for c, _ in rows) + PROMPT_ROOM + answer_tokens
-        return StaticKVCache.stack(rows, _round_up(needed, CAPACITY_STEP))
+        return StaticKVCache.stack(rows, _capacity(max(c.length for c, _ in rows), answer_tokens))
 
     def _compiled_step(self, w, cache, ids, cos, sin, start):
         key = (ids.shape[0], cache.capacity, w.dtype, str(w.device))
