@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -405,8 +405,6 @@ class Predictor:
         groups: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # states of the mask group being fed
         done = [False] * batch
         cursor, fed = start, 0
-        sub, live = state, list(range(batch))  # the rows still in the cache: finished ones are dropped
-        at = {b: b for b in live}  # row b's logits are logits[at[b]]
         while True:
             for b in range(batch):
                 if done[b] or pending[b]:
@@ -415,7 +413,7 @@ class Predictor:
                     decoded[b].truncated = True
                     done[b] = True
                     continue
-                probs = torch.softmax(logits[at[b]].float(), dim=-1)
+                probs = torch.softmax(logits[b].float(), dim=-1)
                 tok = int(torch.argmax(probs))
                 decoded[b].token_ids.append(tok)
                 decoded[b].token_probs.append(float(probs[tok]))
@@ -434,46 +432,23 @@ class Predictor:
             active = [b for b in range(batch) if not done[b]]
             if not active:
                 break
-            if len(active) < len(live) and self._drops_rows(state):
-                sub, delta = self._keep_rows(sub, delta, [live.index(b) for b in active])
-                live = active
             k = min(len(pending[b]) for b in active)
             if not self.one_forward_masks:
                 k = 1
-            rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in live]
-            out = self._forward(sub, torch.tensor(rows, device=model.device), cursor, delta)
+            rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in range(batch)]
+            out = self._forward(state, torch.tensor(rows, device=model.device), cursor, delta)
             cursor += k
             fed += k
-            for j_row, b in enumerate(live):
-                if done[b]:
-                    continue
+            for b in active:
                 for j, tok in enumerate(pending[b][:k]):
                     if tok == seg_id:
-                        groups[b].append(out.hidden_states[j_row, j])
+                        groups[b].append(out.hidden_states[b, j])
                         if len(groups[b]) == n_mask:
                             decoded[b].mask_queries.append(torch.stack(groups[b]))
                             groups[b] = []
                 pending[b] = pending[b][k:]
-            logits, at = out.logits[:, -1], {b: j for j, b in enumerate(live)}
+            logits = out.logits[:, -1]
         return decoded, fed
-
-    def _drops_rows(self, state: _ImageState) -> bool:
-        """Whether finished rows leave the batch: on the static cache without a compiled step (which would
-        compile again for every batch size), the rest of a batch then stops paying for rows that are done."""
-        return isinstance(state.cache, fast_decode.StaticKVCache) and not self._fast.compile
-
-    @staticmethod
-    def _keep_rows(state: _ImageState, delta: torch.Tensor | None, keep: list[int]):
-        """A state (and RoPE offsets) of only rows `keep` of `state`, on a copy of those rows of its cache; the
-        original cache is left as it was (the caller crops it back to the image prefix)."""
-        cache = state.cache
-        idx = torch.tensor(keep, device=cache.valid.device)
-        small = fast_decode.StaticKVCache([t.index_select(0, idx) for t in cache.keys],
-                                          [t.index_select(0, idx) for t in cache.values], cache.length,
-                                          cache.valid.index_select(0, idx))
-        rows = replace(state, cache=small, rope_delta=state.rope_delta.index_select(0, idx),
-                       frames=[state.frames[i] for i in keep], image_states=[state.image_states[i] for i in keep])
-        return rows, (None if delta is None else delta.index_select(0, idx))
 
     def _result(self, state: _ImageState, b: int, dec: _Decoded, task, prompt, warnings) -> Result:
         model, frame = self.model, state.frames[b]
