@@ -64,12 +64,13 @@ def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path
     assert summary["detection_f1"] > 0.7  # card: 0.849
     assert summary["refusal_accuracy"] > 0.9  # card: 0.9975
     calipers = metrics["measurement"]["by_kind"]["lesion calipers"]["mean_rel"]
-    assert calipers < 0.4, calipers  # card: 0.257; demo model 1, which never learned calipers: 0.725
+    assert calipers < 0.4, calipers  # card: 0.257; demo model 1, which never learned calipers: 0.726 here
 
 
 def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
     """The card's `scanner_b` figures (another probe geometry, speckle, gain and lesion echogenicity): a model
-    that keys on the texture of its own training images fails here (demo model 1: segmentation 0.551)."""
+    that keys on the texture of its own training images fails here (demo model 1 on these 12 images: segmentation
+    0.576, in-scope questions answered 0.833)."""
     summary = _held_out_summary(demo_model, tmp_path, "scanner_b", 3_000_000, "segment,refusal")["summary"]
     # on these 12 images at packaging: 0.769 and 1.0
     assert summary["segmentation_miou"] > 0.65  # card: 0.704 on 200 images
