@@ -106,17 +106,20 @@ def test_annotation_loop_figures_in_readme_are_the_benchmarks():
         assert f"{mine:.3f} against {theirs:.3f}" in _flat(README)
 
 
-def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks():
-    """The README's rerun table (150-image suite judged against the start) against its results.json."""
+@pytest.mark.parametrize("folder,prefix", [("annotation_loop_reg150", ""),
+                                           ("annotation_loop_demo2", "demo model 2, ")])
+def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, prefix):
+    """The README's rerun tables (the 150-image suite judged against the start; the loop from demo model 2)
+    against their results.json."""
     import json
 
-    results = json.loads((REPO / "benchmarks" / "results" / "annotation_loop_reg150" / "results.json").read_text())
+    results = json.loads((REPO / "benchmarks" / "results" / folder / "results.json").read_text())
     text = README.read_text(encoding="utf-8").replace("**", "")
     for arm, rows in results["strategies"].items():
         cells = " | ".join(f"{r['test']['segmentation_miou']:.3f} / {r['test']['detection_recall']:.3f}" for r in rows)
-        assert f"| `{arm}` scanner_b mIoU / detect recall | {cells} |" in text
+        assert f"| {prefix}`{arm}` scanner_b mIoU / detect recall | {cells} |" in text
         seconds = " | ".join(f"{round(r['run']['seconds'])} ({round(r['run']['seconds_training'])})" for r in rows[1:])
-        assert f"| `{arm}` retrain s (training part) | | {seconds} |" in text
+        assert f"| {prefix}`{arm}` retrain s (training part) | | {seconds} |" in text
         verdicts = [r["run"]["status"] for r in rows[1:]]
-        line = next(ln for ln in text.splitlines() if ln.startswith(f"| `{arm}` verdict |"))
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {prefix}`{arm}` verdict |"))
         assert [c.split(":")[0].split(" (")[0].strip() for c in line.split("|")[3:-1]] == verdicts
