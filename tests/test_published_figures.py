@@ -123,3 +123,27 @@ def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, pref
         verdicts = [r["run"]["status"] for r in rows[1:]]
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {prefix}`{arm}` verdict |"))
         assert [c.split(":")[0].split(" (")[0].strip() for c in line.split("|")[3:-1]] == verdicts
+
+
+@pytest.mark.parametrize("folder,labels", [("random_seed0", "random (0)"), ("breast_seed0", "breast only (0)"),
+                                           ("random_seed1", "random (1)")])
+def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
+    """The README's recipe-sweep table, row by row, against benchmarks/results/loop_recipe/*/results.json."""
+    import json
+
+    results = json.loads((REPO / "benchmarks" / "results" / "loop_recipe" / folder / "results.json").read_text())
+    names = {"start": "start", "loop": "loop", "lr1e-4": "lr 1e-4", "vision_lora": "vision LoRA", "steps80": "80 steps"}
+    if folder == "breast_seed0":  # scored on the same images from the same start: the README shows it once
+        same = REPO / "benchmarks" / "results" / "loop_recipe" / "random_seed0" / "results.json"
+        assert results["start"] == json.loads(same.read_text())["start"]
+    rows = [("start", "-", results["start"])] if folder != "breast_seed0" else []
+    rows += [(name, f"{round(row['train_s'])}", row) for name, row in results["recipes"].items()]
+    text = README.read_text(encoding="utf-8")
+    assert len(results["labels"]) == 20
+    for name, seconds, row in rows:
+        tune, default = row["tune"], row["default"]
+        cells = [f"{tune['segmentation_miou']:.3f}", f"{tune['detection_recall']:.3f}",
+                 f"{tune['segment_iou_by_target']['breast lesion']:.3f}",
+                 " / ".join(f"{default[k]:.3f}" for k in ("segmentation_miou", "detection_f1",
+                                                          "measurement_rel_error", "diagnosis_accuracy"))]
+        assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text

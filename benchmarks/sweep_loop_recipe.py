@@ -1,0 +1,179 @@
+"""Which retraining recipe helps a model that already knows the new scanner? Measured offline, before the loop.
+
+From demo model 2 the annotation loop's 20 labels added nothing on `scanner_b` and lost new-domain boxes
+(README "Annotation loop"). This sweep asks why without the server: 20 pool images labeled through the same
+path the loop uses (a MONAI Label datastore with label map, markups and finding; `export_datastore`; the
+conversation builder; rehearsal), one fresh LoRA adapter per recipe, then scores on
+
+- `tune`: pool images that are not among the 20 (scanner_b), the set recipes are chosen on;
+- `default`: default-appearance images (seeds 1,200,000+, never trained on), to see forgetting.
+
+The loop benchmark's fixed test split (seeds 7,000,000+) is never read here, so the loop benchmark that follows
+a choice made here is judged on data the choice did not see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "monailabel_app"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_annotation_loop import POOL_SEED0, annotation  # noqa: E402
+
+DEFAULT_SEED0 = 1_200_000
+KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error_rel_width",
+        "measurement_rel_error", "diagnosis_accuracy", "refusal_accuracy")
+
+#: name -> (TrainConfig overrides, LoraSettings overrides); "loop" is what `umind_lora` does today
+RECIPES: dict[str, tuple[dict, dict]] = {
+    "loop": ({}, {}),
+    "lr1e-4": ({"lr": 1e-4}, {}),
+    "steps80": ({"max_steps": 80}, {}),
+    "decoder_lr1e-3": ({"decoder_lr": 1e-3}, {}),
+    "decoder_lr1e-4": ({"decoder_lr": 1e-4}, {}),
+    "vision_lora": ({}, {"vision": True}),
+    "vision_lora_lr1e-4": ({"lr": 1e-4}, {"vision": True}),
+    "no_rehearsal": ({"rehearsal": 0.0}, {}),
+}
+
+VISION_TARGETS = r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc(1|2))"
+
+
+def make_sets(out: Path, n_pool: int, n_default: int):
+    from umind_core.data.manifest import read_manifest, write_synthetic_dataset
+
+    pool_m = out / "pool" / "manifest.jsonl"
+    if not pool_m.is_file():
+        write_synthetic_dataset(out / "pool", n_pool, seed0=POOL_SEED0, appearance="scanner_b", progress=True)
+    default_m = out / "default" / "manifest.jsonl"
+    if not default_m.is_file():
+        write_synthetic_dataset(out / "default", n_default, seed0=DEFAULT_SEED0, appearance="default",
+                                progress=True)
+    return read_manifest(pool_m), read_manifest(default_m)
+
+
+def build_training_set(picked, out: Path, seed: int, rehearsal: float):
+    """The loop's own path: datastore labels -> export -> conversations -> rehearsal mix."""
+    from monailabel.datastore.local import LocalDatastore
+
+    from lib.conf import TrainParams
+    from lib.trainers.dataset import export_datastore
+    from lib.trainers.rehearsal import REHEARSAL_SEED0, mix_rehearsal, rehearsal_plan, synthetic_set
+    from umind_core.data.conversations import attach_conversations
+
+    p = TrainParams()
+    studies = out / f"studies_{rehearsal}"
+    studies.mkdir(parents=True, exist_ok=True)
+    ds = LocalDatastore(str(studies), extensions=("*.png",), auto_reload=False)
+    for rec in picked:
+        dest = studies / f"{rec.id}.png"
+        if not dest.is_file():
+            dest.write_bytes(Path(rec.image_path).read_bytes())
+    ds.refresh()
+    for rec in picked:
+        data, info = annotation(rec)
+        tmp = out / f"{rec.id}_label.png"
+        tmp.write_bytes(data)
+        ds.save_label(rec.id, str(tmp), "final", info)
+    data = export_datastore(ds, out / f"data_{rehearsal}", ("breast lesion",), p.val_fraction, p.min_val, p.seed)
+    labels = attach_conversations(data.train_manifest, out / f"data_{rehearsal}" / "labels.jsonl", seed=seed,
+                                  refusal_rate=p.refusal_rate)
+    n, copies = rehearsal_plan(data.n_train_records, rehearsal, p.rehearsal_min, p.rehearsal_pool)
+    pool = synthetic_set(out / "rehearsal", p.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=0.5) if n else None
+    manifest, _ = mix_rehearsal(labels, pool, n, seed, out / f"data_{rehearsal}" / "train.jsonl", copies=copies)
+    return manifest, data
+
+
+def score(model, sets: dict) -> dict:
+    from umind_core.evaluation.runner import evaluate
+
+    out = {}
+    for name, (records, tasks) in sets.items():
+        report = evaluate(model, records, tasks=tasks, progress=False)
+        out[name] = {k: report.metrics["summary"].get(k) for k in KEYS if report.metrics["summary"].get(k) is not None}
+        by_target: dict[str, list[float]] = {}
+        for sample in report.samples:
+            if sample.get("task") == "segment" and sample.get("iou") is not None:
+                by_target.setdefault(sample["label"], []).append(float(sample["iou"]))
+        out[name]["segment_iou_by_target"] = {k: round(sum(v) / len(v), 4) for k, v in sorted(by_target.items())}
+    return out
+
+
+def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
+    from lib.conf import TrainParams
+    from umind_core import demo
+    from umind_core.modeling.config import DEFAULT_LORA_TARGETS, LoraSettings
+    from umind_core.training.trainer import train
+
+    overrides, lora = RECIPES[name]
+    model = demo.load_model(None, trainable=True)
+    settings = LoraSettings(target_modules=DEFAULT_LORA_TARGETS[:-1] + VISION_TARGETS + ")") \
+        if lora.get("vision") else LoraSettings()
+    model.attach_lora(settings)
+    p = TrainParams()
+    trainer_keys = {k: v for k, v in overrides.items() if k != "rehearsal"}
+    config = p.trainer_config(out / "data" / f"trainer_{name}", val_fraction=0.0, full=False, progress=False,
+                              keep_checkpoints=1)
+    config = dataclasses.replace(config, **trainer_keys)
+    t = time.perf_counter()
+    train(model, manifest, config)
+    seconds = time.perf_counter() - t
+    model.eval()
+    model.requires_grad_(False)
+    return {"recipe": name, "overrides": overrides, "lora": lora, "train_s": round(seconds, 1), **score(model, sets)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "loop_recipe")
+    ap.add_argument("--labels", type=int, default=20)
+    ap.add_argument("--tune", type=int, default=60, help="scanner_b pool images scored (not among the labels)")
+    ap.add_argument("--default", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--site", default=None, help="label only pool images of this site (e.g. breast)")
+    args = ap.parse_args(argv)
+    work = args.out / "data"
+    work.mkdir(parents=True, exist_ok=True)
+    pool, default = make_sets(work, 200, args.default)
+    rng = random.Random(args.seed)
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    tune = [pool[i] for i in order[-args.tune:]]  # the same scored images whatever is labeled
+    picked = [pool[i] for i in order[:-args.tune] if args.site in (None, pool[i].site)][:args.labels]
+    sets = {"tune": (tune, ("segment", "detect")), "default": (default, None)}
+    path = args.out / "results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results["labels"] = [r.id for r in picked]
+    if "start" not in results:
+        results["start"] = score(demo_model(), sets)
+        path.write_text(json.dumps(results, indent=2))
+    print("start", json.dumps(results["start"]), flush=True)
+    manifests: dict[float, Path] = {}
+    for name in [r.strip() for r in args.recipes.split(",")]:
+        reh = RECIPES[name][0].get("rehearsal", 2.0)
+        if reh not in manifests:
+            manifests[reh], _ = build_training_set(picked, work, args.seed, reh)
+        row = run_recipe(name, manifests[reh], sets, args.out)
+        results.setdefault("recipes", {})[name] = row
+        path.write_text(json.dumps(results, indent=2))
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+def demo_model():
+    from umind_core import demo
+
+    return demo.load_model(None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
