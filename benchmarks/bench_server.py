@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from server_utils import comparable, start_server  # noqa: E402
+from server_utils import same_reply, start_server  # noqa: E402
 
 PROMPT = "lesion"
 
@@ -118,7 +118,7 @@ def _mixed_requests(clients: int, per_client: int, images: int) -> list[list[tup
     return [[request(c, j) for j in range(per_client)] for c in range(clients)]
 
 
-def _send(server_url: str, req) -> tuple[float, int, bytes]:
+def _send(server_url: str, req) -> tuple[float, int, tuple[object, bytes]]:
     import requests
 
     task, image, params = req
@@ -127,47 +127,105 @@ def _send(server_url: str, req) -> tuple[float, int, bytes]:
     return time.perf_counter() - t0, r.status_code, _answer_of(r)
 
 
-def _answer_of(resp) -> bytes:
-    """What a reply answers (label map or markups bytes plus the JSON without timings), to compare two replies."""
+def _answer_of(resp) -> tuple[object, bytes]:
+    """What a reply answers: its JSON (timings left for `same_reply` to skip) and the label map or markups bytes."""
     from requests_toolbelt.multipart import decoder
 
     if "multipart" not in resp.headers.get("content-type", ""):
-        return json.dumps(comparable(resp.json(), 4), sort_keys=True).encode()
-    out = b""
+        return resp.json(), b""
+    body, data = None, b""
     for part in decoder.MultipartDecoder(resp.content, resp.headers["content-type"]).parts:
         if b'name="params"' in part.headers.get(b"Content-Disposition", b""):
-            out += json.dumps(comparable(json.loads(part.text), 4), sort_keys=True).encode()
+            body = json.loads(part.text)
         else:
-            out += part.content
-    return out
+            data += part.content
+    return body, data
+
+
+def _same_answer(a: tuple[object, bytes], b: tuple[object, bytes]) -> bool:
+    return a[1] == b[1] and same_reply(a[0], b[0])
+
+
+def _first_difference(alone: tuple[object, bytes], together: tuple[object, bytes], context: int = 60) -> str:
+    """Where two answers part: the label bytes' first differing offset, or the JSON around its first difference."""
+    if alone[1] != together[1]:
+        i = next((k for k, (x, y) in enumerate(zip(alone[1], together[1])) if x != y),
+                 min(len(alone[1]), len(together[1])))
+        return f"label/markups bytes differ at byte {i} ({len(alone[1])} / {len(together[1])} bytes)"
+    a, b = (json.dumps(x[0], sort_keys=True) for x in (alone, together))
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    lo = max(0, i - context)
+    return f"JSON: alone ...{a[lo:i + context]} / together ...{b[lo:i + context]}"
 
 
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000, q))
 
 
-def _concurrency(server_url: str, clients: int, per_client: int, images: int) -> bool:
+def _busy_s(server_url: str) -> float:
+    """Seconds the server's Predictor has spent in batches (its last 1000), from /info."""
+    import requests
+
+    b = requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching") or {}
+    return float(b.get("batches") or 0) * float(b.get("mean_batch_s") or 0.0)
+
+
+class _CpuMeter:
+    """CPU seconds this benchmark (the clients) and the server process tree used during one pass: on a small
+    machine the clients share the server's cores, which an in-process run does not pay."""
+
+    def __init__(self, server_pid: int | None):
+        import psutil
+
+        self.server = psutil.Process(server_pid) if server_pid else None
+
+    def _server_cpu(self) -> float:
+        if self.server is None:
+            return float("nan")
+        procs = [self.server, *self.server.children(recursive=True)]
+        return sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
+
+    def __enter__(self):
+        self.t, self.client, self.srv = time.perf_counter(), time.process_time(), self._server_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t
+        self.client = time.process_time() - self.client
+        self.srv = self._server_cpu() - self.srv
+
+    def line(self, busy_s: float) -> str:
+        cores = os.cpu_count() or 1
+        return (f"wall {self.wall:.2f} s; Predictor busy {busy_s:.2f} s ({100 * busy_s / self.wall:.0f}%); CPU s: "
+                f"server {self.srv:.2f}, clients {self.client:.2f} ({100 * self.client / (cores * self.wall):.0f}% "
+                f"of {cores} cores)")
+
+
+def _concurrency(server_url: str, clients: int, per_client: int, images: int, server_pid: int | None = None) -> bool:
     """Sequential pass, then concurrent pass, of the same requests; prints ratios; True when every reply matched."""
     plan = _mixed_requests(clients, per_client, images)
     flat = [req for reqs in plan for req in reqs]
     for req in flat[: 2 * len(MIXED)]:  # warm-up: every kind, the model loaded
         _send(server_url, req)
-    t0 = time.perf_counter()
-    alone = [_send(server_url, req) for req in flat]
-    seq_s = time.perf_counter() - t0
+    busy0 = _busy_s(server_url)
+    with _CpuMeter(server_pid) as seq_cpu:
+        alone = [_send(server_url, req) for req in flat]
+    busy1 = _busy_s(server_url)
+    seq_s = seq_cpu.wall
 
     def client(reqs):
         return [_send(server_url, req) for req in reqs]
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
+    with _CpuMeter(server_pid) as conc_cpu, ThreadPoolExecutor(clients) as pool:
         together = [out for outs in pool.map(client, plan) for out in outs]
-    conc_s = time.perf_counter() - t0
+    conc_s = conc_cpu.wall
+    busy2 = _busy_s(server_url)
     import requests
 
     batching = requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching")
-    ok = all(a[1] == 200 for a in alone) and all(t[1] == 200 and t[2] == a[2] for t, a in zip(together, alone))
-    mismatched = sum(t[2] != a[2] for t, a in zip(together, alone))
+    ok = all(a[1] == 200 for a in alone) and all(t[1] == 200 and _same_answer(t[2], a[2])
+                                                 for t, a in zip(together, alone))
+    mismatched = sum(not _same_answer(t[2], a[2]) for t, a in zip(together, alone))
     lone = [a[0] for a in alone]
     conc = [t[0] for t in together]
     n = len(flat)
@@ -179,8 +237,14 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int) ->
           f"ms, p95 {_pct(conc, 95):.0f} ms")
     print(f"throughput ratio concurrent/one-by-one: {seq_s / conc_s:.2f}x; p95 latency concurrent / lone p95: "
           f"{_pct(conc, 95) / _pct(lone, 95):.2f}x (/ lone p50: {_pct(conc, 95) / _pct(lone, 50):.2f}x)")
-    print(f"replies equal to the same request sent alone: {n - mismatched}/{n}")
+    print(f"replies equal to the same request sent alone (label bytes equal, JSON floats within 1e-5): "
+          f"{n - mismatched}/{n}")
+    for req, t, a in zip(flat, together, alone):
+        if not _same_answer(t[2], a[2]):
+            print(f"  differs: {req[0]} on {req[1]}: {_first_difference(a[2], t[2])}")
     print(f"server batching over both passes (/info): {batching}")
+    print(f"  one by one: {seq_cpu.line(busy1 - busy0)}")
+    print(f"  concurrent: {conc_cpu.line(busy2 - busy1)}")
     print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return ok
 
@@ -322,7 +386,7 @@ def _main_concurrency(args) -> int:
             conf["batch_window_ms"] = str(args.window_ms)
         server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
         try:
-            ok = _concurrency(server.url, args.clients, args.per_client, images)
+            ok = _concurrency(server.url, args.clients, args.per_client, images, server.proc.pid)
         except Exception:
             print(server.log_tail(), file=sys.stderr)
             raise
