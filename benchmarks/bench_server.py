@@ -259,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=0, help="measure concurrent clients instead (e.g. 8)")
     ap.add_argument("--per-client", type=int, default=10, help="requests per client with --clients")
     ap.add_argument("--window-ms", type=float, default=None, help="the server's batch_window_ms (default: its own)")
+    ap.add_argument("--regroup-ms", type=float, default=None,
+                    help="the server's batch_regroup_ms (default: its own; in process: the scheduler's default, off)")
     ap.add_argument("--in-process", action="store_true",
                     help="with --clients: the same plan through a BatchScheduler in this process, no HTTP")
     args = ap.parse_args(argv)
@@ -335,12 +337,15 @@ def _main_in_process(args) -> int:
 
     def job(req):
         task, prompt, visual = kinds[req[0]]
-        return Job(images[int(req[1][3:])], task, prompt, **visual)
+        # a copy per job, as the server reads every request's image anew: the Predictor encodes each distinct
+        # frame object once per batch, and two clients ask about the same image at each step of the plan
+        return Job(images[int(req[1][3:])].copy(), task, prompt, **visual)
 
     plan = [[job(r) for r in reqs] for reqs in _mixed_requests(args.clients, args.per_client, IMAGES)]
     flat = [j for jobs in plan for j in jobs]
     window = DEFAULT_WINDOW_MS if args.window_ms is None else args.window_ms
-    scheduler = BatchScheduler(Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens), window)
+    scheduler = BatchScheduler(Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens), window,
+                               regroup_ms=args.regroup_ms or 0.0)
 
     def timed(j):
         t0 = time.perf_counter()
@@ -384,6 +389,8 @@ def _main_concurrency(args) -> int:
             conf["model"] = args.model
         if args.window_ms is not None:
             conf["batch_window_ms"] = str(args.window_ms)
+        if args.regroup_ms is not None:
+            conf["batch_regroup_ms"] = str(args.regroup_ms)
         server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
         try:
             ok = _concurrency(server.url, args.clients, args.per_client, images, server.proc.pid)

@@ -4,6 +4,7 @@ each does alone, a refused job fails alone, and the scheduler gathers concurrent
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +168,60 @@ def test_scheduler_worker_ends_when_idle(trained_tiny):
     assert len(scheduler.run([Job(make_image(0), "diagnose", None)])) == 1  # and starts again
     with pytest.raises(ValueError, match="window_ms"):
         BatchScheduler(Predictor(trained_tiny), window_ms=-1)
+
+
+class _SlowEcho:
+    """A stand-in Predictor: a batch costs `batch_s` whatever its size (as on a GPU) and answers each job with
+    itself; what the regroup tests look at is only how the scheduler groups callers."""
+
+    batch_size = 8
+
+    def __init__(self, batch_s: float):
+        self.batch_s = batch_s
+
+    def predict_many(self, jobs, on_chunk=None):
+        time.sleep(self.batch_s)
+        return list(jobs)
+
+
+def _cohorts(scheduler: BatchScheduler, clients: int, rounds: int, think_s: float) -> None:
+    """Closed-loop clients in two cohorts: half start now, half half a batch later; each sends its next job
+    `think_s` after its answer, as an annotator's client writing a reply and sending the next request does."""
+    def client(c):
+        time.sleep(0.0 if c < clients // 2 else scheduler.predictor.batch_s / 2)
+        for r in range(rounds):
+            assert scheduler.run([(c, r)]) == [(c, r)]  # each caller gets its own answer
+            time.sleep(think_s)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+
+def test_scheduler_regroup_merges_cohorts_of_closed_loop_clients():
+    """Closed-loop clients that start apart stay in cohorts with the plain window; holding the batch for the
+    callers just answered merges them into batches of 8."""
+    plain = BatchScheduler(_SlowEcho(0.1), window_ms=0)
+    _cohorts(plain, clients=8, rounds=6, think_s=0.01)
+    assert max(plain.batches) < 8, plain.batches  # the cohorts never meet
+    assert plain.stats()["regrouped"] == 0
+    regroup = BatchScheduler(_SlowEcho(0.1), window_ms=0, regroup_ms=1000)
+    _cohorts(regroup, clients=8, rounds=6, think_s=0.01)
+    assert sum(b == 8 for b in regroup.batches) >= 4, regroup.batches
+    assert regroup.stats()["regrouped"] >= 4
+
+
+def test_scheduler_regroup_never_holds_a_lone_client():
+    """One client alone expects only itself: with a regroup wait of 1 s no batch is held for anyone."""
+    scheduler = BatchScheduler(_SlowEcho(0.01), window_ms=0, regroup_ms=1000)
+    for r in range(5):
+        assert scheduler.run([("alone", r)]) == [("alone", r)]
+    assert scheduler.batches == [1] * 5
+    assert scheduler.stats()["regrouped"] == 0
+    with pytest.raises(ValueError, match="regroup_ms"):
+        BatchScheduler(_SlowEcho(0.01), regroup_ms=-1)
 
 
 def test_stacked_cache_hides_holes():

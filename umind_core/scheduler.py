@@ -11,6 +11,14 @@ Failure stays with its owner: a job the Predictor refuses comes back as that job
 batch of several callers fails as a whole (an error no single input explains), each caller's jobs are run
 again alone, so one poisoned request cannot fail the others.
 
+Waiting for the callers who just got their answers (`regroup_ms`): clients that each wait for their answer
+before sending the next request fall into cohorts. Over HTTP, 8 annotators ran as two cohorts of 4, each batch
+taken the moment the last one ended while the other cohort was still writing its replies and sending its next
+requests: batches of 4 where 8 would cost little more. So when a batch ends the worker notes who is likely to
+ask next: the callers it just answered plus those already queued. If the next batch's first job arrives soon after
+(within twice `regroup_ms`), the batch is held up to `regroup_ms` until that many callers are in. A lone client
+expects only itself and goes at once; the wait happens only while several callers are active, and is bounded.
+
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
 Predictor was replaced (a promoted version) leaves no thread behind.
 """
@@ -26,9 +34,10 @@ from dataclasses import dataclass, field
 from .predictor import Job, Predictor, PredictorError
 from .results import Result
 
-__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS"]
+__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS"]
 
 DEFAULT_WINDOW_MS = 3.0
+DEFAULT_REGROUP_MS = 0.0
 
 
 @dataclass
@@ -39,11 +48,16 @@ class _Ticket:
 
 class BatchScheduler:
     def __init__(self, predictor: Predictor, window_ms: float = DEFAULT_WINDOW_MS, max_jobs: int | None = None,
-                 idle_s: float = 5.0):
+                 idle_s: float = 5.0, regroup_ms: float = DEFAULT_REGROUP_MS):
         if window_ms < 0:
             raise ValueError(f"window_ms must be 0 or more, got {window_ms}")
+        if regroup_ms < 0:
+            raise ValueError(f"regroup_ms must be 0 or more, got {regroup_ms}")
         self.predictor = predictor
         self.window_s = float(window_ms) / 1000.0
+        self.regroup_s = float(regroup_ms) / 1000.0
+        self._last_end: tuple[float, int] | None = None  # (when, callers answered + queued) of the last batch
+        self._regrouped = 0  # batches held for callers expected back (`regroup_ms`)
         self.max_jobs = int(max_jobs or predictor.batch_size)
         self.idle_s = float(idle_s)
         self._queue: list[_Ticket] = []
@@ -79,16 +93,18 @@ class BatchScheduler:
         return [callers for callers, _ in self._history]
 
     def reset_stats(self) -> None:
-        self._history = []
+        self._history, self._regrouped = [], 0
 
     def stats(self) -> dict:
         """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by."""
         recent = list(self._history)
         n = len(recent)
-        return {"window_ms": self.window_s * 1000.0, "max_jobs": self.max_jobs, "batches": n,
+        return {"window_ms": self.window_s * 1000.0, "regroup_ms": self.regroup_s * 1000.0,
+                "max_jobs": self.max_jobs, "batches": n,
                 "mean_callers": round(sum(c for c, _ in recent) / n, 3) if n else None,
                 "max_callers": max(c for c, _ in recent) if n else None,
-                "mean_batch_s": round(sum(s for _, s in recent) / n, 4) if n else None}
+                "mean_batch_s": round(sum(s for _, s in recent) / n, 4) if n else None,
+                "regrouped": self._regrouped}
 
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[_Ticket] | None:
@@ -101,9 +117,12 @@ class BatchScheduler:
                     self._worker = None
                     return None
                 self._cond.wait(left)
-            deadline = time.monotonic() + self.window_s
+            now = time.monotonic()
+            window_end, regroup_end, expected = now + self.window_s, now + self.regroup_s, self._expected(now)
+            self._regrouped += len(self._queue) < expected
             while sum(len(t.jobs) for t in self._queue) < self.max_jobs:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = (regroup_end if len(self._queue) < expected else window_end) - now
                 if left <= 0:
                     break
                 self._cond.wait(left)
@@ -114,6 +133,13 @@ class BatchScheduler:
                 count += len(ticket.jobs)
             return taken
 
+    def _expected(self, now: float) -> int:
+        """How many callers to hold the next batch for: those answered by the last batch plus those queued behind
+        it, if it ended lately; else 1 (no wait), as when regrouping is off."""
+        if self.regroup_s <= 0 or self._last_end is None or now - self._last_end[0] > 2.0 * self.regroup_s:
+            return 1
+        return max(1, self._last_end[1])
+
     def _loop(self) -> None:
         while True:
             tickets = self._take()
@@ -122,6 +148,8 @@ class BatchScheduler:
             t0 = time.perf_counter()
             self._serve(tickets)
             self._history = (self._history + [(len(tickets), time.perf_counter() - t0)])[-1000:]
+            with self._cond:
+                self._last_end = (time.monotonic(), len(tickets) + len(self._queue))
 
     def _serve(self, tickets: list[_Ticket]) -> None:
         jobs = [job for t in tickets for job in t.jobs]

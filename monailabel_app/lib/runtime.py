@@ -69,7 +69,8 @@ class Runtime:
 
         predictor, version = self.predictor()
         if not _SCHEDULER or _SCHEDULER[0][0] is not predictor:
-            _SCHEDULER[:] = [(predictor, BatchScheduler(predictor, window_ms=self.conf.batch_window_ms))]
+            _SCHEDULER[:] = [(predictor, BatchScheduler(predictor, window_ms=self.conf.batch_window_ms,
+                                                          regroup_ms=self.conf.batch_regroup_ms))]
         return _SCHEDULER[0][1], version
 
     def batching(self) -> dict | None:
