@@ -83,7 +83,8 @@ def build_training_set(picked, out: Path, seed: int, rehearsal: float):
         tmp = out / f"{rec.id}_label.png"
         tmp.write_bytes(data)
         ds.save_label(rec.id, str(tmp), "final", info)
-    data = export_datastore(ds, out / f"data_{rehearsal}", ("breast lesion",), p.val_fraction, p.min_val, p.seed)
+    # the server's default `labels` conf ("lesion"): it names only values the label info leaves unnamed (none here)
+    data = export_datastore(ds, out / f"data_{rehearsal}", ("lesion",), p.val_fraction, p.min_val, p.seed)
     labels = attach_conversations(data.train_manifest, out / f"data_{rehearsal}" / "labels.jsonl", seed=seed,
                                   refusal_rate=p.refusal_rate)
     n, copies = rehearsal_plan(data.n_train_records, rehearsal, p.rehearsal_min, p.rehearsal_pool)
@@ -132,6 +133,10 @@ def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
 
 
 def main(argv=None) -> int:
+    from lib.conf import TrainParams
+    from umind_core import demo
+    from umind_core.atomic import write_text
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "loop_recipe")
     ap.add_argument("--labels", type=int, default=20)
@@ -141,6 +146,10 @@ def main(argv=None) -> int:
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--site", default=None, help="label only pool images of this site (e.g. breast)")
     args = ap.parse_args(argv)
+    names = [r.strip() for r in args.recipes.split(",") if r.strip()]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        ap.error(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(RECIPES)}")
     work = args.out / "data"
     work.mkdir(parents=True, exist_ok=True)
     pool, default = make_sets(work, 200, args.default)
@@ -151,28 +160,25 @@ def main(argv=None) -> int:
     picked = [pool[i] for i in order[:-args.tune] if args.site in (None, pool[i].site)][:args.labels]
     sets = {"tune": (tune, ("segment", "detect")), "default": (default, None)}
     path = args.out / "results.json"
+    setup = {k: v for k, v in vars(args).items() if k not in ("out", "recipes")}
     results = json.loads(path.read_text()) if path.is_file() else {}
+    if results.get("setup") != setup:  # another labeled/scored set: nothing earlier applies
+        results = {"setup": setup}
     results["labels"] = [r.id for r in picked]
     if "start" not in results:
-        results["start"] = score(demo_model(), sets)
-        path.write_text(json.dumps(results, indent=2))
+        results["start"] = score(demo.load_model(None), sets)
+        write_text(path, json.dumps(results, indent=2))
     print("start", json.dumps(results["start"]), flush=True)
     manifests: dict[float, Path] = {}
-    for name in [r.strip() for r in args.recipes.split(",")]:
-        reh = RECIPES[name][0].get("rehearsal", 2.0)
+    for name in names:
+        reh = RECIPES[name][0].get("rehearsal", TrainParams().rehearsal)
         if reh not in manifests:
             manifests[reh], _ = build_training_set(picked, work, args.seed, reh)
         row = run_recipe(name, manifests[reh], sets, args.out)
         results.setdefault("recipes", {})[name] = row
-        path.write_text(json.dumps(results, indent=2))
+        write_text(path, json.dumps(results, indent=2))
         print(json.dumps(row), flush=True)
     return 0
-
-
-def demo_model():
-    from umind_core import demo
-
-    return demo.load_model(None)
 
 
 if __name__ == "__main__":
