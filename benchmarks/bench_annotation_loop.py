@@ -101,8 +101,46 @@ def evaluate_version(workdir: Path, version: int, manifests: dict[str, Path],
     out = {}
     for name in splits:
         report = evaluate(model, manifests[name], tasks=EVAL_TASKS, progress=False)
-        out[name] = report.metrics["summary"]
+        out[name] = {**report.metrics["summary"], "samples": paired_samples(report.samples)}
     return out
+
+
+def paired_samples(samples: list[dict]) -> dict[str, list]:
+    """What a paired bootstrap of the new-domain goals needs, per sample in evaluation order (the same order for
+    every version on one split): each segment query's site and per-object IoUs, each detect query's hits and
+    misses."""
+    return {"segment": [{"site": s["site"], "ious": [round(float(v), 5) for v in s["ious"]]}
+                        for s in samples if s.get("task") == "segment"],
+            "detect": [{"tp": int(s["tp"]), "fn": int(s["fn"])} for s in samples if s.get("task") == "detect"]}
+
+
+def _miou(segment: list[dict], idx) -> float:
+    """The runner's mIoU (mean over sites of the per-site mean IoU) of the samples `idx`."""
+    per_site: dict[str, list[float]] = {}
+    for i in idx:
+        per_site.setdefault(segment[i]["site"], []).extend(segment[i]["ious"])
+    return float(np.mean([np.mean(v) for v in per_site.values() if v]))
+
+
+def _recall(detect: list[dict], idx) -> float:
+    tp = sum(detect[i]["tp"] for i in idx)
+    return tp / max(1, tp + sum(detect[i]["fn"] for i in idx))
+
+
+def change_interval(start: dict, now: dict, task: str, n_boot: int = 2000, seed: int = 0):
+    """(change, low, high): the new-domain goal's change from the start with its 95% paired bootstrap interval
+    (images resampled, both versions on the same draw), or None when either run kept no per-sample values.
+    Why: 40 test images hold 48 boxes, so one box moves recall by 0.02; a goal judged on a point value alone
+    cannot tell a lost box from noise."""
+    metric = _miou if task == "segment" else _recall
+    a, b = (start.get("samples") or {}).get(task), (now.get("samples") or {}).get(task)
+    if not a or not b or len(a) != len(b):
+        return None
+    rng = np.random.default_rng(seed)
+    full = range(len(a))
+    draws = [metric(b, idx) - metric(a, idx) for idx in rng.integers(0, len(a), size=(n_boot, len(a)))]
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return metric(b, full) - metric(a, full), float(lo), float(hi)
 
 
 def signal_study(manifest: Path, n: int) -> dict:
@@ -226,20 +264,28 @@ def regression_vs_start(start: dict, now: dict) -> str:
     return "held" if ok else reason.split(" (tolerance")[0].replace("rejected: ", "")
 
 
+def fmt_change(interval) -> str:
+    return "-" if interval is None else f"{interval[0]:+.3f} [{interval[1]:+.3f}, {interval[2]:+.3f}]"
+
+
 def write_table(out: Path, results: dict) -> str:
     lines = []
     for strategy, rows in results.get("strategies", {}).items():
         regression = served_regression(rows)
         lines += [f"### {strategy}", "", "| labels | served | run | retrain s | " +
-                  " | ".join(f"new {label}" for _, label, _ in REPORTED[:3]) + " | " +
+                  " | ".join(f"new {label}" for _, label, _ in REPORTED[:3]) +
+                  " | new mIoU change [95%] | new recall change [95%] | " +
                   " | ".join(f"suite {label}" for _, label, _ in SUITE) + " | suite vs start | " +
                   " | ".join(f"default {label}" for _, label, _ in REPORTED) + " |",
-                  "|" + "---|" * (4 + 3 + len(SUITE) + 1 + len(REPORTED))]
+                  "|" + "---|" * (4 + 3 + 2 + len(SUITE) + 1 + len(REPORTED))]
         for r, reg in zip(rows, regression):
             run = r.get("run") or {}
+            changes = [fmt_change(change_interval(rows[0]["test"], r["test"], task)) if r is not rows[0] else "-"
+                       for task in ("segment", "detect")]
             lines.append(f"| {r['labels']} | v{r['version']} | {run.get('status', 'start')} | "
                          f"{run.get('seconds', '-')} | "
                          + " | ".join(fmt(r["test"].get(k)) for k, _, _ in REPORTED[:3]) + " | "
+                         + " | ".join(changes) + " | "
                          + " | ".join(fmt(reg.get(k)) for k, _, _ in SUITE) + " | "
                          + regression_vs_start(regression[0], reg) + " | "
                          + " | ".join(fmt(r.get("default_test", {}).get(k)) for k, _, _ in REPORTED) + " |")
