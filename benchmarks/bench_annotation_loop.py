@@ -23,6 +23,7 @@ import io
 import json
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -177,7 +178,7 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
     from umind_core.data.manifest import read_manifest
 
     pool = {r.id: r for r in read_manifest(manifests["pool"])}
-    root = out / strategy
+    root = args.work / strategy  # the server refuses a workdir inside the source tree
     shutil.rmtree(root, ignore_errors=True)
     studies, workdir = root / "studies", root / "work"
     studies.mkdir(parents=True)
@@ -324,6 +325,9 @@ def main(argv=None) -> int:
     p.add_argument("--default-test", type=int, default=48)
     p.add_argument("--default-every", type=int, default=20,
                    help="score the default-appearance set after every this many labels (and at the start)")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "umind-annotation-loop",
+                   help="the data and each strategy's server studies and workdir; outside the source tree, which "
+                        "the server refuses as a workdir (results.json, table.md and loop.png go to --out)")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-labels", type=int, default=40)
     p.add_argument("--strategies", default="umind_uncertainty,random")
@@ -338,7 +342,8 @@ def main(argv=None) -> int:
                         "which is what a user gets)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    manifests = make_data(args.out / "data", args.pool, args.test, args.default_test)
+    args.work.mkdir(parents=True, exist_ok=True)
+    manifests = make_data(args.work / "data", args.pool, args.test, args.default_test)
     results = {"args": {k: str(v) for k, v in vars(args).items()}, "started": time.strftime("%Y-%m-%d %H:%M")}
     if args.resume and (args.out / "results.json").is_file():  # keep the strategies an earlier run measured
         old = json.loads((args.out / "results.json").read_text())
