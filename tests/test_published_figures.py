@@ -107,7 +107,8 @@ def test_annotation_loop_figures_in_readme_are_the_benchmarks():
 
 
 @pytest.mark.parametrize("folder,prefix", [("annotation_loop_reg150", ""),
-                                           ("annotation_loop_demo2", "demo model 2, ")])
+                                           ("annotation_loop_demo2", "demo model 2, "),
+                                           ("annotation_loop_demo2_ci", "demo model 2, run 2, ")])
 def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, prefix):
     """The README's rerun tables (the 150-image suite judged against the start; the loop from demo model 2)
     against their results.json."""
@@ -147,3 +148,19 @@ def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
                  " / ".join(f"{default[k]:.3f}" for k in ("segmentation_miou", "detection_f1",
                                                           "measurement_rel_error", "diagnosis_accuracy"))]
         assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text
+
+
+def test_annotation_loop_intervals_in_readme_are_the_benchmark():
+    """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_annotation_loop import change_interval, fmt_change
+
+    results = json.loads((REPO / "benchmarks" / "results" / "annotation_loop_demo2_ci" / "results.json").read_text())
+    text = README.read_text(encoding="utf-8")
+    for arm, rows in results["strategies"].items():
+        cells = " | ".join(f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'segment'))}; "
+                           f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'detect'))}" for r in rows[1:])
+        assert f"| demo model 2, run 2, `{arm}` change from start, mIoU and recall [95%] | | {cells} |" in text
