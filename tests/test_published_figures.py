@@ -127,18 +127,27 @@ def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, pref
 
 
 @pytest.mark.parametrize("folder,labels", [("random_seed0", "random (0)"), ("breast_seed0", "breast only (0)"),
-                                           ("random_seed1", "random (1)")])
+                                           ("random_seed1", "random (1)"),
+                                           ("rehearsal_look_seed0", "random (0), later")])
 def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
     """The README's recipe-sweep table, row by row, against benchmarks/results/loop_recipe/*/results.json."""
     import json
 
-    results = json.loads((REPO / "benchmarks" / "results" / "loop_recipe" / folder / "results.json").read_text())
-    names = {"start": "start", "loop": "loop", "lr1e-4": "lr 1e-4", "vision_lora": "vision LoRA", "steps80": "80 steps"}
-    if folder == "breast_seed0":  # scored on the same images from the same start: the README shows it once
-        same = REPO / "benchmarks" / "results" / "loop_recipe" / "random_seed0" / "results.json"
-        assert results["start"] == json.loads(same.read_text())["start"]
-    rows = [("start", "-", results["start"])] if folder != "breast_seed0" else []
-    rows += [(name, f"{round(row['train_s'])}", row) for name, row in results["recipes"].items()]
+    def load(name: str) -> dict:
+        return json.loads((REPO / "benchmarks" / "results" / "loop_recipe" / name / "results.json").read_text())
+
+    results, first = load(folder), load("random_seed0")
+    names = {"start": "start", "loop": "loop", "lr1e-4": "lr 1e-4", "vision_lora": "vision LoRA", "steps80": "80 steps",
+             "rehearsal_varied": "rehearsal on the `varied` look", "no_rehearsal": "no rehearsal"}
+    shown = dict(results["recipes"])
+    if folder != "random_seed1":  # the same scored images from the same start: the README shows the start once
+        assert results["start"]["tune"]["segmentation_miou"] == first["start"]["tune"]["segmentation_miou"]
+    if folder == "rehearsal_look_seed0":  # its loop row repeats random_seed0's (shown once): within 0.001
+        again = shown.pop("loop")["tune"]
+        assert all(abs(again[k] - first["recipes"]["loop"]["tune"][k]) < 0.001
+                   for k in ("segmentation_miou", "detection_recall"))
+    rows = [("start", "-", results["start"])] if folder in ("random_seed0", "random_seed1") else []
+    rows += [(name, f"{round(row['train_s'])}", row) for name, row in shown.items()]
     text = README.read_text(encoding="utf-8")
     assert len(results["labels"]) == 20
     for name, seconds, row in rows:

@@ -33,8 +33,10 @@ REGRESSION_SEED0 = 3_000_000
 _META = "set.json"
 
 
-def synthetic_set(folder: Path, n: int, seed0: int, size: int = 256, refusal_rate: float = 0.5) -> Path:
-    """folder/manifest.jsonl: `n` seeded synthetic images with all conversations, made once and reused.
+def synthetic_set(folder: Path, n: int, seed0: int, size: int = 256, refusal_rate: float = 0.5,
+                  appearance: str | None = None) -> Path:
+    """folder/manifest.jsonl: `n` seeded synthetic images with all conversations, made once and reused
+    (`appearance`: the generator's look, default its default look).
 
     Built in a temporary folder and renamed into place, so a run killed while making it leaves nothing
     half-made; a folder made with other settings is made again.
@@ -42,6 +44,8 @@ def synthetic_set(folder: Path, n: int, seed0: int, size: int = 256, refusal_rat
     folder = Path(folder)
     manifest = folder / "manifest.jsonl"
     meta = {"n": int(n), "seed0": int(seed0), "size": int(size), "refusal_rate": float(refusal_rate)}
+    if appearance is not None:
+        meta["appearance"] = appearance
     try:
         if manifest.is_file() and json.loads((folder / _META).read_text()) == meta:
             return manifest
@@ -52,7 +56,7 @@ def synthetic_set(folder: Path, n: int, seed0: int, size: int = 256, refusal_rat
     logger.info(f"umind: making the synthetic set {folder.name} ({n} images, seeds {seed0}..)")
     tmp = new_temp_dir(folder)
     try:
-        raw = write_synthetic_dataset(tmp, n, seed0=seed0, size=size, progress=False)
+        raw = write_synthetic_dataset(tmp, n, seed0=seed0, size=size, progress=False, appearance=appearance)
         attach_conversations(raw, raw, seed=seed0, refusal_rate=refusal_rate)
         (tmp / _META).write_text(json.dumps(meta))
         replace_dir(tmp, folder)
