@@ -173,3 +173,22 @@ def test_annotation_loop_intervals_in_readme_are_the_benchmark():
         cells = " | ".join(f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'segment'))}; "
                            f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'detect'))}" for r in rows[1:])
         assert f"| demo model 2, run 2, `{arm}` change from start, mIoU and recall [95%] | | {cells} |" in text
+
+
+def test_loop_without_rehearsal_figures_in_readme_are_the_benchmark():
+    """The no-rehearsal loop run: every run rejected, and its rejected candidates' test-split changes as quoted."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_annotation_loop import change_interval, fmt_change
+
+    folder = REPO / "benchmarks" / "results" / "annotation_loop_demo2_norehearsal"
+    rows = json.loads((folder / "results.json").read_text())["strategies"]["random"]
+    assert [r["run"]["status"] for r in rows[1:]] == ["rejected"] * 4
+    candidates = json.loads((folder / "rejected_candidates.json").read_text())
+    text = _flat(README)
+    for version, labels in (("1", 5), ("4", 20)):
+        seg = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "segment"))
+        rec = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "detect"))
+        assert seg in text and rec in text, (labels, seg, rec)
