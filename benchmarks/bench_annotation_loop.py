@@ -13,7 +13,9 @@ One run (README "Annotation loop"):
    served version on the test split (all tasks) and on the default-appearance set;
 3. before the loop, the start model's uncertainty signals on a sample of the pool against its true IoU
    (Spearman), to see which signal ranks errors;
-4. writes results.json (after every round, so a stopped run keeps what it measured), table.md and loop.png.
+4. writes results.json (after every round, so a stopped run keeps what it measured; with each test image's scores),
+   table.md (with each round's new-domain change from the start and its 95% paired bootstrap interval) and
+   loop.png.
 """
 
 from __future__ import annotations
