@@ -186,11 +186,15 @@ class _SlowEcho:
 
 def _cohorts(scheduler: BatchScheduler, clients: int, rounds: int, think_s: float) -> None:
     """Closed-loop clients in two cohorts: half start now, half half a batch later; each sends its next job
-    `think_s` after its answer, as an annotator's client writing a reply and sending the next request does."""
+    `think_s` after its answer, as an annotator's client writing a reply and sending the next request does.
+    Every caller must get its own answer (checked here, on the test's thread: a failed assert inside a client
+    thread would not fail the test)."""
+    answers: dict[tuple[int, int], list] = {}
+
     def client(c):
         time.sleep(0.0 if c < clients // 2 else scheduler.predictor.batch_s / 2)
         for r in range(rounds):
-            assert scheduler.run([(c, r)]) == [(c, r)]  # each caller gets its own answer
+            answers[(c, r)] = scheduler.run([(c, r)])
             time.sleep(think_s)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
@@ -198,6 +202,8 @@ def _cohorts(scheduler: BatchScheduler, clients: int, rounds: int, think_s: floa
         t.start()
     for t in threads:
         t.join(timeout=120)
+    expected = {(c, r): [(c, r)] for c in range(clients) for r in range(rounds)}
+    assert answers == expected
 
 
 def test_scheduler_regroup_merges_cohorts_of_closed_loop_clients():
