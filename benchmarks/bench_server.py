@@ -162,12 +162,16 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000, q))
 
 
-def _busy_s(server_url: str) -> float:
-    """Seconds the server's Predictor has spent in batches (its last 1000), from /info."""
+def _batching(server_url: str) -> dict:
+    """The server's batching stats (`/info` umind.batching)."""
     import requests
 
-    b = requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching") or {}
-    return float(b.get("batches") or 0) * float(b.get("mean_batch_s") or 0.0)
+    return requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching") or {}
+
+
+def _busy_s(batching: dict) -> float:
+    """Seconds the server's Predictor has spent in batches (its last 1000)."""
+    return float(batching.get("batches") or 0) * float(batching.get("mean_batch_s") or 0.0)
 
 
 class _CpuMeter:
@@ -207,10 +211,10 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
     flat = [req for reqs in plan for req in reqs]
     for req in flat[: 2 * len(MIXED)]:  # warm-up: every kind, the model loaded
         _send(server_url, req)
-    busy0 = _busy_s(server_url)
+    busy0 = _busy_s(_batching(server_url))
     with _CpuMeter(server_pid) as seq_cpu:
         alone = [_send(server_url, req) for req in flat]
-    busy1 = _busy_s(server_url)
+    busy1 = _busy_s(_batching(server_url))
     seq_s = seq_cpu.wall
 
     def client(reqs):
@@ -219,10 +223,8 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
     with _CpuMeter(server_pid) as conc_cpu, ThreadPoolExecutor(clients) as pool:
         together = [out for outs in pool.map(client, plan) for out in outs]
     conc_s = conc_cpu.wall
-    busy2 = _busy_s(server_url)
-    import requests
-
-    batching = requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching")
+    batching = _batching(server_url)
+    busy2 = _busy_s(batching)
     ok = all(a[1] == 200 for a in alone) and all(t[1] == 200 and _same_answer(t[2], a[2])
                                                  for t, a in zip(together, alone))
     mismatched = sum(not _same_answer(t[2], a[2]) for t, a in zip(together, alone))
