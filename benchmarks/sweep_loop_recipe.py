@@ -64,16 +64,16 @@ def make_sets(out: Path, n_pool: int, n_default: int):
     return read_manifest(pool_m), read_manifest(default_m)
 
 
-def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str | None = None):
-    """The loop's own path: datastore labels -> export -> conversations -> rehearsal mix."""
+def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str | None = None) -> Path:
+    """The loop's own path: datastore labels -> export -> `training_set` (conversations, rehearsal mix), as
+    `umind_lora` runs it; `rehearsal` and `look` are the recipe's ratio and rehearsal pool look."""
     from monailabel.datastore.local import LocalDatastore
 
     from lib.conf import TrainParams
     from lib.trainers.dataset import export_datastore
-    from lib.trainers.rehearsal import REHEARSAL_SEED0, mix_rehearsal, rehearsal_plan, synthetic_set
-    from umind_core.data.conversations import attach_conversations
+    from lib.trainers.rehearsal import training_set
 
-    p = TrainParams()
+    p = dataclasses.replace(TrainParams(), rehearsal=rehearsal)
     studies = out / f"studies_{rehearsal}"
     studies.mkdir(parents=True, exist_ok=True)
     ds = LocalDatastore(str(studies), extensions=("*.png",), auto_reload=False)
@@ -88,15 +88,11 @@ def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str
         tmp.write_bytes(data)
         ds.save_label(rec.id, str(tmp), "final", info)
     # the server's default `labels` conf ("lesion"): it names only values the label info leaves unnamed (none here)
-    data = export_datastore(ds, out / f"data_{rehearsal}", ("lesion",), p.val_fraction, p.min_val, p.seed)
-    labels = attach_conversations(data.train_manifest, out / f"data_{rehearsal}" / "labels.jsonl", seed=seed,
-                                  refusal_rate=p.refusal_rate)
-    n, copies = rehearsal_plan(data.n_train_records, rehearsal, p.rehearsal_min, p.rehearsal_pool)
-    pool = synthetic_set(out / f"rehearsal_{look or 'default'}", p.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=0.5,
-                         appearance=look) if n else None
-    manifest, _ = mix_rehearsal(labels, pool, n, seed, out / f"data_{rehearsal}" / f"train_{look or 'default'}.jsonl",
-                                copies=copies)
-    return manifest, data
+    data = export_datastore(ds, out / f"data_{rehearsal}_{look or 'default'}", ("lesion",), p.val_fraction,
+                            p.min_val, p.seed)
+    manifest, _, _ = training_set(data.train_manifest, data.n_train_records, p, out / f"rehearsal_{look or 'default'}",
+                                  seed=seed, appearance=look)
+    return manifest
 
 
 def score(model, sets: dict) -> dict:
@@ -189,7 +185,7 @@ def main(argv=None) -> int:
     for name in names:
         key = (RECIPES[name][0].get("rehearsal", TrainParams().rehearsal), RECIPES[name][0].get("rehearsal_look"))
         if key not in manifests:
-            manifests[key], _ = build_training_set(picked, work, args.seed, *key)
+            manifests[key] = build_training_set(picked, work, args.seed, *key)
         row = run_recipe(name, manifests[key], sets, args.out)
         results.setdefault("recipes", {})[name] = row
         write_text(path, json.dumps(results, indent=2))

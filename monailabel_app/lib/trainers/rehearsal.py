@@ -24,7 +24,8 @@ from umind_core.atomic import new_temp_dir, replace_dir
 from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import ManifestRecord, read_manifest, rebase, write_manifest
 
-__all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "rehearsal_plan", "mix_rehearsal", "LabelHistory"]
+__all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "rehearsal_plan", "mix_rehearsal", "training_set",
+           "LabelHistory"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,25 @@ def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed
             rebase(rec, out.parent)
             rec.id = f"rehearsal-{rec.id}"
     return write_manifest(records + picked, out), len(picked)
+
+
+def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: int | None = None,
+                 appearance: str | None = None) -> tuple[Path, int, int]:
+    """A run's training manifest beside `train_raw` (the exported new labels): their conversations
+    (labels.jsonl), then the rehearsal `params` (a TrainParams) asks for, drawn from the seeded pool in
+    `pool_dir` (train.jsonl). Returns (manifest, rehearsal records, copies of each new record).
+
+    One owner of the recipe, so that `benchmarks/sweep_loop_recipe.py` trains on what `umind_lora` trains on.
+    `seed` defaults to the params' own; `appearance` is the rehearsal pool's look (default: the default look).
+    """
+    seed = params.seed if seed is None else seed
+    out = Path(train_raw).parent
+    labels = attach_conversations(train_raw, out / "labels.jsonl", seed=seed, refusal_rate=params.refusal_rate)
+    n, copies = rehearsal_plan(n_records, params.rehearsal, params.rehearsal_min, params.rehearsal_pool)
+    pool = synthetic_set(pool_dir, params.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=max(params.refusal_rate, 0.5),
+                         appearance=appearance) if n else None
+    manifest, picked = mix_rehearsal(labels, pool, n, seed, out / "train.jsonl", copies=copies)
+    return manifest, picked, copies
 
 
 class LabelHistory:

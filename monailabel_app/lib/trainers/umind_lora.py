@@ -31,7 +31,6 @@ from monailabel.interfaces.datastore import Datastore
 from monailabel.interfaces.tasks.train import TrainTask
 
 from umind_core.atomic import write_text
-from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import ManifestRecord, read_manifest
 
 from ..conf import TrainParams, parse_train_params
@@ -40,8 +39,7 @@ from ..runtime import Runtime
 from .dataset import export_datastore
 from .evaluate import score_sets
 from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table
-from .rehearsal import (REGRESSION_SEED0, REHEARSAL_SEED0, LabelHistory, mix_rehearsal, rehearsal_plan,
-                        synthetic_set)
+from .rehearsal import REGRESSION_SEED0, LabelHistory, synthetic_set, training_set
 
 __all__ = ["UMindLoRATrain", "folder_bytes"]
 
@@ -166,17 +164,8 @@ class UMindLoRATrain(TrainTask):
                                 params.min_val, params.seed, held_out=earlier_ids)
         run.update(train_images=data.train_ids, val_images=data.val_ids, skipped=data.skipped,
                    notes=data.notes, n_train_records=data.n_train_records, n_val_records=data.n_val_records)
-        labels = attach_conversations(data.train_manifest, staging / "data" / "labels.jsonl", seed=params.seed,
-                                      refusal_rate=params.refusal_rate)
-        pool = None
-        n_rehearsal, copies = rehearsal_plan(data.n_train_records, params.rehearsal, params.rehearsal_min,
-                                             params.rehearsal_pool)
-        if n_rehearsal:
-            pool = synthetic_set(workdir / "rehearsal", params.rehearsal_pool, REHEARSAL_SEED0,
-                                 refusal_rate=max(params.refusal_rate, 0.5))
-        manifest, run["n_rehearsal_records"] = mix_rehearsal(labels, pool, n_rehearsal, params.seed,
-                                                             staging / "data" / "train.jsonl", copies=copies)
-        run["new_record_copies"] = copies
+        manifest, run["n_rehearsal_records"], run["new_record_copies"] = training_set(
+            data.train_manifest, data.n_train_records, params, workdir / "rehearsal")
         val = read_manifest(data.val_manifest)
         new_val = [r for r in val if r.extra.get("source", {}).get("datastore_image") not in earlier_ids]
         sets = {SET_NEW: new_val, SET_EARLIER: history.records()}
