@@ -118,11 +118,13 @@ def paired_samples(samples: list[dict]) -> dict[str, list]:
 
 
 def _miou(segment: list[dict], idx) -> float:
-    """The runner's mIoU (mean over sites of the per-site mean IoU) of the samples `idx`."""
+    """The runner's mIoU (`metrics.mean_over_sites`) of the samples `idx`."""
+    from umind_core.evaluation.metrics import mean_over_sites
+
     per_site: dict[str, list[float]] = {}
     for i in idx:
         per_site.setdefault(segment[i]["site"], []).extend(segment[i]["ious"])
-    return float(np.mean([np.mean(v) for v in per_site.values() if v]))
+    return mean_over_sites(per_site)
 
 
 def _recall(detect: list[dict], idx) -> float:

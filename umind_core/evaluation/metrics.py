@@ -27,6 +27,7 @@ __all__ = [
     "REFUSAL_PHRASES",
     "NON_REFUSAL_PHRASES",
     "mask_iou",
+    "mean_over_sites",
     "mask_dice",
     "segmentation_miou",
     "box_iou",
@@ -91,6 +92,12 @@ def mask_dice(pred: np.ndarray, gt: np.ndarray) -> float:
     return float(compute_dice(p, g, include_background=True, ignore_empty=False).item())
 
 
+def mean_over_sites(per_site_values: dict[str, list[float]]) -> float:
+    """The unweighted mean over sites of each site's mean IoU (sites without a value left out): the rule
+    `segmentation_miou` reports, also what a bootstrap over its per-sample IoUs recomputes."""
+    return float(np.mean([np.mean(v) for v in per_site_values.values() if v]))
+
+
 def segmentation_miou(samples: Iterable[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, Any]:
     """mIoU per site (mean of per-image IoUs) and their unweighted mean over sites.
 
@@ -116,7 +123,7 @@ def segmentation_miou(samples: Iterable[tuple[str, np.ndarray, np.ndarray]]) -> 
     per_site = {s: float(np.mean(v)) for s, v in per_site_values.items()}
     return {
         "per_site": per_site,
-        "mean": float(np.mean(list(per_site.values()))),
+        "mean": mean_over_sites(per_site_values),
         "n": sum(len(v) for v in per_site_values.values()),
         "n_per_site": {s: len(v) for s, v in per_site_values.items()},
     }
