@@ -1,6 +1,8 @@
 """The fast decode path (issue 16) against transformers' eager forward, the reference.
 
-Greedy answers must be the same tokens, mask logits equal to 1e-5, for every task; on the trained tiny fixture, on
+Greedy answers must be the same tokens, mask logits equal to 1e-5 (absolute, plus 1e-5 relative: on the CPU the
+fast path keeps its projections transposed in memory, and MKL then sums each product in another order, which moves
+the demo model's float32 logits (median magnitude 9, up to 13) by up to about 2e-5), for every task; on the trained tiny fixture, on
 the shipped demo model (real weights, a real refusal), on a LoRA + trainable-token model whose adapters the fast
 path merges, with a cache that has to grow, after weights change in place, and when compiling fails.
 """
@@ -61,7 +63,7 @@ def _assert_same(eager, fast):
     assert len(masks_f) == len(masks_e)
     for me, mf in zip(masks_e, masks_f):
         assert mf.shape == me.shape
-        torch.testing.assert_close(mf, me, atol=1e-5, rtol=0)
+        torch.testing.assert_close(mf, me, atol=1e-5, rtol=1e-5)
 
 
 def _task_calls():
@@ -106,7 +108,7 @@ def test_batched_frames_equal_eager(trained_tiny):
     assert [r.text for r in out["static"][0]] == [r.text for r in out["eager"][0]]
     assert len(out["eager"][1]) == 3
     for me, mf in zip(out["eager"][1], out["static"][1]):
-        torch.testing.assert_close(mf, me, atol=1e-5, rtol=0)
+        torch.testing.assert_close(mf, me, atol=1e-5, rtol=1e-5)
 
 
 def test_a_cache_that_must_grow_gives_the_same_answers(trained_tiny, monkeypatch):

@@ -131,7 +131,8 @@ class DecodeWeights:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = float(cfg.rms_norm_eps)
         self.embed = _embedding_weight(qwen.get_input_embeddings())
-        self.lm_head, self.lm_bias = _linear_weights(qwen.lm_head)
+        lm_head, self.lm_bias = _linear_weights(qwen.lm_head)
+        self.lm_head = self._layout(lm_head)
         self.norm = lm.norm.weight.detach()
         self.layers = [self._layer(layer) for layer in lm.layers]
         rot = lm.rotary_emb
@@ -150,12 +151,27 @@ class DecodeWeights:
         (wg, bg), (wu, bu), (wd, bd) = (_linear_weights(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
         if bg is not None or bu is not None or bd is not None:
             raise TypeError("MLP biases are not reproduced by the lean step")
+        layout = self._layout
         return _LayerWeights(
             ln1=layer.input_layernorm.weight.detach(), ln2=layer.post_attention_layernorm.weight.detach(),
-            wqkv=torch.cat([wq, wk, wv]).contiguous(), bqkv=bqkv,
+            wqkv=layout(torch.cat([wq, wk, wv])), bqkv=bqkv,
             q_norm=att.q_norm.weight.detach(), k_norm=att.k_norm.weight.detach(),
-            wo=wo, bo=bo, wgu=torch.cat([wg, wu]).contiguous(), wdown=wd,
+            wo=layout(wo), bo=bo, wgu=layout(torch.cat([wg, wu])), wdown=layout(wd),
         )
+
+    def _layout(self, weight: torch.Tensor) -> torch.Tensor:
+        """A projection's (out, in) weight as the step's products read it fastest.
+
+        On the CPU, a single token's product x @ W.T reads W once per token, and MKL reads an (in, out) matrix
+        stored row-major about 25% faster than the (out, in) one nn.Linear keeps (measured on this project's
+        2-core machine: 17 products of the demo model's shapes, 0.40 against 0.54 ms). So the CPU step keeps
+        each projection transposed in memory (a copy) and hands F.linear the transposed view of it: same values,
+        same formula, another memory order. CUDA's products take either order at the same speed, and there the
+        nn.Linear weight is shared, not copied.
+        """
+        if weight.device.type != "cpu":
+            return weight.contiguous()
+        return weight.t().contiguous().t()
 
     def rope_table(self, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for text positions 0..n-1, computed as transformers computes them (float32, then cast)."""
@@ -347,15 +363,30 @@ def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot, valid):
     """
     x = F.embedding(ids, w.embed)
     capacity = keys[0].shape[2]
-    mask = ((torch.arange(capacity, device=ids.device) <= slot)[None, :] & valid)[:, None, None, :]
-    scale = w.head_dim ** -0.5
+    hidden = ~((torch.arange(capacity, device=ids.device) <= slot)[None, :] & valid)[:, None, None, :]
     for layer, kc, vc in zip(w.layers, keys, values):
         q, key, value = _attention_inputs(w, layer, x, cos, sin)
         kc.index_copy_(2, slot, key)
         vc.index_copy_(2, slot, value)
-        attn = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask, scale=scale, enable_gqa=True)
-        x = _attention_output_and_mlp(w, layer, x, attn)
+        x = _attention_output_and_mlp(w, layer, x, _one_query_attention(w, q, kc, vc, hidden))
     return _logits(w, x), _rms(x, w.norm, w.eps)
+
+
+def _one_query_attention(w: DecodeWeights, q, keys, values, hidden):
+    """Attention of one query per row over the whole cache, written as two products and a softmax.
+
+    Why not F.scaled_dot_product_attention: for one query its CPU kernel is a black box of some 50 us per layer
+    (block loops, allocations) around arithmetic that is a few thousand multiply-adds; spelled out, the compiler
+    fuses the scale, the mask and the softmax into one loop beside two small products, and the step is about
+    15% faster (measured in one process against the SDPA step). The query heads sharing a key/value head
+    (grouped-query attention) are that head's rows: query head h reads kv head h // (heads / kv_heads), as SDPA's
+    enable_gqa does. `hidden` (B, 1, 1, capacity) is True where a slot may not be attended to.
+    """
+    b = q.shape[0]
+    group = w.n_heads // w.n_kv
+    scores = torch.matmul(q.reshape(b, w.n_kv, group, w.head_dim) * w.head_dim ** -0.5, keys.transpose(-1, -2))
+    probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    return torch.matmul(probs, values).reshape(b, w.n_heads, 1, w.head_dim)
 
 
 class FastDecoder:
