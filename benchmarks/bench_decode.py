@@ -28,7 +28,7 @@ from umind_core import demo
 from umind_core.data import synthetic
 from umind_core.predictor import Predictor
 
-MODES = ("eager", "static", "compiled")
+MODES = ("eager", "static", "compiled", "tuned")
 
 
 def timed(fn) -> tuple[float, float]:

@@ -2,9 +2,10 @@
 
 Greedy answers must be the same tokens, mask logits equal to 1e-5 (absolute, plus 1e-5 relative: on the CPU the
 fast path keeps its projections transposed in memory, and MKL then sums each product in another order, which moves
-the demo model's float32 logits (median magnitude 9, up to 13) by up to about 2e-5), for every task; on the trained tiny fixture, on
-the shipped demo model (real weights, a real refusal), on a LoRA + trainable-token model whose adapters the fast
-path merges, with a cache that has to grow, after weights change in place, and when compiling fails.
+the demo model's float32 logits (median magnitude 9, up to 13) by up to about 2e-5), for every task; on the trained
+tiny fixture, on the shipped demo model (real weights, a real refusal), on a LoRA + trainable-token model whose
+adapters the fast path merges, with a cache that has to grow, after weights change in place (also with the weights
+frozen into a tuned graph), and when compiling fails.
 """
 
 from __future__ import annotations
@@ -86,10 +87,11 @@ def test_static_cache_path_equals_eager_for_every_task(trained_tiny):
     assert not isinstance(eager[3]._state.cache, fast_decode.StaticKVCache)
 
 
-def test_compiled_step_equals_eager_for_every_task(trained_tiny):
+@pytest.mark.parametrize("mode", ["compiled", "tuned"])
+def test_compiled_step_equals_eager_for_every_task(trained_tiny, mode):
     calls = _task_calls()
     eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
-    fast = _answers(trained_tiny, "compiled", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, mode, make_image(0), calls, max_new_tokens=64)
     assert fast[3]._fast.compile_error is None, fast[3]._fast.compile_error
     assert fast[3]._fast._compiled, "the single-token step was never compiled"
     _assert_same(eager, fast)
@@ -176,9 +178,10 @@ def test_adapters_are_merged_once_and_match_the_wrapped_forward(tiny_model_facto
     assert "TrainableTokensWrapper" in {type(m).__name__ for m in model.qwen.modules()}
 
 
-def test_weights_changed_in_place_are_picked_up_at_the_next_image(trained_tiny):
+@pytest.mark.parametrize("mode", ["static", "tuned"])  # tuned: the weights are frozen into the compiled graph
+def test_weights_changed_in_place_are_picked_up_at_the_next_image(trained_tiny, mode):
     model = copy.deepcopy(trained_tiny)
-    fast = Predictor(model, decode="static", max_new_tokens=64)
+    fast = Predictor(model, decode=mode, max_new_tokens=64)
     fast.set_image(make_image(0))
     before = fast.predict("diagnose").text
     with torch.no_grad():  # swap the (tied) rows of the answer's first token and a digit: the answer must change
@@ -192,6 +195,17 @@ def test_weights_changed_in_place_are_picked_up_at_the_next_image(trained_tiny):
     after = fast.predict("diagnose").text
     assert after == eager.predict("diagnose").text
     assert after != before
+
+
+def test_tuned_step_builds_its_own_graph_after_a_compiled_one(trained_tiny):
+    """Dynamo reuses a graph whose guards pass: without a code object of its own, the tuned step would run the
+    compiled mode's graph (no frozen weights, no tuned products) and never tune."""
+    from torch._dynamo.utils import counters
+
+    _answers(trained_tiny, "compiled", make_image(0), [("detect", "lesion")], max_new_tokens=64)
+    before = counters["stats"]["unique_graphs"]
+    _answers(trained_tiny, "tuned", make_image(0), [("detect", "lesion")], max_new_tokens=64)
+    assert counters["stats"]["unique_graphs"] > before
 
 
 def test_a_failing_compile_falls_back_to_eager_with_one_warning(trained_tiny, monkeypatch, caplog):
@@ -220,12 +234,14 @@ def test_training_mode_keeps_the_eager_cache(trained_tiny):
 
 
 def test_decode_mode_is_checked_and_read_from_the_environment(trained_tiny, monkeypatch):
-    with pytest.raises(PredictorError, match="decode must be one of static, compiled, eager"):
+    with pytest.raises(PredictorError, match="decode must be one of static, compiled, tuned, eager"):
         Predictor(trained_tiny, decode="fastest")
     monkeypatch.setenv(fast_decode.DECODE_ENV, "eager")
     assert Predictor(trained_tiny)._fast is None
     monkeypatch.setenv(fast_decode.DECODE_ENV, "compiled")
     assert Predictor(trained_tiny)._fast.compile is True
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
+    assert Predictor(trained_tiny)._fast.tune is True
     monkeypatch.setenv(fast_decode.DECODE_ENV, "bogus")
     with pytest.raises(PredictorError, match="UMIND_DECODE"):
         Predictor(trained_tiny)

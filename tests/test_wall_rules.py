@@ -102,6 +102,17 @@ def test_infer_image_is_a_datastore_id_unless_image_dirs_allow_the_file(tmp_path
         resolve_infer_image(str(tmp_path / "secret.png"), store, (), uploaded=True)
 
 
+def test_decode_conf_reaches_the_served_predictor(tmp_path):
+    from lib.model_holder import ModelSpec, _load
+    from lib.runtime import Runtime
+
+    assert parse_conf({}, str(tmp_path)).decode == ""  # the Predictor's own default (UMIND_DECODE or static)
+    conf = parse_conf({"decode": "Eager"}, str(tmp_path))
+    spec = Runtime.create(conf).spec()
+    assert spec.decode == "eager" and spec.key != ModelSpec(*spec.key[:-1]).key
+    assert _load(spec)._fast is None  # eager: transformers' own forward, no fast decoder
+
+
 def test_caps_name_their_conf_key(tmp_path):
     conf = parse_conf({"max_clicks": "3", "max_frames": "2", "max_pixels": "1000"}, str(tmp_path))
     check_request_counts({"foreground": [[1, 1, 0]] * 2, "background": [[2, 2, 0]]}, conf)
@@ -124,6 +135,7 @@ def test_caps_name_their_conf_key(tmp_path):
     ({"image_dirs": "/no/such/folder"}, "image_dirs must list existing absolute folders"),
     ({"cors_origins": "*"}, "cors_origins must list origins"), ({"cors_origins": "ftp://x"}, "cors_origins"),
     ({"cors_origins": "https://a.example/app"}, "cors_origins"),
+    ({"decode": "fastest"}, "decode must be one of static, compiled, tuned, eager"),
 ])
 def test_bad_cap_or_image_dirs_stop_the_start(tmp_path, conf, words):
     with pytest.raises(ConfError, match=words):

@@ -19,8 +19,9 @@ How the work is split:
   left-padded), so every row answers as it would alone; the eager path batches only rows of one frame size and
   one prompt. Sequences that finish early are fed padding that nobody reads.
 - Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
-  transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`); `decode="eager"`
-  is transformers' own forward, the reference the fast path is tested against.
+  transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`, or one with frozen
+  weights and autotuned products: `"tuned"`); `decode="eager"` is transformers' own forward, the reference the
+  fast path is tested against.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from umind_core.modeling.fast_decode import DECODE_MODES
 from umind_core.training.config import TrainConfig, TrainingError
 
 from .booleans import as_bool
@@ -98,6 +99,8 @@ class AppConfig:
     #: Off by default: on 2 CPU cores 30 ms filled batches (5-6.7 callers against 4) for +6% throughput, inside
     #: the run-to-run spread (README "Many annotators on one model")
     batch_regroup_ms: float = 0.0
+    #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "static"
+    decode: str = ""
 
 
 def _int(key: str, value: object, minimum: int | None = None) -> int:
@@ -257,4 +260,5 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         batch_window_ms=_float("batch_window_ms", conf.get("batch_window_ms", AppConfig.batch_window_ms), 0.0, 1000.0),
         batch_regroup_ms=_float("batch_regroup_ms", conf.get("batch_regroup_ms", AppConfig.batch_regroup_ms), 0.0,
                                 1000.0),
+        decode=_choice("decode", conf["decode"], DECODE_MODES) if conf.get("decode") else "",
     )

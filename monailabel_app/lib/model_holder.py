@@ -29,10 +29,12 @@ class ModelSpec:
     device: str = "cpu"
     dtype: str = "float32"
     max_new_tokens: int = 256
+    decode: str = ""  # "" = the Predictor's default (UMIND_DECODE or static)
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.version, self.version_dir, self.device, self.dtype, self.max_new_tokens)
+        return (self.model, self.version, self.version_dir, self.device, self.dtype, self.max_new_tokens,
+                self.decode)
 
 
 class ModelHolder:
@@ -78,7 +80,7 @@ def _load(spec: ModelSpec):
     from umind_core.predictor import Predictor
 
     logger.info(f"umind: loading model {spec.model or 'demo'} version {spec.version} on {spec.device}")
-    return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens)
+    return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens, decode=spec.decode or None)
 
 
 holder = ModelHolder()

@@ -44,7 +44,7 @@ class Runtime:
         v = self.served_version() if version is None else int(version)
         vdir = self.versions.model_dir(v)
         return ModelSpec(self.conf.model, v, None if vdir is None else str(vdir), self.conf.device,
-                         self.conf.dtype, self.conf.max_new_tokens)
+                         self.conf.dtype, self.conf.max_new_tokens, self.conf.decode)
 
     def predictor(self):
         """(Predictor, version) of the served version, loaded lazily once per process.

@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the process's accelerator or cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--decode",
+                        help="static (default, or UMIND_DECODE), compiled, tuned (frozen weights and autotuned "
+                             "products: fastest per token, 10-40 s to tune each batch size at first), or eager "
+                             "(transformers' forward, the reference)")
     parser.add_argument("--overwrite", action="store_true", help="redo inputs whose results.json exists")
     parser.add_argument("--overlay", action="store_true", help="also write an overlay PNG per frame")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no per-failure lines")
@@ -349,7 +353,8 @@ def run(args: argparse.Namespace) -> int:
     if pending:
         model = demo.load_model(args.model, device=device, dtype=args.dtype,
                                 warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
-        predictor = Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        predictor = Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                              decode=args.decode)
     records: list[Record] = []
     if is_main:  # specs that named nothing are reported once, by the first process
         records += [Record(len(items) + k, spec, None, "failed", message=why)
