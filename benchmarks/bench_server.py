@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -205,6 +206,21 @@ class _CpuMeter:
                 f"of {cores} cores)")
 
 
+def _bursts(server_url: str, flat: list, clients: int) -> None:
+    """Bursts of 1, 2, 4, ... `clients` requests sent at once (twice each): the batch sizes a compiled or tuned
+    decoder builds a step graph for (its row buckets), met before the timing rather than in it."""
+    sizes = [1 << i for i in range(clients.bit_length()) if 1 << i <= clients]
+    for k in sizes + sizes:
+        gate = threading.Barrier(k)
+
+        def send(req, gate=gate):
+            gate.wait()
+            _send(server_url, req)
+
+        with ThreadPoolExecutor(k) as pool:
+            list(pool.map(send, flat[:k]))
+
+
 def _concurrency(server_url: str, clients: int, per_client: int, images: int, server_pid: int | None = None,
                  warm_concurrent: bool = False) -> bool:
     """Sequential pass, then concurrent pass, of the same requests; prints ratios; True when every reply matched.
@@ -218,9 +234,11 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
         _send(server_url, req)
     if warm_concurrent:
         t0 = time.perf_counter()
+        _bursts(server_url, flat, clients)
         with ThreadPoolExecutor(clients) as pool:
             list(pool.map(lambda reqs: [_send(server_url, req) for req in reqs], plan))
-        print(f"untimed concurrent warm-up pass: {time.perf_counter() - t0:.1f} s")
+        print(f"untimed warm-up (bursts of 1, 2, 4, ..., {clients} requests, then a concurrent pass): "
+              f"{time.perf_counter() - t0:.1f} s")
     busy0 = _busy_s(_batching(server_url))
     with _CpuMeter(server_pid) as seq_cpu:
         alone = [_send(server_url, req) for req in flat]
@@ -417,6 +435,8 @@ def _main_concurrency(args) -> int:
         try:
             ok = _concurrency(server.url, args.clients, args.per_client, images, server.proc.pid,
                               warm_concurrent=args.decode in ("compiled", "tuned"))
+            builds = [line for line in server.log_tail(100000).splitlines() if "decode step" in line]
+            print(f"decode step graphs the server built ({len(builds)}):" + "".join(f"\n  {b}" for b in builds))
         except Exception:
             print(server.log_tail(), file=sys.stderr)
             raise

@@ -192,3 +192,22 @@ def test_loop_without_rehearsal_figures_in_readme_are_the_benchmark():
         seg = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "segment"))
         rec = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "detect"))
         assert seg in text and rec in text, (labels, seg, rec)
+
+
+def test_decode_table_in_readme_is_the_benchmark():
+    """Every row of the "Decode speed" table, recomputed from the run bench_decode.py wrote (its ratios included)."""
+    import json
+
+    run = json.loads((REPO / "benchmarks" / "results" / "decode.json").read_text())
+    figures, eager = run["figures"], run["figures"]["eager"]
+    assert run["same_answer"] and not run["compile_error"]
+    text = README.read_text(encoding="utf-8")
+    for mode, f in figures.items():
+        ratio = f"{eager['step_ms'] / f['step_ms']:.2f}"
+        cold_cached = f"{f['cold_ms'] / f['cached_ms']:.2f}"
+        if mode == "tuned":  # the goal columns are printed in bold
+            ratio, cold_cached = f"**{ratio}**", f"**{cold_cached}**"
+        row = (f"| {mode} | {f['step_ms']:.2f} | {1e3 / f['step_ms']:.0f} | {ratio} | "
+               f"{eager['step_cpu_ms'] / f['step_cpu_ms']:.2f} | {f['answer_decode_tok_s']:.0f} | {f['cold_ms']:.0f} | "
+               f"{f['cached_ms']:.0f} | {cold_cached} |")
+        assert row in text, row
