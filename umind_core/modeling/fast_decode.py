@@ -412,9 +412,10 @@ def _one_query_attention(w: DecodeWeights, q, keys, values, hidden):
     Why not F.scaled_dot_product_attention: for one query its CPU kernel took 50-60 us a layer in a profile
     (block loops, allocations) around arithmetic of a few thousand multiply-adds; spelled out, the compiler fuses
     the scale, the mask and the softmax into one loop beside two small products (the compiled demo step measured
-    1.15-1.24 ms against 1.50-1.64 ms with SDPA, one process each, both with transposed weights). The query heads sharing a key/value head
-    (grouped-query attention) are that head's rows: query head h reads kv head h // (heads / kv_heads), as SDPA's
-    enable_gqa does. `hidden` (B, 1, 1, capacity) is True where a slot may not be attended to.
+    1.15-1.24 ms against 1.50-1.64 ms with SDPA, one process each, both with transposed weights). The query
+    heads sharing a key/value head (grouped-query attention) are that head's rows: query head h reads kv head
+    h // (heads / kv_heads), as SDPA's enable_gqa does. `hidden` (B, 1, 1, capacity) is True where a slot may
+    not be attended to.
     """
     b = q.shape[0]
     group = w.n_heads // w.n_kv
