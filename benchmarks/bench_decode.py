@@ -7,9 +7,10 @@ side alike:
 (c) a cold prompt (set_image + predict) against a second prompt on the cached image, per mode, at the demo model's
     own input size (256 px: the processor's minimum, an 8x8 merged grid).
 Every figure is a median over rounds; the ratios are what to read. Each mode's round starts with one untimed pass
-of (a): the three modes hold three copies of the language model's weights (the fast ones their own fused, transposed
-copy), about 40 MB together against a 32 MB L3 here, and a server runs one mode, so a mode is timed with its own
-weights warm, not just after another mode evicted them. Wall time and process CPU time are both given:
+of (a): the modes hold their own copies of the language model's weights (13.4 MB each for the demo model: the
+model's, the fast modes' fused and transposed ones, the tuned graph's packed ones), more together than the 32 MB
+L3 here, and a server runs one mode, so a mode is timed with its own weights warm, not just after another mode
+evicted them. Wall time and process CPU time are both given:
 on a loaded machine the CPU-time ratios are the steadier ones.
 
     nice -n 19 .venv/bin/python benchmarks/bench_decode.py [--rounds 7] [--steps 40] [--out results.json]

@@ -225,9 +225,9 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
                  warm_concurrent: bool = False) -> bool:
     """Sequential pass, then concurrent pass, of the same requests; prints ratios; True when every reply matched.
 
-    `warm_concurrent`: one untimed concurrent pass first, so that the step graphs a compiled or tuned decoder
-    builds once per batch size are built before the timing (a batch size it has not met still builds in the
-    timed pass; /info's batch sizes say which sizes occurred)."""
+    `warm_concurrent`: untimed bursts of 1, 2, 4, 8 requests and one concurrent pass first, so that the step
+    graphs a compiled or tuned decoder builds once per batch size are built before the timing (a size the warm-up
+    did not form still builds in the timed pass; the server log lines printed at the end say which were built)."""
     plan = _mixed_requests(clients, per_client, images)
     flat = [req for reqs in plan for req in reqs]
     for req in flat[: 2 * len(MIXED)]:  # warm-up: every kind, the model loaded
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the server's batch_regroup_ms (default: its own; in process: the scheduler's default, off)")
     ap.add_argument("--decode", default=None,
                     help="the server's decode conf (in process: the Predictor's); compiled and tuned build a step "
-                         "graph per batch size, so one untimed concurrent pass runs first")
+                         "graph per batch size, so an untimed warm-up forms those batches first")
     ap.add_argument("--in-process", action="store_true",
                     help="with --clients: the same plan through a BatchScheduler in this process, no HTTP")
     args = ap.parse_args(argv)

@@ -122,6 +122,10 @@ def validate_request(args: argparse.Namespace) -> Request:
         raise InferError(f"--parallel must be at least 1, got {args.parallel}")
     if args.max_new_tokens < 1:
         raise InferError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    from ..modeling.fast_decode import DECODE_MODES
+
+    if args.decode is not None and args.decode not in DECODE_MODES:
+        raise InferError(f"--decode must be one of {', '.join(DECODE_MODES)}, got {args.decode!r}")
     prompts.build_user_text(args.task, prompt)  # length, special tokens, a question for ask
     return Request(task=args.task, prompt=prompt, box=visual.box,
                    points=None if visual.points is None else list(visual.points),
