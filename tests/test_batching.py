@@ -256,3 +256,20 @@ def test_stacked_cache_hides_holes():
     assert stacked.valid[1, :5].all()
     assert torch.equal(stacked.keys[0][0, :, 2:5], torch.ones(2, 3, 4))
     assert torch.equal(stacked.keys[0][0, :, :2], torch.zeros(2, 2, 4))
+
+
+def test_scheduler_runs_the_model_on_its_executor():
+    """With an executor, every batch's predict_many runs on the executor's one thread, not on the scheduler's
+    worker (the server keeps its model's work on one thread: torch's OpenMP slows every other thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class ThreadEcho(_SlowEcho):
+        def predict_many(self, jobs, on_chunk=None):
+            return [(threading.current_thread().name, job) for job in jobs]
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as model_thread:
+        scheduler = BatchScheduler(ThreadEcho(0), window_ms=0, executor=model_thread)
+        names = {name for r in range(3) for name, _ in scheduler.run([r])}
+    assert len(names) == 1 and names.pop().startswith("model"), names
+    alone = BatchScheduler(ThreadEcho(0), window_ms=0)  # without one: the scheduler's own worker
+    assert alone.run([0])[0][0] == "umind-batch"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import io
 import sys
+import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +150,24 @@ def test_defaults_are_on_and_server_paths_off(tmp_path):
     assert conf.image_dirs == () and conf.cors_origins == ()
     assert parse_conf({"cors_origins": "https://a.example/, http://b:3000"}, str(tmp_path)).cors_origins == (
         "https://a.example", "http://b:3000")
+
+
+def test_the_served_model_loads_and_answers_on_the_model_thread(tmp_path, monkeypatch):
+    """The model is loaded on MODEL_THREAD whatever thread asks first, and the infer scheduler runs batches there."""
+    import lib.model_holder as model_holder
+    from lib.runtime import Runtime
+
+    loaded_on = []
+
+    def fake_load(spec):
+        loaded_on.append(threading.current_thread().name)
+        return types.SimpleNamespace(batch_size=8)
+
+    monkeypatch.setattr(model_holder, "_load", fake_load)
+    model_holder.holder.clear()
+    try:
+        scheduler, _ = Runtime.create(parse_conf({}, str(tmp_path))).scheduler()
+    finally:
+        model_holder.holder.clear()
+    assert len(loaded_on) == 1 and loaded_on[0].startswith("umind-model"), loaded_on
+    assert scheduler.executor is model_holder.MODEL_THREAD

@@ -23,6 +23,14 @@ of 8 costs much more than one of 4, 30 ms gained about 6%, inside the run-to-run
 
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
 Predictor was replaced (a promoted version) leaves no thread behind.
+
+Where the model runs (`executor`): given one, the worker hands each batch's `predict_many` to it and waits, so
+that the model's work stays on one long-lived thread. Why: torch's OpenMP runtime (libgomp) keeps a pool of
+helper threads for every thread that has run a parallel region, and once the helpers outnumber the cores it stops
+letting them spin between regions; every region then waits for its helpers to wake. Measured on 2 cores: the same
+requests took 37 ms each with 2 cores busy on the only thread that had run torch, 52 ms with 1.24 on a second
+one (`benchmarks/bench_worker_thread.py`). The server loads its model and answers on one such thread
+(`monailabel_app/lib/model_holder.MODEL_THREAD`).
 """
 
 from __future__ import annotations
@@ -50,12 +58,13 @@ class _Ticket:
 
 class BatchScheduler:
     def __init__(self, predictor: Predictor, window_ms: float = DEFAULT_WINDOW_MS, max_jobs: int | None = None,
-                 idle_s: float = 5.0, regroup_ms: float = DEFAULT_REGROUP_MS):
+                 idle_s: float = 5.0, regroup_ms: float = DEFAULT_REGROUP_MS, executor=None):
         if window_ms < 0:
             raise ValueError(f"window_ms must be 0 or more, got {window_ms}")
         if regroup_ms < 0:
             raise ValueError(f"regroup_ms must be 0 or more, got {regroup_ms}")
         self.predictor = predictor
+        self.executor = executor  # where predict_many runs (anything with `submit`); None = the worker thread
         self.window_s = float(window_ms) / 1000.0
         self.regroup_s = float(regroup_ms) / 1000.0
         self._last_end: tuple[float, int] | None = None  # (when, callers answered + queued) of the last batch
@@ -156,7 +165,10 @@ class BatchScheduler:
     def _serve(self, tickets: list[_Ticket]) -> None:
         jobs = [job for t in tickets for job in t.jobs]
         try:
-            answers = self.predictor.predict_many(jobs)
+            if self.executor is None:
+                answers = self.predictor.predict_many(jobs)
+            else:
+                answers = self.executor.submit(self.predictor.predict_many, jobs).result()
         except BaseException as exc:  # noqa: BLE001 - decided per caller below
             if len(tickets) == 1:
                 tickets[0].future.set_exception(exc)

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelSpec", "ModelHolder", "holder"]
+__all__ = ["MODEL_THREAD", "ModelSpec", "ModelHolder", "holder"]
 
 logger = logging.getLogger(__name__)
+
+#: The one thread that loads the served model and runs its batches (the infer scheduler hands them here). torch's
+#: OpenMP runtime makes every other thread that runs parallel work slower: measured, the server kept 1.1 of 2
+#: cores busy answering on its scheduler thread after loading on a request thread (umind_core.scheduler, README
+#: "Many annotators").
+MODEL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="umind-model")
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class ModelHolder:
         with self._lock:
             if self._key != spec.key or self._predictor is None:
                 self._predictor = None  # free the old model before loading the new one
-                self._predictor = _load(spec)
+                self._predictor = _on_model_thread(_load, spec)
                 self._key = spec.key
                 self.loads += 1
             return self._predictor
@@ -74,6 +81,13 @@ def load_model(spec: ModelSpec, trainable: bool = False):
         return UMindVL.from_pretrained(spec.version_dir, device=spec.device, dtype=spec.dtype, trainable=trainable)
     return demo.load_model(spec.model, device=spec.device, dtype=spec.dtype, trainable=trainable,
                            warn=logger.warning)
+
+
+def _on_model_thread(fn, *args):
+    """fn(*args) run on MODEL_THREAD (directly when already there, so that it cannot wait on itself)."""
+    if threading.current_thread().name.startswith("umind-model"):
+        return fn(*args)
+    return MODEL_THREAD.submit(fn, *args).result()
 
 
 def _load(spec: ModelSpec):

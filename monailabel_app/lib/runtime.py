@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 from .conf import AppConfig
-from .model_holder import ModelSpec, holder
+from .model_holder import MODEL_THREAD, ModelSpec, holder
 from .versions import VersionStore
 
 __all__ = ["Runtime", "PREDICT_LOCK"]
@@ -70,7 +70,8 @@ class Runtime:
         predictor, version = self.predictor()
         if not _SCHEDULER or _SCHEDULER[0][0] is not predictor:
             _SCHEDULER[:] = [(predictor, BatchScheduler(predictor, window_ms=self.conf.batch_window_ms,
-                                                          regroup_ms=self.conf.batch_regroup_ms))]
+                                                          regroup_ms=self.conf.batch_regroup_ms,
+                                                          executor=MODEL_THREAD))]
         return _SCHEDULER[0][1], version
 
     def batching(self) -> dict | None:
