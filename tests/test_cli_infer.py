@@ -368,6 +368,31 @@ def test_parallel_inputs_share_batches_and_write_what_one_at_a_time_writes(tmp_p
     assert rc == 2
 
 
+def test_parallel_inputs_run_the_model_on_one_thread(tmp_path, capsys, model_dir, monkeypatch):
+    """With --parallel the model's batches run on one model thread (torch's OpenMP slows a second thread), not on
+    the scheduler's worker or the input threads; alone, everything stays on the calling thread."""
+    import threading
+
+    from umind_core.predictor import Predictor
+
+    seen: list[str] = []
+    for name in ("predict_many", "predict_batch"):
+        original = getattr(Predictor, name)
+
+        def spy(self, *a, _original=original, **k):
+            seen.append(threading.current_thread().name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(Predictor, name, spy)
+    inputs = [_png(tmp_path / f"img{i}.png", make_image(i)) for i in range(3)]
+    common = ["--task", "detect", "--prompt", "lesion"]
+    assert _infer(capsys, model_dir, *inputs, "--out", tmp_path / "par", *common, "--parallel", "3")[0] == 0
+    assert seen and all(n.startswith("umind-model") for n in seen), seen
+    seen.clear()
+    assert _infer(capsys, model_dir, *inputs, "--out", tmp_path / "one", *common, "--parallel", "1")[0] == 0
+    assert seen and set(seen) == {threading.current_thread().name}, seen
+
+
 # ------------------------------------------------------------------ naming and frame selection
 
 

@@ -342,6 +342,8 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or (str(state.device) if state is not None else _default_device())
     out.mkdir(parents=True, exist_ok=True)
 
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
     from .. import demo
@@ -354,11 +356,18 @@ def run(args: argparse.Namespace) -> int:
     # a rerun where everything is done loads no model; a model that fails to load stops the run (status 2)
     pending = args.overwrite or any(batch.existing_request(out / items[i].name) != wanted for i in mine)
     predictor = None
-    if pending:
+    parallel = args.parallel > 1 and len(mine) > 1
+    # with parallel inputs the model loads and runs on one thread of its own (see umind_core.scheduler: torch's
+    # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
+    model_thread = ThreadPoolExecutor(1, thread_name_prefix="umind-model") if parallel and pending else None
+
+    def load():
         model = demo.load_model(args.model, device=device, dtype=args.dtype,
                                 warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
-        predictor = Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                              decode=args.decode)
+        return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, decode=args.decode)
+
+    if pending:
+        predictor = load() if model_thread is None else model_thread.submit(load).result()
     records: list[Record] = []
     if is_main:  # specs that named nothing are reported once, by the first process
         records += [Record(len(items) + k, spec, None, "failed", message=why)
@@ -369,12 +378,11 @@ def run(args: argparse.Namespace) -> int:
     ctx = _Context(request=request, predictor=predictor, out=out, model_name=_model_name(args.model),
                    batch_size=args.batch_size, overwrite=args.overwrite, overlay=args.overlay, bar=bar, say=say)
     try:
-        if predictor is not None and args.parallel > 1 and len(mine) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
+        if predictor is not None and parallel:
             from ..scheduler import BatchScheduler
 
-            ctx.scheduler = BatchScheduler(predictor, window_ms=0)  # batches what is queued; waits for nothing
+            # batches what is queued, waits for nothing; every batch runs on the model's thread
+            ctx.scheduler = BatchScheduler(predictor, window_ms=0, executor=model_thread)
             with ThreadPoolExecutor(min(args.parallel, len(mine)), thread_name_prefix="umind-infer") as pool:
                 records += list(pool.map(lambda i: _run_one(ctx, i, items[i]), mine))
         else:
@@ -383,6 +391,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if model_thread is not None:
+            model_thread.shutdown()
     if state is not None:
         _write_rank_summary(out, rank, records)
         state.wait_for_everyone()
