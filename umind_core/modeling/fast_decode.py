@@ -256,15 +256,10 @@ class StaticKVCache:
 
     def padded(self, rows: int) -> "StaticKVCache":
         """This cache with copies of row 0 appended up to `rows` rows (see FastDecoder: batch buckets)."""
-        extra = rows - self.keys[0].shape[0]
-        if extra <= 0:
+        if rows <= self.rows:
             return self
-
-        def grow(t: torch.Tensor) -> torch.Tensor:
-            return torch.cat([t, t[:1].expand(extra, *t.shape[1:])])
-
-        out = StaticKVCache([grow(k) for k in self.keys], [grow(v) for v in self.values], self.length,
-                            grow(self.valid))
+        out = StaticKVCache([_pad_rows(k, rows) for k in self.keys], [_pad_rows(v, rows) for v in self.values],
+                            self.length, _pad_rows(self.valid, rows))
         out.uniform = self.uniform
         return out
 
