@@ -38,16 +38,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .predictor import Job, Predictor, PredictorError
 from .results import Result
 
-__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS"]
+__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS", "MODEL_THREAD_PREFIX", "model_thread"]
 
 DEFAULT_WINDOW_MS = 3.0
 DEFAULT_REGROUP_MS = 0.0
+MODEL_THREAD_PREFIX = "umind-model"
+
+
+def model_thread() -> ThreadPoolExecutor:
+    """The one thread a process loads its model on and hands to BatchScheduler as `executor` (module docstring:
+    where the model runs); the server keeps one for its life, `umind infer --parallel` one per run."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=MODEL_THREAD_PREFIX)
 
 
 @dataclass

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from umind_core.scheduler import MODEL_THREAD_PREFIX, model_thread
 
 __all__ = ["MODEL_THREAD", "ModelSpec", "ModelHolder", "holder"]
 
@@ -23,7 +24,7 @@ logger = logging.getLogger(__name__)
 #: OpenMP runtime makes every other thread that runs parallel work slower: measured, the server kept 1.1 of 2
 #: cores busy answering on its scheduler thread after loading on a request thread (umind_core.scheduler, README
 #: "Many annotators").
-MODEL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="umind-model")
+MODEL_THREAD = model_thread()
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def load_model(spec: ModelSpec, trainable: bool = False):
 
 def _on_model_thread(fn, *args):
     """fn(*args) run on MODEL_THREAD (directly when already there, so that it cannot wait on itself)."""
-    if threading.current_thread().name.startswith("umind-model"):
+    if threading.current_thread().name.startswith(MODEL_THREAD_PREFIX):
         return fn(*args)
     return MODEL_THREAD.submit(fn, *args).result()
 

@@ -348,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import demo
     from ..predictor import Predictor
+    from ..scheduler import BatchScheduler, model_thread
 
     quiet = args.quiet
     say = (lambda msg: None) if quiet else (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -359,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     parallel = args.parallel > 1 and len(mine) > 1
     # with parallel inputs the model loads and runs on one thread of its own (see umind_core.scheduler: torch's
     # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
-    model_thread = ThreadPoolExecutor(1, thread_name_prefix="umind-model") if parallel and pending else None
+    model_executor = model_thread() if parallel and pending else None
 
     def load():
         model = demo.load_model(args.model, device=device, dtype=args.dtype,
@@ -367,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
         return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, decode=args.decode)
 
     if pending:
-        predictor = load() if model_thread is None else model_thread.submit(load).result()
+        predictor = load() if model_executor is None else model_executor.submit(load).result()
     records: list[Record] = []
     if is_main:  # specs that named nothing are reported once, by the first process
         records += [Record(len(items) + k, spec, None, "failed", message=why)
@@ -379,10 +380,8 @@ def run(args: argparse.Namespace) -> int:
                    batch_size=args.batch_size, overwrite=args.overwrite, overlay=args.overlay, bar=bar, say=say)
     try:
         if predictor is not None and parallel:
-            from ..scheduler import BatchScheduler
-
             # batches what is queued, waits for nothing; every batch runs on the model's thread
-            ctx.scheduler = BatchScheduler(predictor, window_ms=0, executor=model_thread)
+            ctx.scheduler = BatchScheduler(predictor, window_ms=0, executor=model_executor)
             with ThreadPoolExecutor(min(args.parallel, len(mine)), thread_name_prefix="umind-infer") as pool:
                 records += list(pool.map(lambda i: _run_one(ctx, i, items[i]), mine))
         else:
@@ -391,8 +390,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-        if model_thread is not None:
-            model_thread.shutdown()
+        if model_executor is not None:
+            model_executor.shutdown()
     if state is not None:
         _write_rank_summary(out, rank, records)
         state.wait_for_everyone()
