@@ -102,7 +102,35 @@ def test_compiled_step_on_a_stacked_batch_equals_static(trained_tiny, mode, n, r
     assert len(compiled) == n
     for a, b in zip(compiled, static):
         _assert_same(a, b)
-    assert {key[0] for key in compiled_p._fast._compiled} == {rows}, list(compiled_p._fast._compiled)
+    built = {key[0] for key in compiled_p._fast._compiled}
+    # a tuned batch narrows to smaller buckets as its answers end (narrowing is tested below)
+    assert rows in built and built <= ({1, 2, rows} if mode == "tuned" else {rows}), built
+
+
+@pytest.mark.parametrize("mode", ["static", "tuned"])
+def test_a_batch_narrows_to_its_live_rows_and_answers_as_each_alone(trained_tiny, monkeypatch, mode):
+    """Once half the rows have finished, the others decode on a copy of the cache that holds only them."""
+    from umind_core.modeling.fast_decode import FastDecoder
+
+    pytest.importorskip("torch._dynamo")
+    narrowed, original = [], FastDecoder.narrowed
+
+    def spy(self, cache, live):
+        out = original(self, cache, live)
+        if out is not None:
+            narrowed.append((cache.rows, out.rows, len(live)))
+        return out
+
+    monkeypatch.setattr(FastDecoder, "narrowed", spy)
+    jobs = _mixed_jobs(_frames())[:8]
+    predictor = Predictor(trained_tiny, max_new_tokens=64, decode=mode)
+    batched = predictor.predict_many(jobs)
+    if predictor._fast.compile_error:
+        pytest.skip(f"torch.compile unavailable here: {predictor._fast.compile_error}")
+    assert narrowed and all(2 * after <= before and live <= after for before, after, live in narrowed), narrowed
+    for job, res in zip(jobs, batched):
+        _assert_same(res, _alone(trained_tiny, job))
+    assert len({res.text for res in batched}) >= 6  # the jobs really asked different things
 
 
 def test_tuned_batches_run_in_buckets_of_rows(trained_tiny):

@@ -126,6 +126,34 @@ def test_a_cache_that_must_grow_gives_the_same_answers(trained_tiny, monkeypatch
     _assert_same(eager, fast)
 
 
+def test_capacity_reserves_room_for_a_prompt_and_a_short_answer_not_for_max_new_tokens():
+    # the demo model: a 70-slot image prefix, max_new_tokens 256 + 16 mask tokens
+    assert fast_decode._capacity(70, 256 + 16) == 256
+    assert fast_decode._capacity(70, 16) == 256  # a shorter budget needs no smaller step
+    assert fast_decode._capacity(200, 272) == 512  # the prefix, prompt room and answer room always fit
+
+
+@pytest.mark.parametrize("mode", ["static", "compiled"])
+def test_an_answer_longer_than_its_room_grows_the_cache_and_equals_eager(trained_tiny, monkeypatch, mode):
+    """No room beyond the image prefix: each prompt grows the cache, and then its answer grows it again mid-decode
+    (the compiled mode builds its step anew for each capacity met)."""
+    monkeypatch.setattr(fast_decode, "CAPACITY_STEP", 8)
+    monkeypatch.setattr(fast_decode, "PROMPT_ROOM", 0)
+    monkeypatch.setattr(fast_decode, "ANSWER_ROOM", 0)
+    calls = [("segment", "lesion"), ("detect", "lesion"), ("report", None)]
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, mode, make_image(0), calls, max_new_tokens=64)
+    pred = fast[3]
+    prefix, stats = pred._state.prefix_len, pred.last_stats  # of the report, the last and longest answer
+    after_prompt = -(-(prefix + stats["prompt_tokens"]) // 8) * 8
+    assert stats["processed_tokens"] - stats["prompt_tokens"] > 8  # the answer ran past the prompt's capacity
+    assert pred._state.cache.capacity >= prefix + stats["processed_tokens"] > after_prompt
+    if mode == "compiled":
+        capacities = {key[1] for key in pred._fast._compiled}
+        assert len(capacities) >= 3, capacities  # a step per capacity met while answering
+    _assert_same(eager, fast)
+
+
 def test_demo_model_fast_equals_eager_including_a_refusal():
     from umind_core import demo
     from umind_core.data import synthetic
