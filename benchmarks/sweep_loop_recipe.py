@@ -44,6 +44,10 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "no_rehearsal": ({"rehearsal": 0.0}, {}),
     # rehearse on the look demo model 2 trained on (a scanner drawn per image) instead of the default look alone
     "rehearsal_varied": ({"rehearsal_look": "varied"}, {}),
+    # what many labels can buy at all (run with --labels 140): each image seen about 8 times without rehearsal
+    "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),
+    "ceiling": ({"max_steps": 300}, {}),
+    "ceiling_no_rehearsal_900": ({"rehearsal": 0.0, "max_steps": 900}, {}),
 }
 #: recipe keys that shape the training set rather than the trainer
 DATA_KEYS = ("rehearsal", "rehearsal_look")
