@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-client", type=int, default=10, help="requests per client with --clients")
     ap.add_argument("--window-ms", type=float, default=None, help="the server's batch_window_ms (default: its own)")
     ap.add_argument("--regroup-ms", type=float, default=None,
-                    help="the server's batch_regroup_ms (default: its own; in process: the scheduler's default, off)")
+                    help="the server's batch_regroup_ms (default: its own; in process: the scheduler's default)")
     ap.add_argument("--decode", default=None,
                     help="the server's decode conf (in process: the Predictor's); compiled and tuned build a step "
                          "graph per batch size, so an untimed warm-up forms those batches first")
@@ -361,7 +361,7 @@ def _main_in_process(args) -> int:
     """The concurrency plan without the server: what the scheduler and the batched Predictor give on their own."""
     from umind_core import demo
     from umind_core.predictor import Job, Predictor
-    from umind_core.scheduler import DEFAULT_WINDOW_MS, BatchScheduler
+    from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS, BatchScheduler, model_thread
 
     images = _bench_images(args.size)
     kinds = {"umind_segment": ("segment", "lesion", {}), "umind_detect": ("detect", "lesion", {}),
@@ -377,8 +377,12 @@ def _main_in_process(args) -> int:
     plan = [[job(r) for r in reqs] for reqs in _mixed_requests(args.clients, args.per_client, IMAGES)]
     flat = [j for jobs in plan for j in jobs]
     window = DEFAULT_WINDOW_MS if args.window_ms is None else args.window_ms
-    scheduler = BatchScheduler(Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens,
-                                         decode=args.decode), window, regroup_ms=args.regroup_ms or 0.0)
+    # the model loads and runs on one thread, as in the server (umind_core.scheduler: where the model runs)
+    executor = model_thread()
+    predictor = executor.submit(lambda: Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens,
+                                                  decode=args.decode)).result()
+    scheduler = BatchScheduler(predictor, window, executor=executor,
+                               regroup_ms=DEFAULT_REGROUP_MS if args.regroup_ms is None else args.regroup_ms)
 
     def timed(j):
         t0 = time.perf_counter()

@@ -249,7 +249,7 @@ def _cohorts(scheduler: BatchScheduler, clients: int, rounds: int, think_s: floa
 def test_scheduler_regroup_merges_cohorts_of_closed_loop_clients():
     """Closed-loop clients that start apart stay in cohorts with the plain window; holding the batch for the
     callers just answered merges them into batches of 8."""
-    plain = BatchScheduler(_SlowEcho(0.1), window_ms=0)
+    plain = BatchScheduler(_SlowEcho(0.1), window_ms=0, regroup_ms=0)
     _cohorts(plain, clients=8, rounds=6, think_s=0.01)
     assert max(plain.batches) < 8, plain.batches  # the cohorts never meet
     assert plain.stats()["regrouped"] == 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from umind_core.modeling.fast_decode import DECODE_MODES
+from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
 from umind_core.training.config import TrainConfig, TrainingError
 
 from .booleans import as_bool
@@ -94,11 +95,10 @@ class AppConfig:
     #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/cors.py)
     cors_origins: tuple[str, ...] = ()
     #: how long concurrent infer requests are gathered into one batch (umind_core.scheduler); 0 = what is queued
-    batch_window_ms: float = 3.0
-    #: how long a batch may wait for the callers answered lately to come back (umind_core.scheduler); 0 = off.
-    #: Off by default: on 2 CPU cores 30 ms filled batches (5-6.7 callers against 4) for +6% throughput, inside
-    #: the run-to-run spread (README "Many annotators on one model")
-    batch_regroup_ms: float = 0.0
+    batch_window_ms: float = DEFAULT_WINDOW_MS
+    #: how long a batch may wait for the callers answered lately to come back (umind_core.scheduler, which says
+    #: why its default); 0 = off
+    batch_regroup_ms: float = DEFAULT_REGROUP_MS
     #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "static"
     decode: str = ""
 
