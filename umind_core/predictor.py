@@ -461,8 +461,8 @@ class Predictor:
         return [seg_id] * n_mask
 
     def _narrowed(self, state: _ImageState, delta, lanes: list[int], done: list[bool]):
-        """(state, delta, lanes) to decode the next step with: the same, or, once the live sequences fit a smaller
-        row bucket of the fast decoder (see `FastDecoder.narrowed`), a copy holding only them.
+        """(state, delta, lanes) to decode the next step with: the same, or, once the live sequences fit half the
+        cache's rows (see `FastDecoder.narrowed`), a copy holding only them.
 
         Why: a batch decodes until its longest answer (a 77-token diagnosis beside 20-token segments), and a
         step of 8 rows costs 2-3.5 times one of 1. The caller's state keeps its own cache.

@@ -380,8 +380,9 @@ def run(args: argparse.Namespace) -> int:
                    batch_size=args.batch_size, overwrite=args.overwrite, overlay=args.overlay, bar=bar, say=say)
     try:
         if predictor is not None and parallel:
-            # batches what is queued, waits for nothing; every batch runs on the model's thread
-            ctx.scheduler = BatchScheduler(predictor, window_ms=0, executor=model_executor)
+            # batches what is queued, waits for nothing (no window, no regroup: the server's 30 ms regroup was
+            # measured for HTTP clients, not for these workers); every batch runs on the model's thread
+            ctx.scheduler = BatchScheduler(predictor, window_ms=0, regroup_ms=0, executor=model_executor)
             with ThreadPoolExecutor(min(args.parallel, len(mine)), thread_name_prefix="umind-infer") as pool:
                 records += list(pool.map(lambda i: _run_one(ctx, i, items[i]), mine))
         else:
