@@ -20,7 +20,8 @@ queued. If the next batch's first job arrives soon after (within twice `regroup_
 `regroup_ms` until that many callers are in. A lone client expects only itself and goes at once; the wait
 happens only while several callers are active, and is bounded. 30 ms by default: with 8 HTTP clients on 2 CPU
 cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x the one-by-one rate against
-1.78-1.85x; 2 and 3 runs), and a static one about 6% faster on average, inside the run-to-run spread (README).
+1.78-1.85x; 2 and 3 runs) and a static one from 15.8-17.0 to 21.7-24.3 (1.45-1.87x against 1.82-2.11x; 2 and 4
+runs; README "Many annotators on one model").
 
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
 Predictor was replaced (a promoted version) leaves no thread behind.
