@@ -48,6 +48,9 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),
     "ceiling": ({"max_steps": 300}, {}),
     "ceiling_no_rehearsal_900": ({"rehearsal": 0.0, "max_steps": 900}, {}),
+    # is the ceiling the adapter's? the same 300 steps training every weight, and with LoRA on the vision blocks too
+    "ceiling_full": ({"rehearsal": 0.0, "max_steps": 300}, {"full": True}),
+    "ceiling_vision_lora": ({"rehearsal": 0.0, "max_steps": 300}, {"vision": True}),
 }
 #: recipe keys that shape the training set rather than the trainer
 DATA_KEYS = ("rehearsal", "rehearsal_look")
@@ -132,12 +135,14 @@ def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
 
     overrides, lora = RECIPES[name]
     model = demo.load_model(None, trainable=True)
-    settings = LoraSettings(target_modules=DEFAULT_LORA_TARGETS[:-1] + VISION_TARGETS + ")") \
-        if lora.get("vision") else LoraSettings()
-    model.attach_lora(settings)
+    full = bool(lora.get("full"))
+    if not full:
+        settings = LoraSettings(target_modules=DEFAULT_LORA_TARGETS[:-1] + VISION_TARGETS + ")") \
+            if lora.get("vision") else LoraSettings()
+        model.attach_lora(settings)
     p = TrainParams()
     trainer_keys = {k: v for k, v in overrides.items() if k not in DATA_KEYS}
-    config = p.trainer_config(out / "data" / f"trainer_{name}", val_fraction=0.0, full=False, progress=False,
+    config = p.trainer_config(out / "data" / f"trainer_{name}", val_fraction=0.0, full=full, progress=False,
                               keep_checkpoints=1)
     config = dataclasses.replace(config, **trainer_keys)
     t = time.perf_counter()
