@@ -264,17 +264,17 @@ class StaticKVCache:
         """This cache with copies of row 0 appended up to `rows` rows (see FastDecoder: batch buckets)."""
         if rows <= self.rows:
             return self
-        out = StaticKVCache([_pad_rows(k, rows) for k in self.keys], [_pad_rows(v, rows) for v in self.values],
-                            self.length, _pad_rows(self.valid, rows))
-        out.uniform = self.uniform
-        return out
+        return self._rows_rebuilt(lambda t: _pad_rows(t, rows))
 
     def select(self, keep: list[int], rows: int) -> "StaticKVCache":
         """A copy holding rows `keep` of this cache, then copies of its first up to `rows` rows."""
         index = torch.tensor(keep, device=self.valid.device)
-        out = StaticKVCache([_pad_rows(k.index_select(0, index), rows) for k in self.keys],
-                            [_pad_rows(v.index_select(0, index), rows) for v in self.values],
-                            self.length, _pad_rows(self.valid.index_select(0, index), rows))
+        return self._rows_rebuilt(lambda t: _pad_rows(t.index_select(0, index), rows))
+
+    def _rows_rebuilt(self, rows_of) -> "StaticKVCache":
+        """A cache at this length whose keys, values and `valid` are rows_of(each), a function of the rows alone."""
+        out = StaticKVCache([rows_of(k) for k in self.keys], [rows_of(v) for v in self.values], self.length,
+                            rows_of(self.valid))
         out.uniform = self.uniform
         return out
 
