@@ -64,7 +64,13 @@ def _assert_same(eager, fast):
     assert len(masks_f) == len(masks_e)
     for me, mf in zip(masks_e, masks_f):
         assert mf.shape == me.shape
-        torch.testing.assert_close(mf, me, atol=1e-5, rtol=1e-5)
+        # Two arithmetic orders of float32 differ by a few 1e-6 of the logits' range (the demo model's masks reach
+        # |logit| 13 and differed by up to 2.2e-5 there): 1e-5 of that range, and the same mask pixel for pixel
+        # wherever a logit is farther from 0 than that.
+        tol = 1e-5 * max(1.0, float(me.abs().max()))
+        torch.testing.assert_close(mf, me, atol=tol, rtol=1e-5)
+        clear = me.abs() > tol
+        assert torch.equal((mf > 0)[clear], (me > 0)[clear])
 
 
 def _task_calls():

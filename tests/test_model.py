@@ -154,3 +154,32 @@ def test_parameter_counts_match_an_independent_count(tiny_model_factory):
     assert model.parameter_counts() == {
         "total": base + decoder + lora + tokens, "trainable": decoder + lora + tokens, "decoder": decoder,
         "lora": lora, "trainable_tokens": tokens, "base": base}
+
+
+def test_patch_embedding_as_matmul_equals_the_stock_conv3d_and_reads_its_live_weight(tiny_model_factory):
+    """At inference the vision patch embedding runs as one matrix product (modeling/patch_embed.py): the same
+    numbers as transformers' Conv3d on the processor's flattened patches, from the conv's own weight at call
+    time; a module it does not fit is left alone."""
+    from umind_core.modeling.patch_embed import patch_embed_as_matmul
+
+    model = tiny_model_factory().eval()
+    embed = model.qwen.model.visual.patch_embed
+    assert "forward" in vars(embed) and not embed.training  # UMindVL installed it; eval mode takes it
+    conv = embed.proj
+    patches = torch.randn(37, conv.weight[0].numel())
+    with torch.no_grad():
+        stock = conv(patches.view(-1, *conv.weight.shape[1:])).view(37, -1)
+        torch.testing.assert_close(embed(patches), stock, rtol=1e-5, atol=1e-5)
+        conv.weight.mul_(2.0)
+        try:
+            torch.testing.assert_close(embed(patches), conv(patches.view(-1, *conv.weight.shape[1:])).view(37, -1),
+                                       rtol=1e-5, atol=1e-5)
+        finally:
+            conv.weight.div_(2.0)
+    padded = torch.nn.Module()
+    padded.proj = torch.nn.Conv3d(3, 4, (2, 4, 4), stride=(2, 4, 4), padding=1)
+    holder = type("Q", (), {})()
+    holder.model = type("M", (), {})()
+    holder.model.visual = type("V", (), {})()
+    holder.model.visual.patch_embed = padded
+    assert patch_embed_as_matmul(holder) is False and "forward" not in vars(padded)
