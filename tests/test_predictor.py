@@ -254,3 +254,18 @@ def test_results_carry_the_models_confidence(predictor, tmp_path):
     assert "mask_entropy" not in predictor.predict("report").confidence
     back = Result.from_json(seg.to_json(tmp_path / "r.json"))
     assert back.confidence == seg.confidence
+
+
+@pytest.mark.parametrize("text", ["<|box_start|>(12,340),(56,78)<|box_end|> a benign lesion", "résumé: 5 mm ±1 — ок",
+                                  ""])
+def test_token_end_offsets_equal_decoding_every_prefix(trained_tiny, text):
+    """`_char_offsets` takes one batched decode where the pieces add up to the text, and decodes prefixes where
+    they do not (characters split across byte tokens): either way, the offsets decoding each prefix gives."""
+    from umind_core.predictor import _char_offsets
+
+    tok = trained_tiny.tokenizer
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    by_prefix = [len(tok.decode(ids[: i + 1], skip_special_tokens=False)) for i in range(len(ids))]
+    assert _char_offsets(tok, ids) == by_prefix
+    if text:
+        assert by_prefix[-1] == len(tok.decode(ids, skip_special_tokens=False))
