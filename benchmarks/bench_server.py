@@ -170,6 +170,16 @@ def _batching(server_url: str) -> dict:
     return requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("batching") or {}
 
 
+def _batch_fill(before: dict, after: dict) -> str:
+    """Batches and callers per batch between two /info readings (both within the scheduler's last 1000 batches):
+    how full the concurrent pass kept the batches, which the totals over both passes hide."""
+    n0, n1 = int(before.get("batches") or 0), int(after.get("batches") or 0)
+    callers = n1 * float(after.get("mean_callers") or 0.0) - n0 * float(before.get("mean_callers") or 0.0)
+    if n1 <= n0:
+        return "no batches"
+    return f"{n1 - n0} batches, {callers / (n1 - n0):.2f} callers per batch"
+
+
 def _busy_s(batching: dict) -> float:
     """Seconds the server's Predictor has spent in batches (its last 1000)."""
     return float(batching.get("batches") or 0) * float(batching.get("mean_batch_s") or 0.0)
@@ -242,7 +252,8 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
     busy0 = _busy_s(_batching(server_url))
     with _CpuMeter(server_pid) as seq_cpu:
         alone = [_send(server_url, req) for req in flat]
-    busy1 = _busy_s(_batching(server_url))
+    batching1 = _batching(server_url)
+    busy1 = _busy_s(batching1)
     seq_s = seq_cpu.wall
 
     def client(reqs):
@@ -273,6 +284,7 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
         if not _same_answer(t[2], a[2]):
             print(f"  differs: {req[0]} on {req[1]}: {_first_difference(a[2], t[2])}")
     print(f"server batching over both passes (/info): {batching}")
+    print(f"  concurrent pass alone: {_batch_fill(batching1, batching)}")
     print(f"  one by one: {seq_cpu.line(busy1 - busy0)}")
     print(f"  concurrent: {conc_cpu.line(busy2 - busy1)}")
     print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
