@@ -171,10 +171,10 @@ def test_scheduler_batches_concurrent_callers_and_each_gets_its_own_answers(trai
 
 def test_scheduler_reruns_callers_alone_when_a_whole_batch_fails(trained_tiny):
     class Flaky(Predictor):
-        def predict_many(self, jobs, on_chunk=None):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
             if any(j.prompt == "poison" for j in jobs):
                 raise RuntimeError("poisoned batch")
-            return super().predict_many(jobs, on_chunk)
+            return super().predict_many(jobs, on_chunk, on_answer)
 
     frames = _frames()
     scheduler = BatchScheduler(Flaky(trained_tiny, max_new_tokens=64), window_ms=200)
@@ -219,7 +219,7 @@ class _SlowEcho:
     def __init__(self, batch_s: float):
         self.batch_s = batch_s
 
-    def predict_many(self, jobs, on_chunk=None):
+    def predict_many(self, jobs, on_chunk=None, on_answer=None):
         time.sleep(self.batch_s)
         return list(jobs)
 
@@ -292,7 +292,7 @@ def test_scheduler_runs_the_model_on_its_executor():
     from concurrent.futures import ThreadPoolExecutor
 
     class ThreadEcho(_SlowEcho):
-        def predict_many(self, jobs, on_chunk=None):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
             return [(threading.current_thread().name, job) for job in jobs]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as model_thread:
@@ -301,3 +301,55 @@ def test_scheduler_runs_the_model_on_its_executor():
     assert len(names) == 1 and names.pop().startswith("model"), names
     alone = BatchScheduler(ThreadEcho(0), window_ms=0)  # without one: the scheduler's own worker
     assert alone.run([0])[0][0] == "umind-batch"
+
+
+def test_a_short_answer_is_handed_on_while_the_batch_decodes_on(trained_tiny):
+    """`predict_many(on_answer=...)` gives each job's Result the moment its answer ends: the one-word diagnosis
+    before the report that shares its batch has finished decoding, and the same Result it returns and would
+    give alone. (Static decoding: the eager path batches only jobs with one prompt.)"""
+    frame = make_image(0)
+    prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
+    jobs = [Job(frame, "report", prompts["report"]), Job(frame, "diagnose", prompts["diagnose"])]
+    predictor = Predictor(trained_tiny, max_new_tokens=64, decode="static")
+    forwards = []
+    real_forward = predictor._forward
+
+    def counting_forward(*args, **kwargs):
+        forwards.append(1)
+        return real_forward(*args, **kwargs)
+
+    predictor._forward = counting_forward
+    handed: list[tuple[int, object, int]] = []
+    answers = predictor.predict_many(jobs, on_answer=lambda i, res: handed.append((i, res, len(forwards))))
+    assert [i for i, _, _ in handed] == [1, 0]  # the diagnosis first
+    assert handed[0][2] < handed[1][2] == len(forwards)  # ... while the report still had forwards to go
+    assert [res for _, res, _ in sorted(handed, key=lambda h: h[0])] == answers
+    for job, res in zip(jobs, answers):
+        _assert_same(res, _alone(trained_tiny, job))
+    assert len(answers[0].text) > 2 * len(answers[1].text), [a.text for a in answers]
+
+
+def test_scheduler_answers_each_caller_as_soon_as_its_jobs_are():
+    """A caller whose jobs are answered gets them while the batch goes on: here the batch cannot end until the
+    first caller has its answer (it waits for that, 10 s at most), and says whether it saw it in time."""
+    seen = threading.Event()
+
+    class Early(_SlowEcho):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
+            on_answer(0, jobs[0])
+            in_time = seen.wait(10)
+            return [jobs[0]] + [(job, in_time) for job in jobs[1:]]
+
+    scheduler = BatchScheduler(Early(0), window_ms=300, regroup_ms=0)
+    answers = {}
+
+    def first():
+        answers["first"] = scheduler.run(["first"])
+        seen.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    time.sleep(0.05)
+    answers["second"] = scheduler.run(["second"])
+    a.join(timeout=30)
+    assert answers == {"first": ["first"], "second": [("second", True)]}

@@ -193,18 +193,25 @@ class Predictor:
             if bar is not None:
                 bar.close()
 
-    def predict_many(self, jobs: Sequence[Job], on_chunk=None) -> list[Result | PredictorError]:
+    def predict_many(self, jobs: Sequence[Job], on_chunk=None, on_answer=None) -> list[Result | PredictorError]:
         """Answer unrelated jobs in batches; each gets its Result, or the PredictorError that refused its input.
 
         A bad frame or visual prompt fails only its own job. The image set by `set_image` is left as it was.
-        `on_chunk(n)` is called after each batch of n jobs (a progress bar's update).
+        `on_chunk(n)` is called after each batch of n jobs (a progress bar's update). `on_answer(i, answer)` is
+        called with job i's answer the moment it is ready, from this call's thread: a short answer in a batch is
+        handed on while the batch's longer ones still decode (the scheduler replies to its caller then).
         """
         ready, failed = self._prepare(jobs)
         answers: list[Result | PredictorError | None] = [None] * len(jobs)
-        for i, exc in failed.items():
-            answers[i] = exc
-        for i, res in zip([i for i, _, _ in ready], self._answer(ready, on_chunk)):
-            answers[i] = res
+
+        def deliver(i: int, answer: Result | PredictorError) -> None:
+            answers[i] = answer
+            if on_answer is not None:
+                on_answer(i, answer)
+
+        for i, exc in sorted(failed.items()):
+            deliver(i, exc)
+        self._answer(ready, on_chunk, deliver)
         return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
@@ -224,15 +231,20 @@ class Predictor:
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
-    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None) -> list[Result]:
-        """Results of prepared jobs, in their order."""
+    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None, on_answer=None) -> list[Result]:
+        """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index)."""
         order = {i: k for k, (i, _, _) in enumerate(ready)}
         results: list[Result | None] = [None] * len(ready)
         with self._lock:
             for chunk in self._chunks(ready):
-                state = self._encode_rows([frame for _, frame, _ in chunk])
-                for (i, _, _), res in zip(chunk, self._run(state, [row for _, _, row in chunk])):
+                def on_row(b: int, res: Result, chunk=chunk) -> None:
+                    i = chunk[b][0]
                     results[order[i]] = res
+                    if on_answer is not None:
+                        on_answer(i, res)
+
+                state = self._encode_rows([frame for _, frame, _ in chunk])
+                self._run(state, [row for _, _, row in chunk], on_row)
                 if on_chunk is not None:
                     on_chunk(len(chunk))
         return results  # type: ignore[return-value]
@@ -349,36 +361,43 @@ class Predictor:
                 input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
             )
 
-    def _run(self, state: _ImageState, rows: list[_Row]) -> list[Result]:
-        """Answer row b's prompt on row b of `state`; the cache goes back to the image prefix afterwards."""
+    def _run(self, state: _ImageState, rows: list[_Row], on_row=None) -> list[Result]:
+        """Answer row b's prompt on row b of `state`; the cache goes back to the image prefix afterwards.
+
+        Each row's Result is built the moment its answer ends (`on_row(b, result)` then), not when the batch's
+        longest answer does: a caller whose segment is done need not wait for another's report.
+        """
         model = self.model
         t0 = time.perf_counter()
         ids, pad, shift = self._prompt_ids(rows, model.device)
         delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
         batch = state.batch
+        results: list[Result | None] = [None] * batch
+        t1 = t0
+
+        def finish(b: int, dec: _Decoded) -> None:
+            decode_s = time.perf_counter() - t1
+            res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
+            res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch, decode_s=decode_s / batch)
+            results[b] = res
+            if on_row is not None:
+                on_row(b, res)
+
         try:
             out = self._forward(state, ids, state.prefix_len, delta, pad)
             t1 = time.perf_counter()
-            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta)
+            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta, finish)
         finally:
             extra = state.cache.get_seq_length() - state.prefix_len
             if extra > 0:  # back to the image prefix for the next prompt
                 state.cache.crop(-extra)
-        t2 = time.perf_counter()
-        results = []
-        for b in range(batch):
-            row = rows[b]
-            res = self._result(state, b, decoded[b], row.task, row.prompt, list(row.warnings))
-            res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch,
-                               decode_s=(t2 - t1) / batch)
-            results.append(res)
         self.last_stats = {
             "prefix_tokens": state.prefix_len,
             "prompt_tokens": int(ids.shape[1]),
             "generated_tokens": max(len(d.token_ids) for d in decoded),
             "processed_tokens": int(ids.shape[1]) + fed,
         }
-        return results
+        return results  # type: ignore[return-value]
 
     def _prompt_ids(self, rows: list[_Row], device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k."""
@@ -397,8 +416,9 @@ class Predictor:
         return ids, pad, shift
 
     def _decode(self, state: _ImageState, logits: torch.Tensor, start: int,
-                delta: torch.Tensor | None = None) -> tuple[list[_Decoded], int]:
+                delta: torch.Tensor | None = None, on_done=None) -> tuple[list[_Decoded], int]:
         """Greedy decoding on the cache; returns per-sequence output and the number of positions fed.
+        `on_done(b, decoded)` is called as sequence b ends, before the others go on.
 
         `lanes[r]` is the sequence that row r of the cache (and of `logits`) decodes: all of them at first, then,
         once enough have finished, only the live ones on a smaller cache (`_narrowed`).
@@ -413,7 +433,9 @@ class Predictor:
         lanes = list(range(batch))
         cursor, fed = start, 0
         while True:
-            self._choose(decoded, pending, done, lanes, logits)
+            for b in self._choose(decoded, pending, done, lanes, logits):
+                if on_done is not None:
+                    on_done(b, decoded[b])
             if all(done):
                 break
             state, delta, lanes = self._narrowed(state, delta, lanes, done)
@@ -438,19 +460,21 @@ class Predictor:
         return decoded, fed
 
     def _choose(self, decoded: list[_Decoded], pending: list[list[int]], done: list[bool], lanes: list[int],
-                logits: torch.Tensor) -> None:
+                logits: torch.Tensor) -> list[int]:
         """Pick the next token of every sequence that has nothing left to feed, all rows in one softmax: set what
-        to feed next (`pending`), or mark it done. A mask token forces the other N-1 of its group."""
-        rows = []
+        to feed next (`pending`), or mark it done. A mask token forces the other N-1 of its group. Returns the
+        sequences that ended here."""
+        rows, ended = [], []
         for r, b in enumerate(lanes):
             if done[b] or pending[b]:
                 continue
             if len(decoded[b].token_ids) >= self.max_new_tokens:
                 decoded[b].truncated, done[b] = True, True
+                ended.append(b)
             else:
                 rows.append(r)
         if not rows:
-            return
+            return ended
         probs = torch.softmax(logits[rows].float(), dim=-1)
         tokens = torch.argmax(probs, dim=-1)
         chosen = probs.gather(1, tokens[:, None])[:, 0]
@@ -462,6 +486,7 @@ class Predictor:
             dec.forced.append(False)
             if tok in self._eos_ids:
                 done[b] = True
+                ended.append(b)
             elif tok != seg_id:
                 pending[b] = [tok]
             else:
@@ -469,6 +494,7 @@ class Predictor:
                 dec.token_probs.extend([1.0] * extra)
                 dec.forced.extend([True] * extra)
                 pending[b] = [seg_id] * (extra + 1)
+        return ended
 
     def _narrowed(self, state: _ImageState, delta, lanes: list[int], done: list[bool]):
         """(state, delta, lanes) to decode the next step with: the same, or, once the live sequences fit half the

@@ -172,20 +172,35 @@ class BatchScheduler:
                 self._last_end = (time.monotonic(), len(tickets) + len(self._queue))
 
     def _serve(self, tickets: list[_Ticket]) -> None:
+        """Run the tickets' jobs as one `predict_many`; each caller is answered as soon as all its jobs are (a
+        segment does not wait for the report that shares its batch). A Predictor that hands nothing on early is
+        answered from what it returns."""
         jobs = [job for t in tickets for job in t.jobs]
+        owner = [(k, j) for k, t in enumerate(tickets) for j in range(len(t.jobs))]
+        answers: list[list] = [[None] * len(t.jobs) for t in tickets]
+        left = [len(t.jobs) for t in tickets]
+
+        def on_answer(i: int, answer) -> None:
+            k, j = owner[i]
+            answers[k][j] = answer
+            left[k] -= 1
+            if left[k] == 0:
+                tickets[k].future.set_result(answers[k])
+
         try:
             if self.executor is None:
-                answers = self.predictor.predict_many(jobs)
+                returned = self.predictor.predict_many(jobs, on_answer=on_answer)
             else:
-                answers = self.executor.submit(self.predictor.predict_many, jobs).result()
+                returned = self.executor.submit(self.predictor.predict_many, jobs, on_answer=on_answer).result()
         except BaseException as exc:  # noqa: BLE001 - decided per caller below
-            if len(tickets) == 1:
+            unanswered = [t for k, t in enumerate(tickets) if left[k] > 0]
+            if len(tickets) == 1 and unanswered:
                 tickets[0].future.set_exception(exc)
                 return
-            for ticket in tickets:  # no single input explains it: each caller alone, so only the culprit fails
+            for ticket in unanswered:  # no single input explains it: each caller alone, so only the culprit fails
                 self._serve([ticket])
             return
-        start = 0
-        for ticket in tickets:
-            ticket.future.set_result(answers[start: start + len(ticket.jobs)])
-            start += len(ticket.jobs)
+        for k, ticket in enumerate(tickets):
+            if left[k] > 0:
+                start = next(i for i, (kk, _) in enumerate(owner) if kk == k)
+                ticket.future.set_result(returned[start: start + len(ticket.jobs)])
