@@ -181,10 +181,10 @@ def test_scheduler_batches_concurrent_callers_and_each_gets_its_own_answers(trai
 
 def test_scheduler_reruns_callers_alone_when_a_whole_batch_fails(trained_tiny):
     class Flaky(Predictor):
-        def predict_many(self, jobs, on_chunk=None, on_answer=None, more=None):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
             if any(j.prompt == "poison" for j in jobs):
                 raise RuntimeError("poisoned batch")
-            return super().predict_many(jobs, on_chunk, on_answer, more)
+            return super().predict_many(jobs, on_chunk, on_answer)
 
     frames = _frames()
     scheduler = BatchScheduler(Flaky(trained_tiny, max_new_tokens=64), window_ms=200)
@@ -229,7 +229,7 @@ class _SlowEcho:
     def __init__(self, batch_s: float):
         self.batch_s = batch_s
 
-    def predict_many(self, jobs, on_chunk=None, on_answer=None, more=None):
+    def predict_many(self, jobs, on_chunk=None, on_answer=None):
         time.sleep(self.batch_s)
         return list(jobs)
 
@@ -302,7 +302,7 @@ def test_scheduler_runs_the_model_on_its_executor():
     from concurrent.futures import ThreadPoolExecutor
 
     class ThreadEcho(_SlowEcho):
-        def predict_many(self, jobs, on_chunk=None, on_answer=None, more=None):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
             return [(threading.current_thread().name, job) for job in jobs]
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as model_thread:
@@ -345,7 +345,7 @@ def test_scheduler_answers_each_caller_as_soon_as_its_jobs_are():
     seen = threading.Event()
 
     class Early(_SlowEcho):
-        def predict_many(self, jobs, on_chunk=None, on_answer=None, more=None):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
             on_answer(0, jobs[0])
             in_time = seen.wait(10)
             return [jobs[0]] + [(job, in_time) for job in jobs[1:]]
@@ -364,61 +364,3 @@ def test_scheduler_answers_each_caller_as_soon_as_its_jobs_are():
     a.join(timeout=30)
     assert answers == {"first": ["first"], "second": [("second", True)]}
 
-
-def test_jobs_offered_mid_decode_join_the_running_batch_and_answer_as_alone(trained_tiny):
-    """Continuous batching: `more(free)` offers jobs between decode steps; they are encoded, prompted and stacked
-    into the running batch (another frame size, another task, clicks), each answers exactly as alone, a refused
-    one is refused alone, and they joined before the batch's last step."""
-    frames = _frames()
-    prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
-    jobs = [Job(frames[0], "report", prompts["report"]), Job(frames[1], "diagnose", prompts["diagnose"])]
-    big = make_image(3, height=320, width=320)  # longer than the running rows: they are shifted when it joins
-    joining = [Job(big, "segment", "lesion", points=[[120.0, 100.0]], labels=[1]),
-               Job(frames[1], "detect", prompts["detect"]),  # joins later, shorter than the rows: it is shifted
-               Job(frames[0], "segment", "lesion", points=[[1e6, 5.0]], labels=[1])]  # a click off the image
-    predictor = Predictor(trained_tiny, max_new_tokens=64, decode="static", batch_size=5)
-    forwards, offers, got = [], [], {}
-    real_forward = predictor._forward
-
-    def counting_forward(*args, **kwargs):
-        forwards.append(1)
-        return real_forward(*args, **kwargs)
-
-    def more(free):
-        offers.append((len(forwards), free))
-        chosen = {4: [0, 2], 16: [1]}.get(len(offers), [])  # a few steps into the batch, and well into it
-        return [(joining[k], lambda answer, k=k: got.setdefault(k, (answer, len(forwards)))) for k in chosen]
-
-    predictor._forward = counting_forward
-    answers = predictor.predict_many(jobs, more=more)
-    assert offers[3][1] == 3, offers  # a batch of 5 with its 2 rows running
-    assert sorted(got) == [0, 1, 2]
-    assert isinstance(got[2][0], PredictorError)
-    assert 1 < offers[3][0] < offers[15][0] < len(forwards), (offers, len(forwards))  # into a running batch
-    for job, res in zip(jobs, answers):
-        _assert_same(res, _alone(trained_tiny, job))
-    for k in (0, 1):
-        _assert_same(got[k][0], _alone(trained_tiny, joining[k]))
-
-
-def test_a_caller_arriving_mid_batch_joins_it_through_the_scheduler(trained_tiny):
-    """Over the scheduler: a request that arrives while a long answer decodes joins that batch (stats 'joined')
-    instead of waiting for it to end, and both answer as alone. The steps are slowed so that the second caller
-    surely arrives mid-decode."""
-    class Slow(Predictor):
-        def _forward(self, *args, **kwargs):
-            time.sleep(0.01)
-            return super()._forward(*args, **kwargs)
-
-    prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
-    first, second = Job(make_image(0), "report", prompts["report"]), Job(make_image(1), "detect", prompts["detect"])
-    scheduler = BatchScheduler(Slow(trained_tiny, max_new_tokens=64, decode="static"), window_ms=0, regroup_ms=0)
-    answers = {}
-    a = threading.Thread(target=lambda: answers.setdefault("first", scheduler.predict([first])[0]))
-    a.start()
-    time.sleep(0.15)
-    answers["second"] = scheduler.predict([second])[0]
-    a.join(timeout=60)
-    assert _batches_once_served(scheduler, 2) == [2] and scheduler.stats()["joined"] == 1, scheduler.stats()
-    _assert_same(answers["first"], _alone(trained_tiny, first))
-    _assert_same(answers["second"], _alone(trained_tiny, second))

@@ -123,12 +123,14 @@ def test_one_forward_masks_equal_token_by_token(trained_tiny):
         p.set_image(make_image(0))
         results[mode] = p.predict("segment", "lesion")
         state = p._state
-        row = p._row("segment", "lesion", None, None, None, state.frames[0])
-        seqs, logits, lanes, _ = p._start(state, [row], [None], first=0)
-        p._decode(seqs, lanes, logits)
+        suffix_ids = trained_tiny.tokenizer(
+            "Segment the lesion in this ultrasound image.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+        )["input_ids"]
+        out = p._forward(state, torch.tensor([suffix_ids]), state.prefix_len)
+        decoded, _ = p._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
         extra = state.cache.get_seq_length() - state.prefix_len
         state.cache.crop(-extra)
-        queries[mode] = torch.stack(seqs[0].dec.mask_queries)
+        queries[mode] = torch.stack(decoded[0].mask_queries)
     assert queries[True].shape == (1, 16, trained_tiny.qwen.config.text_config.hidden_size)
     torch.testing.assert_close(queries[True], queries[False], rtol=1e-5, atol=1e-5)
     one, many = results[True].objects, results[False].objects

@@ -17,8 +17,7 @@ How the work is split:
   `umind_core.scheduler`) as batches through the same loop. With the fast decoder, rows of different image
   prefixes and prompt lengths share one cache with per-row holes (`fast_decode.StaticKVCache.stack`, prompts
   left-padded), so every row answers as it would alone; the eager path batches only rows of one frame size and
-  one prompt. Sequences that finish early are fed padding that nobody reads, their Results handed on at once
-  (`on_answer`); jobs that arrive meanwhile may join the running batch (`more`, `_admit`).
+  one prompt. Sequences that finish early are fed padding that nobody reads.
 - Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
   transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`, or one with frozen
   weights and autotuned products: `"tuned"`); `decode="eager"` is transformers' own forward, the reference the
@@ -27,11 +26,10 @@ How the work is split:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -91,36 +89,6 @@ class _ImageState:
     @property
     def batch(self) -> int:
         return len(self.frames)
-
-
-@dataclass
-class _Seq:
-    """One answer being decoded and what its Result needs: the ask, the frame and its image features, its share
-    of the encode and prompt time of the rows it started with, and who is waiting for it."""
-
-    row: _Row
-    frame: Frame
-    image_states: torch.Tensor
-    timings: dict[str, float]  # encode_s, prompt_s: this row's share
-    start: float  # when its decoding began
-    share: int  # the rows it started with (decode_s is given per row, as encode_s and prompt_s)
-    deliver: Callable[[Result], None] | None = None
-    dec: "_Decoded" = field(default_factory=lambda: _Decoded())
-    pending: list[int] = field(default_factory=list)  # tokens chosen but not yet fed
-    group: list[torch.Tensor] = field(default_factory=list)  # states of the mask group being fed
-    done: bool = False
-    result: Result | None = None
-
-
-@dataclass
-class _Lanes:
-    """The rows decoding together: row r of `state.cache` holds sequence lanes[r] at text position slot + delta[r],
-    and every row's next token goes to slot `cursor`."""
-
-    state: _ImageState
-    delta: torch.Tensor  # (rows, 1)
-    lanes: list[int]
-    cursor: int
 
 
 @dataclass
@@ -225,18 +193,13 @@ class Predictor:
             if bar is not None:
                 bar.close()
 
-    def predict_many(self, jobs: Sequence[Job], on_chunk=None, on_answer=None,
-                     more=None) -> list[Result | PredictorError]:
+    def predict_many(self, jobs: Sequence[Job], on_chunk=None, on_answer=None) -> list[Result | PredictorError]:
         """Answer unrelated jobs in batches; each gets its Result, or the PredictorError that refused its input.
 
         A bad frame or visual prompt fails only its own job. The image set by `set_image` is left as it was.
         `on_chunk(n)` is called after each batch of n jobs (a progress bar's update). `on_answer(i, answer)` is
         called with job i's answer the moment it is ready, from this call's thread: a short answer in a batch is
         handed on while the batch's longer ones still decode (the scheduler replies to its caller then).
-
-        `more(free)`, asked between decode steps of the last batch, may return up to `free` [(Job, deliver)] that
-        arrived meanwhile: they join the running batch (continuous batching, see `_admit`), and `deliver(answer)`
-        gets each one's Result or refusal. Only where rows can be regrouped (static and tuned decoding).
         """
         ready, failed = self._prepare(jobs)
         answers: list[Result | PredictorError | None] = [None] * len(jobs)
@@ -248,7 +211,7 @@ class Predictor:
 
         for i, exc in sorted(failed.items()):
             deliver(i, exc)
-        self._answer(ready, on_chunk, deliver, more)
+        self._answer(ready, on_chunk, deliver)
         return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
@@ -268,23 +231,20 @@ class Predictor:
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
-    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None, on_answer=None, more=None) -> list[Result]:
-        """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index);
-        `more` (see predict_many) is offered to the last batch."""
+    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None, on_answer=None) -> list[Result]:
+        """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index)."""
         order = {i: k for k, (i, _, _) in enumerate(ready)}
         results: list[Result | None] = [None] * len(ready)
-
-        def on_row(i: int, res: Result) -> None:
-            results[order[i]] = res
-            if on_answer is not None:
-                on_answer(i, res)
-
         with self._lock:
-            chunks = self._chunks(ready)
-            for n, chunk in enumerate(chunks):
+            for chunk in self._chunks(ready):
+                def on_row(b: int, res: Result, chunk=chunk) -> None:
+                    i = chunk[b][0]
+                    results[order[i]] = res
+                    if on_answer is not None:
+                        on_answer(i, res)
+
                 state = self._encode_rows([frame for _, frame, _ in chunk])
-                delivers = [functools.partial(on_row, i) for i, _, _ in chunk]
-                self._run(state, [row for _, _, row in chunk], delivers, more if n == len(chunks) - 1 else None)
+                self._run(state, [row for _, _, row in chunk], on_row)
                 if on_chunk is not None:
                     on_chunk(len(chunk))
         return results  # type: ignore[return-value]
@@ -401,42 +361,43 @@ class Predictor:
                 input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
             )
 
-    def _run(self, state: _ImageState, rows: list[_Row], delivers=None, more=None) -> list[Result]:
+    def _run(self, state: _ImageState, rows: list[_Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state`; the cache goes back to the image prefix afterwards.
 
-        Each row's Result is built the moment its answer ends (and handed to `delivers[b]`), not when the
-        batch's longest answer does: a caller whose segment is done need not wait for another's report.
+        Each row's Result is built the moment its answer ends (`on_row(b, result)` then), not when the batch's
+        longest answer does: a caller whose segment is done need not wait for another's report.
         """
-        seqs, logits, lanes, width = self._start(state, rows, delivers or [None] * len(rows), first=0)
+        model = self.model
+        t0 = time.perf_counter()
+        ids, pad, shift = self._prompt_ids(rows, model.device)
+        delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
+        batch = state.batch
+        results: list[Result | None] = [None] * batch
+        t1 = t0
+
+        def finish(b: int, dec: _Decoded) -> None:
+            decode_s = time.perf_counter() - t1
+            res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
+            res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch, decode_s=decode_s / batch)
+            results[b] = res
+            if on_row is not None:
+                on_row(b, res)
+
         try:
-            fed = self._decode(seqs, lanes, logits, more)
+            out = self._forward(state, ids, state.prefix_len, delta, pad)
+            t1 = time.perf_counter()
+            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta, finish)
         finally:
             extra = state.cache.get_seq_length() - state.prefix_len
             if extra > 0:  # back to the image prefix for the next prompt
                 state.cache.crop(-extra)
         self.last_stats = {
             "prefix_tokens": state.prefix_len,
-            "prompt_tokens": width,
-            "generated_tokens": max(len(q.dec.token_ids) for q in seqs),
-            "processed_tokens": width + fed,
+            "prompt_tokens": int(ids.shape[1]),
+            "generated_tokens": max(len(d.token_ids) for d in decoded),
+            "processed_tokens": int(ids.shape[1]) + fed,
         }
-        return [q.result for q in seqs[: len(rows)]]  # type: ignore[misc]
-
-    def _start(self, state: _ImageState, rows: list[_Row], delivers: list, first: int):
-        """Feed every row's prompt on `state`: (its sequences, their first logits, their lanes, the prompt width).
-        `first` is the index the first row's sequence will have."""
-        t0 = time.perf_counter()
-        ids, pad, shift = self._prompt_ids(rows, self.model.device)
-        delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
-        out = self._forward(state, ids, state.prefix_len, delta, pad)
-        t1 = time.perf_counter()
-        n = state.batch
-        shares = {"encode_s": state.encode_s / n, "prompt_s": (t1 - t0) / n}
-        seqs = [_Seq(rows[b], state.frames[b], state.image_states[b], dict(shares), t1, n, delivers[b])
-                for b in range(n)]
-        width = int(ids.shape[1])
-        lanes = _Lanes(state, delta, list(range(first, first + n)), state.prefix_len + width)
-        return seqs, out.logits[:, -1], lanes, width
+        return results  # type: ignore[return-value]
 
     def _prompt_ids(self, rows: list[_Row], device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k."""
@@ -454,53 +415,61 @@ class Predictor:
         pad = torch.arange(width, device=device)[None, :] < shift[:, None]
         return ids, pad, shift
 
-    def _decode(self, seqs: list[_Seq], lanes: _Lanes, logits: torch.Tensor, more=None) -> int:
-        """Greedy decoding until every sequence ends (each gets its Result then); returns the positions fed.
+    def _decode(self, state: _ImageState, logits: torch.Tensor, start: int,
+                delta: torch.Tensor | None = None, on_done=None) -> tuple[list[_Decoded], int]:
+        """Greedy decoding on the cache; returns per-sequence output and the number of positions fed.
+        `on_done(b, decoded)` is called as sequence b ends, before the others go on.
 
-        `lanes.lanes[r]` is the sequence that row r of the cache (and of `logits`) decodes: all of them at first,
-        then only the live ones on a smaller cache once enough have finished (`_narrowed`), and with the jobs
-        `more` offers joining (`_admit`).
+        `lanes[r]` is the sequence that row r of the cache (and of `logits`) decodes: all of them at first, then,
+        once enough have finished, only the live ones on a smaller cache (`_narrowed`).
         """
-        n_mask, seg_id = self.model.num_mask_tokens, self.model.seg_mask_id
-        fed = 0
+        model = self.model
+        n_mask, seg_id = model.num_mask_tokens, model.seg_mask_id
+        batch = state.batch
+        decoded = [_Decoded() for _ in range(batch)]
+        pending: list[list[int]] = [[] for _ in range(batch)]  # tokens chosen but not yet fed
+        groups: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # states of the mask group being fed
+        done = [False] * batch
+        lanes = list(range(batch))
+        cursor, fed = start, 0
         while True:
-            if more is not None:
-                lanes, logits = self._admit(seqs, lanes, logits, more)
-            for b in self._choose(seqs, lanes.lanes, logits):
-                self._finish(seqs[b])
-            if all(q.done for q in seqs):
-                return fed
-            lanes = self._narrowed(seqs, lanes)
-            live = [seqs[b] for b in lanes.lanes if not seqs[b].done]
-            k = min(len(q.pending) for q in live) if self.one_forward_masks else 1
-            rows = [seqs[b].pending[:k] if not seqs[b].done else [self._pad_id] * k for b in lanes.lanes]
-            out = self._forward(lanes.state, torch.tensor(rows, device=self.model.device), lanes.cursor, lanes.delta)
-            lanes.cursor += k
+            for b in self._choose(decoded, pending, done, lanes, logits):
+                if on_done is not None:
+                    on_done(b, decoded[b])
+            if all(done):
+                break
+            state, delta, lanes = self._narrowed(state, delta, lanes, done)
+            k = min(len(pending[b]) for b in lanes if not done[b])
+            if not self.one_forward_masks:
+                k = 1
+            rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in lanes]
+            out = self._forward(state, torch.tensor(rows, device=model.device), cursor, delta)
+            cursor += k
             fed += k
-            for r, b in enumerate(lanes.lanes):
-                q = seqs[b]
-                if q.done:
+            for r, b in enumerate(lanes):
+                if done[b]:
                     continue
-                for j, tok in enumerate(q.pending[:k]):
+                for j, tok in enumerate(pending[b][:k]):
                     if tok == seg_id:
-                        q.group.append(out.hidden_states[r, j])
-                        if len(q.group) == n_mask:
-                            q.dec.mask_queries.append(torch.stack(q.group))
-                            q.group = []
-                q.pending = q.pending[k:]
+                        groups[b].append(out.hidden_states[r, j])
+                        if len(groups[b]) == n_mask:
+                            decoded[b].mask_queries.append(torch.stack(groups[b]))
+                            groups[b] = []
+                pending[b] = pending[b][k:]
             logits = out.logits[:, -1]
+        return decoded, fed
 
-    def _choose(self, seqs: list[_Seq], lanes: list[int], logits: torch.Tensor) -> list[int]:
+    def _choose(self, decoded: list[_Decoded], pending: list[list[int]], done: list[bool], lanes: list[int],
+                logits: torch.Tensor) -> list[int]:
         """Pick the next token of every sequence that has nothing left to feed, all rows in one softmax: set what
         to feed next (`pending`), or mark it done. A mask token forces the other N-1 of its group. Returns the
         sequences that ended here."""
         rows, ended = [], []
         for r, b in enumerate(lanes):
-            q = seqs[b]
-            if q.done or q.pending:
+            if done[b] or pending[b]:
                 continue
-            if len(q.dec.token_ids) >= self.max_new_tokens:
-                q.dec.truncated, q.done = True, True
+            if len(decoded[b].token_ids) >= self.max_new_tokens:
+                decoded[b].truncated, done[b] = True, True
                 ended.append(b)
             else:
                 rows.append(r)
@@ -511,83 +480,40 @@ class Predictor:
         chosen = probs.gather(1, tokens[:, None])[:, 0]
         seg_id, extra = self.model.seg_mask_id, self.model.num_mask_tokens - 1
         for r, tok, prob in zip(rows, tokens.tolist(), chosen.tolist()):
-            b = lanes[r]
-            q, dec = seqs[b], seqs[b].dec
+            dec, b = decoded[lanes[r]], lanes[r]
             dec.token_ids.append(tok)
             dec.token_probs.append(prob)
             dec.forced.append(False)
             if tok in self._eos_ids:
-                q.done = True
+                done[b] = True
                 ended.append(b)
             elif tok != seg_id:
-                q.pending = [tok]
+                pending[b] = [tok]
             else:
                 dec.token_ids.extend([seg_id] * extra)
                 dec.token_probs.extend([1.0] * extra)
                 dec.forced.extend([True] * extra)
-                q.pending = [seg_id] * (extra + 1)
+                pending[b] = [seg_id] * (extra + 1)
         return ended
 
-    def _finish(self, q: _Seq) -> None:
-        """Build an ended sequence's Result and hand it on."""
-        decode_s = time.perf_counter() - q.start
-        res = self._result(q)
-        res.timings.update(q.timings, decode_s=decode_s / q.share)
-        q.result = res
-        if q.deliver is not None:
-            q.deliver(res)
-
-    def _narrowed(self, seqs: list[_Seq], lanes: _Lanes) -> _Lanes:
-        """The lanes to decode the next step with: the same, or, once the live sequences fit half the cache's
-        rows (see `FastDecoder.narrowed`), a copy holding only them.
+    def _narrowed(self, state: _ImageState, delta, lanes: list[int], done: list[bool]):
+        """(state, delta, lanes) to decode the next step with: the same, or, once the live sequences fit half the
+        cache's rows (see `FastDecoder.narrowed`), a copy holding only them.
 
         Why: a batch decodes until its longest answer (a 77-token diagnosis beside 20-token segments), and a
         step of 8 rows costs 2-3.5 times one of 1. The caller's state keeps its own cache.
         """
-        if not isinstance(lanes.state.cache, fast_decode.StaticKVCache):
-            return lanes
-        live = [r for r, b in enumerate(lanes.lanes) if not seqs[b].done]
-        cache = self._fast.narrowed(lanes.state.cache, live)
+        if not isinstance(state.cache, fast_decode.StaticKVCache):
+            return state, delta, lanes
+        delta = state.rope_delta if delta is None else delta
+        live = [r for r, b in enumerate(lanes) if not done[b]]
+        cache = self._fast.narrowed(state.cache, live)
         if cache is None:
-            return lanes
-        return _Lanes(replace(lanes.state, cache=cache), lanes.delta[live], [lanes.lanes[r] for r in live],
-                      lanes.cursor)
+            return state, delta, lanes
+        return replace(state, cache=cache), delta[live], [lanes[r] for r in live]
 
-    def _admit(self, seqs: list[_Seq], lanes: _Lanes, logits: torch.Tensor, more) -> tuple[_Lanes, torch.Tensor]:
-        """Let jobs that arrived while this batch decodes join it (continuous batching): encode them and feed
-        their prompts as a batch of their own, then stack their caches with the live rows' into one, each row
-        right-aligned at the longest with its RoPE positions shifted by its hole (`StaticKVCache.stack`), so
-        every row still answers as it would alone.
-
-        Why: a batch's last steps decode one or two long answers, on a machine where a step of 8 rows costs
-        about twice one of 1, while the callers answered first have already sent their next requests.
-        """
-        if not isinstance(lanes.state.cache, fast_decode.StaticKVCache) or not self._fast.regroups:
-            return lanes, logits
-        live = [r for r, b in enumerate(lanes.lanes) if not seqs[b].done]
-        offers = more(self.batch_size - len(live)) if len(live) < self.batch_size else []
-        if not offers:
-            return lanes, logits
-        ready, failed = self._prepare([job for job, _ in offers])
-        for i, exc in failed.items():
-            offers[i][1](exc)
-        if not ready:
-            return lanes, logits
-        state = self._encode_rows([frame for _, frame, _ in ready])
-        new, new_logits, new_lanes, _ = self._start(state, [row for _, _, row in ready],
-                                                    [offers[i][1] for i, _, _ in ready], first=len(seqs))
-        seqs.extend(new)
-        cache = self._fast.stack([(lanes.state.cache, r) for r in live] + [(state.cache, r) for r in range(len(ready))],
-                                 self._answer_room())
-        length = cache.get_seq_length()
-        delta = torch.cat([lanes.delta[live] - (length - lanes.cursor), new_lanes.delta - (length - new_lanes.cursor)])
-        merged = _Lanes(replace(lanes.state, cache=cache), delta, [lanes.lanes[r] for r in live] + new_lanes.lanes,
-                        length)
-        return merged, torch.cat([logits[live], new_logits])
-
-    def _result(self, q: _Seq) -> Result:
-        model, frame, dec = self.model, q.frame, q.dec
-        task, prompt, warnings = q.row.task, q.row.prompt, list(q.row.warnings)
+    def _result(self, state: _ImageState, b: int, dec: _Decoded, task, prompt, warnings) -> Result:
+        model, frame = self.model, state.frames[b]
         width, height = frame.size
         ids = [t for t in dec.token_ids if t not in self._eos_ids]
         text = model.tokenizer.decode(ids, skip_special_tokens=False)
@@ -596,7 +522,7 @@ class Predictor:
         if dec.truncated:
             warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
         t0 = time.perf_counter()
-        masks, mask_scores, mask_entropy = self._masks(q.image_states, dec, (height, width))
+        masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width))
         mask_s = time.perf_counter() - t0
         offsets = _char_offsets(model.tokenizer, ids)
         objects: list[GroundedObject] = []
@@ -634,12 +560,12 @@ class Predictor:
         result.attach_geometry(frame)
         return result
 
-    def _masks(self, image_states: torch.Tensor, dec: _Decoded, size: tuple[int, int]):
+    def _masks(self, state: _ImageState, b: int, dec: _Decoded, size: tuple[int, int]):
         if not dec.mask_queries:
             return [], [], None
         with torch.no_grad():
             logits = self.model.decode_masks(
-                [torch.stack(dec.mask_queries)], [image_states], [size]
+                [torch.stack(dec.mask_queries)], [state.image_states[b]], [size]
             )[0].float()
         probs = torch.sigmoid(logits)
         masks = (logits > self.mask_threshold).cpu().numpy()

@@ -7,12 +7,6 @@ one scheduler and blocks; a worker thread takes what has arrived (waiting up to 
 first job is in, up to `max_jobs`), runs it through `Predictor.predict_many` (which stacks different images
 and prompts into one batch) and hands each caller its own answers.
 
-A caller does not wait for the whole batch: it is answered the moment its own jobs end (a segment of 20 tokens
-beside a report of 80), and callers that arrive while a batch decodes join it where it has free rows
-(`Predictor.predict_many`'s `more`: their images are encoded and their prompts fed, then their rows are stacked
-into the running cache), instead of waiting for its last, longest answer. Both keep every answer what it would
-be alone.
-
 Failure stays with its owner: a job the Predictor refuses comes back as that job's PredictorError, and if a
 batch of several callers fails as a whole (an error no single input explains), each caller's jobs are run
 again alone, so one poisoned request cannot fail the others.
@@ -21,8 +15,8 @@ Waiting for the callers who just got their answers (`regroup_ms`): clients that 
 before sending the next request fall into cohorts. Over HTTP, 8 annotators ran as two cohorts of 4, each batch
 taken the moment the last one ended while the other cohort was still writing its replies and sending its next
 requests: batches of 4 where one of 8 would share each decode step (on a GPU at about the cost of one row). So
-when a batch ends the worker notes who is likely to ask next: the callers it answered in its last 2 x
-`regroup_ms` (those answered earlier have asked again already, or joined) plus those already queued. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch is held up to
+when a batch ends the worker notes who is likely to ask next: the callers it just answered plus those already
+queued. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch is held up to
 `regroup_ms` until that many callers are in. A lone client expects only itself and goes at once; the wait
 happens only while several callers are active, and is bounded. 30 ms by default: with 8 HTTP clients on 2 CPU
 cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x the one-by-one rate against
@@ -43,7 +37,6 @@ one (`benchmarks/bench_worker_thread.py`). The server loads its model and answer
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -85,7 +78,6 @@ class BatchScheduler:
         self.regroup_s = float(regroup_ms) / 1000.0
         self._last_end: tuple[float, int] | None = None  # (when, callers answered + queued) of the last batch
         self._regrouped = 0  # batches held for callers expected back (`regroup_ms`)
-        self._joined = 0  # callers that joined a running batch
         self.max_jobs = int(max_jobs or predictor.batch_size)
         self.idle_s = float(idle_s)
         self._queue: list[_Ticket] = []
@@ -121,7 +113,7 @@ class BatchScheduler:
         return [callers for callers, _ in self._history]
 
     def reset_stats(self) -> None:
-        self._history, self._regrouped, self._joined = [], 0, 0
+        self._history, self._regrouped = [], 0
 
     def stats(self) -> dict:
         """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by."""
@@ -132,7 +124,7 @@ class BatchScheduler:
                 "mean_callers": round(sum(c for c, _ in recent) / n, 3) if n else None,
                 "max_callers": max(c for c, _ in recent) if n else None,
                 "mean_batch_s": round(sum(s for _, s in recent) / n, 4) if n else None,
-                "regrouped": self._regrouped, "joined": self._joined}
+                "regrouped": self._regrouped}
 
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[_Ticket] | None:
@@ -162,9 +154,8 @@ class BatchScheduler:
             return taken
 
     def _expected(self, now: float) -> int:
-        """How many callers to hold the next batch for: those the last batch answered in its last 2 x regroup_ms
-        (the ones answered earlier have sent their next request already, or are not coming soon) plus those
-        queued behind it, if it ended lately; else 1 (no wait), as when regrouping is off."""
+        """How many callers to hold the next batch for: those answered by the last batch plus those queued behind
+        it, if it ended lately; else 1 (no wait), as when regrouping is off."""
         if self.regroup_s <= 0 or self._last_end is None or now - self._last_end[0] > 2.0 * self.regroup_s:
             return 1
         return max(1, self._last_end[1])
@@ -175,91 +166,41 @@ class BatchScheduler:
             if tickets is None:
                 return
             t0 = time.perf_counter()
-            delivery = self._serve(tickets)
-            self._history = (self._history + [(len(delivery.tickets), time.perf_counter() - t0)])[-1000:]
-            with self._cond:  # likely to ask next: callers answered lately, and those queued
-                now = time.monotonic()
-                recent = delivery.answered_since(now - 2.0 * self.regroup_s) if self.regroup_s > 0 else 0
-                self._last_end = (now, min(self.max_jobs, recent + len(self._queue)))
+            self._serve(tickets)
+            self._history = (self._history + [(len(tickets), time.perf_counter() - t0)])[-1000:]
+            with self._cond:
+                self._last_end = (time.monotonic(), len(tickets) + len(self._queue))
 
-    def _serve(self, tickets: list[_Ticket]) -> _Delivery:
+    def _serve(self, tickets: list[_Ticket]) -> None:
         """Run the tickets' jobs as one `predict_many`; each caller is answered as soon as all its jobs are (a
-        segment does not wait for the report that shares its batch), and callers queued meanwhile join the running
-        batch where it has free rows (`_joiners`). A Predictor that hands nothing on early is answered from what it
-        returns. Returns who was served."""
-        delivery = _Delivery()
-        calls = [call for ticket in tickets for call in delivery.add(ticket)]
+        segment does not wait for the report that shares its batch). A Predictor that hands nothing on early is
+        answered from what it returns."""
         jobs = [job for t in tickets for job in t.jobs]
-
-        def more(free: int) -> list[tuple[Job, object]]:
-            return [offer for ticket in self._joiners(free) for offer in zip(ticket.jobs, delivery.add(ticket))]
+        owner = [(k, j) for k, t in enumerate(tickets) for j in range(len(t.jobs))]
+        answers: list[list] = [[None] * len(t.jobs) for t in tickets]
+        left = [len(t.jobs) for t in tickets]
 
         def on_answer(i: int, answer) -> None:
-            calls[i](answer)
+            k, j = owner[i]
+            answers[k][j] = answer
+            left[k] -= 1
+            if left[k] == 0:
+                tickets[k].future.set_result(answers[k])
 
         try:
             if self.executor is None:
-                returned = self.predictor.predict_many(jobs, on_answer=on_answer, more=more)
+                returned = self.predictor.predict_many(jobs, on_answer=on_answer)
             else:
-                returned = self.executor.submit(self.predictor.predict_many, jobs, on_answer=on_answer,
-                                                more=more).result()
+                returned = self.executor.submit(self.predictor.predict_many, jobs, on_answer=on_answer).result()
         except BaseException as exc:  # noqa: BLE001 - decided per caller below
-            unanswered = delivery.unanswered()
-            if len(delivery.tickets) == 1 and unanswered:
+            unanswered = [t for k, t in enumerate(tickets) if left[k] > 0]
+            if len(tickets) == 1 and unanswered:
                 tickets[0].future.set_exception(exc)
-                return delivery
+                return
             for ticket in unanswered:  # no single input explains it: each caller alone, so only the culprit fails
                 self._serve([ticket])
-            return delivery
-        for call, answer in zip(calls, returned):  # what was not handed on early (a second hand-on is ignored)
-            call(answer)
-        return delivery
-
-    def _joiners(self, free: int) -> list[_Ticket]:
-        """Queued callers whose jobs fit `free` rows of the running batch, taken off the queue in order."""
-        taken = []
-        with self._cond:
-            while self._queue and len(self._queue[0].jobs) <= free:
-                ticket = self._queue.pop(0)
-                free -= len(ticket.jobs)
-                taken.append(ticket)
-            self._joined += len(taken)
-        return taken
-
-
-class _Delivery:
-    """Who a batch serves: each job's answer goes to its caller's ticket, and a ticket's answers to the caller the
-    moment all of them are in. Callers that join the running batch are added as they join."""
-
-    def __init__(self):
-        self.tickets: list[_Ticket] = []
-        self.left: list[int] = []
-        self.answered_at: list[float | None] = []
-        self._answers: list[list] = []
-        self._given: set[tuple[int, int]] = set()
-
-    def add(self, ticket: _Ticket) -> list:
-        """One answer callable per job of `ticket`."""
-        k = len(self.tickets)
-        self.tickets.append(ticket)
-        self.left.append(len(ticket.jobs))
-        self.answered_at.append(None)
-        self._answers.append([None] * len(ticket.jobs))
-        return [functools.partial(self._answer, k, j) for j in range(len(ticket.jobs))]
-
-    def _answer(self, k: int, j: int, answer) -> None:
-        if (k, j) in self._given:
             return
-        self._given.add((k, j))
-        self._answers[k][j] = answer
-        self.left[k] -= 1
-        if self.left[k] == 0:
-            self.answered_at[k] = time.monotonic()
-            self.tickets[k].future.set_result(self._answers[k])
-
-    def unanswered(self) -> list[_Ticket]:
-        return [t for k, t in enumerate(self.tickets) if self.left[k] > 0]
-
-    def answered_since(self, since: float) -> int:
-        """Callers answered at or after `since` (monotonic seconds)."""
-        return sum(1 for at in self.answered_at if at is not None and at >= since)
+        for k, ticket in enumerate(tickets):
+            if left[k] > 0:
+                start = next(i for i, (kk, _) in enumerate(owner) if kk == k)
+                ticket.future.set_result(returned[start: start + len(ticket.jobs)])

@@ -497,12 +497,6 @@ class FastDecoder:
             return 1 << (batch - 1).bit_length()
         return _round_up(batch, 8)
 
-    @property
-    def regroups(self) -> bool:
-        """Whether a batch may change its rows while it decodes (narrowing; jobs joining it): not with the compiled
-        (untuned) step, which keeps exact sizes and would build a graph for every row count it met."""
-        return not (self.compile and not self.tune)
-
     def narrowed(self, cache: StaticKVCache, live: list[int]) -> StaticKVCache | None:
         """A smaller cache holding only rows `live`, once they fit half its rows (a smaller bucket when tuned);
         else None.
@@ -513,7 +507,7 @@ class FastDecoder:
         (medians of 8, one process each). Only at half: each narrowing copies the cache. The compiled (untuned)
         step keeps exact sizes, and narrowing would build a graph for every count it meets.
         """
-        if not self.regroups:
+        if self.compile and not self.tune:
             return None
         rows = self.rows_for(len(live))
         if 2 * rows > cache.rows:
