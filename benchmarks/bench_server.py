@@ -278,6 +278,10 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
           f"ms, p95 {_pct(conc, 95):.0f} ms")
     print(f"throughput ratio concurrent/one-by-one: {seq_s / conc_s:.2f}x; p95 latency concurrent / lone p95: "
           f"{_pct(conc, 95) / _pct(lone, 95):.2f}x (/ lone p50: {_pct(conc, 95) / _pct(lone, 50):.2f}x)")
+    by_kind = {kind: [i for i, req in enumerate(flat) if req[0] == kind] for kind in dict.fromkeys(r[0] for r in flat)}
+    print("p50 latency by kind, concurrent (lone): " + ", ".join(
+        f"{kind} {_pct([conc[i] for i in idx], 50):.0f} ({_pct([lone[i] for i in idx], 50):.0f}) ms"
+        for kind, idx in by_kind.items()))
     print(f"replies equal to the same request sent alone (label bytes equal, JSON floats within 1e-5): "
           f"{n - mismatched}/{n}")
     for req, t, a in zip(flat, together, alone):
