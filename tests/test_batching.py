@@ -269,6 +269,24 @@ def test_scheduler_regroup_merges_cohorts_of_closed_loop_clients():
     assert regroup.stats()["regrouped"] >= 4
 
 
+def test_scheduler_regroup_holds_for_the_callers_in_flight_not_more():
+    """Callers answered early (as their own jobs end) are queued again before the batch ends: counting them once
+    more would hold every next batch for callers that never come. Three closed-loop clients with a 1 s regroup
+    wait: batches of 3, none held to the end of the wait."""
+    class EarlyEcho(_SlowEcho):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
+            for i, job in enumerate(jobs):
+                on_answer(i, job)
+            time.sleep(self.batch_s)  # the batch goes on after its callers were answered
+            return list(jobs)
+
+    scheduler = BatchScheduler(EarlyEcho(0.05), window_ms=0, regroup_ms=1000)
+    t0 = time.monotonic()
+    _cohorts(scheduler, clients=3, rounds=6, think_s=0.0)
+    assert time.monotonic() - t0 < 3.0, scheduler.stats()  # holding each batch for 1 s would take 5 s or more
+    assert _batches_once_served(scheduler, 18).count(3) >= 4, scheduler.batches
+
+
 def test_scheduler_regroup_never_holds_a_lone_client():
     """One client alone expects only itself: with a regroup wait of 1 s no batch is held for anyone."""
     scheduler = BatchScheduler(_SlowEcho(0.01), window_ms=0, regroup_ms=1000)

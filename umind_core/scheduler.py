@@ -15,8 +15,8 @@ Waiting for the callers who just got their answers (`regroup_ms`): clients that 
 before sending the next request fall into cohorts. Over HTTP, 8 annotators ran as two cohorts of 4, each batch
 taken the moment the last one ended while the other cohort was still writing its replies and sending its next
 requests: batches of 4 where one of 8 would share each decode step (on a GPU at about the cost of one row). So
-when a batch ends the worker notes who is likely to ask next: the callers it just answered plus those already
-queued. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch is held up to
+when a batch ends the worker notes who is likely to ask next: the most callers that were in flight (in the batch
+or queued) while it ran. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch is held up to
 `regroup_ms` until that many callers are in. A lone client expects only itself and goes at once; the wait
 happens only while several callers are active, and is bounded. 30 ms by default: with 8 HTTP clients on 2 CPU
 cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x the one-by-one rate against
@@ -76,7 +76,9 @@ class BatchScheduler:
         self.executor = executor  # where predict_many runs (anything with `submit`); None = the worker thread
         self.window_s = float(window_ms) / 1000.0
         self.regroup_s = float(regroup_ms) / 1000.0
-        self._last_end: tuple[float, int] | None = None  # (when, callers answered + queued) of the last batch
+        self._last_end: tuple[float, int] | None = None  # (when, callers in flight at most) of the last batch
+        self._running = 0  # callers of the running batch not answered yet
+        self._peak = 0  # the most callers in flight (running + queued) while the running batch ran
         self._regrouped = 0  # batches held for callers expected back (`regroup_ms`)
         self.max_jobs = int(max_jobs or predictor.batch_size)
         self.idle_s = float(idle_s)
@@ -93,6 +95,7 @@ class BatchScheduler:
         ticket = _Ticket(jobs)
         with self._cond:
             self._queue.append(ticket)
+            self._peak = max(self._peak, self._running + len(self._queue))
             self._cond.notify_all()
             if self._worker is None:
                 self._worker = threading.Thread(target=self._loop, name="umind-batch", daemon=True)
@@ -151,11 +154,16 @@ class BatchScheduler:
                 ticket = self._queue.pop(0)
                 taken.append(ticket)
                 count += len(ticket.jobs)
+            self._running, self._peak = len(taken), len(taken) + len(self._queue)
             return taken
 
     def _expected(self, now: float) -> int:
-        """How many callers to hold the next batch for: those answered by the last batch plus those queued behind
-        it, if it ended lately; else 1 (no wait), as when regrouping is off."""
+        """How many callers to hold the next batch for: the most that were in flight (answered or not by the last
+        batch, or queued behind it) while it ran, if it ended lately; else 1 (no wait), as when regrouping is off.
+
+        Not the last batch's callers plus those queued at its end: a caller answered early (as its own job ended)
+        may be queued again by then, and would be counted twice; 3 clients would then hold every batch for 5 or
+        6 callers, the whole regroup wait."""
         if self.regroup_s <= 0 or self._last_end is None or now - self._last_end[0] > 2.0 * self.regroup_s:
             return 1
         return max(1, self._last_end[1])
@@ -169,7 +177,7 @@ class BatchScheduler:
             self._serve(tickets)
             self._history = (self._history + [(len(tickets), time.perf_counter() - t0)])[-1000:]
             with self._cond:
-                self._last_end = (time.monotonic(), len(tickets) + len(self._queue))
+                self._last_end = (time.monotonic(), self._peak)
 
     def _serve(self, tickets: list[_Ticket]) -> None:
         """Run the tickets' jobs as one `predict_many`; each caller is answered as soon as all its jobs are (a
@@ -185,6 +193,8 @@ class BatchScheduler:
             answers[k][j] = answer
             left[k] -= 1
             if left[k] == 0:
+                with self._cond:
+                    self._running = max(0, self._running - 1)
                 tickets[k].future.set_result(answers[k])
 
         try:
