@@ -256,8 +256,8 @@ def test_results_carry_the_models_confidence(predictor, tmp_path):
     assert back.confidence == seg.confidence
 
 
-@pytest.mark.parametrize("text", ["<|box_start|>(12,340),(56,78)<|box_end|> a benign lesion", "résumé: 5 mm ±1 — ок",
-                                  ""])
+@pytest.mark.parametrize("text", ["<|box_start|>(12,340),(56,78)<|box_end|> a benign lesion",
+                                  "résumé: 5 mm ±1 — ок", ""])
 def test_token_end_offsets_equal_decoding_every_prefix(trained_tiny, text):
     """`_char_offsets` takes one batched decode where the pieces add up to the text, and decodes prefixes where
     they do not (characters split across byte tokens): either way, the offsets decoding each prefix gives."""

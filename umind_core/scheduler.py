@@ -7,6 +7,11 @@ one scheduler and blocks; a worker thread takes what has arrived (waiting up to 
 first job is in, up to `max_jobs`), runs it through `Predictor.predict_many` (which stacks different images
 and prompts into one batch) and hands each caller its own answers.
 
+A caller does not wait for the whole batch: it is answered the moment its own jobs end (`predict_many`'s
+`on_answer`), so a segment of 20 tokens does not wait for the report of 80 beside it, and its reply is written
+while the batch decodes on. Letting callers that arrive meanwhile join the running batch (continuous batching)
+was built and measured slower here (README, "Many annotators on one model"), and reverted.
+
 Failure stays with its owner: a job the Predictor refuses comes back as that job's PredictorError, and if a
 batch of several callers fails as a whole (an error no single input explains), each caller's jobs are run
 again alone, so one poisoned request cannot fail the others.
@@ -16,8 +21,8 @@ before sending the next request fall into cohorts. Over HTTP, 8 annotators ran a
 taken the moment the last one ended while the other cohort was still writing its replies and sending its next
 requests: batches of 4 where one of 8 would share each decode step (on a GPU at about the cost of one row). So
 when a batch ends the worker notes who is likely to ask next: the most callers that were in flight (in the batch
-or queued) while it ran. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch is held up to
-`regroup_ms` until that many callers are in. A lone client expects only itself and goes at once; the wait
+or queued) while it ran. If the next batch's first job arrives soon after (within twice `regroup_ms`), the batch
+is held up to `regroup_ms` until that many callers are in. A lone client expects only itself and goes at once; the wait
 happens only while several callers are active, and is bounded. 30 ms by default: with 8 HTTP clients on 2 CPU
 cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x the one-by-one rate against
 1.78-1.85x; 2 and 3 runs) and a static one from 15.8-17.0 to 21.7-24.3 (1.45-1.87x against 1.82-2.11x; 2 and 4
