@@ -382,3 +382,41 @@ def test_scheduler_answers_each_caller_as_soon_as_its_jobs_are():
     a.join(timeout=30)
     assert answers == {"first": ["first"], "second": [("second", True)]}
 
+
+
+def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_tiny):
+    """A caller answered before its batch failed keeps that answer and is not run again; the caller left without
+    one is run alone, where the failure is its own."""
+    runs = []
+
+    class FailsOnReports(Predictor):
+        def predict_many(self, jobs, on_chunk=None, on_answer=None):
+            runs.append([job.task for job in jobs])
+            return super().predict_many(jobs, on_chunk, on_answer)
+
+        def _result(self, state, b, dec, task, prompt, warnings):
+            if task == "report":
+                raise RuntimeError("report writer broke")
+            return super()._result(state, b, dec, task, prompt, warnings)
+
+    prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
+    short, long = Job(make_image(0), "diagnose", prompts["diagnose"]), Job(make_image(1), "report", prompts["report"])
+    scheduler = BatchScheduler(FailsOnReports(trained_tiny, max_new_tokens=64, decode="static"), window_ms=300)
+    answers = {}
+    gate = threading.Barrier(2)
+
+    def call(name, job):
+        gate.wait()
+        try:
+            answers[name] = scheduler.predict([job])[0]
+        except RuntimeError as exc:
+            answers[name] = exc
+
+    threads = [threading.Thread(target=call, args=(n, j)) for n, j in (("short", short), ("long", long))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert isinstance(answers["long"], RuntimeError)
+    _assert_same(answers["short"], _alone(trained_tiny, short))
+    assert sorted(map(sorted, runs)) == [["diagnose", "report"], ["report"]], runs
