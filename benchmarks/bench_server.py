@@ -33,6 +33,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from server_utils import same_reply, start_server  # noqa: E402
 
+from umind_core.modeling.fast_decode import GRAPH_MODES  # noqa: E402
+
 PROMPT = "lesion"
 
 
@@ -407,7 +409,7 @@ def _main_in_process(args) -> int:
 
     for j in flat[: 2 * len(MIXED)]:
         timed(j)
-    if args.decode in ("compiled", "tuned"):  # the step graphs of the batch sizes met, built outside the timing
+    if args.decode in GRAPH_MODES:  # the step graphs of the batch sizes met, built outside the timing
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.clients) as pool:
             list(pool.map(lambda jobs: [timed(j) for j in jobs], plan))
@@ -454,7 +456,7 @@ def _main_concurrency(args) -> int:
         server = start_server(studies, conf, root / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
         try:
             ok = _concurrency(server.url, args.clients, args.per_client, images, server.proc.pid,
-                              warm_concurrent=args.decode in ("compiled", "tuned"))
+                              warm_concurrent=args.decode in GRAPH_MODES)
             builds = [line for line in server.log_tail(100000).splitlines() if "decode step" in line]
             print(f"decode step graphs the server built ({len(builds)}):" + "".join(f"\n  {b}" for b in builds))
         except Exception:

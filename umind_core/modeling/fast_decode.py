@@ -46,12 +46,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["DECODE_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder", "FastOutput", "for_predictor",
-           "unsupported_reason"]
+__all__ = ["DECODE_MODES", "GRAPH_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder", "FastOutput",
+           "for_predictor", "unsupported_reason"]
 
 logger = logging.getLogger(__name__)
 
 DECODE_MODES = ("static", "compiled", "tuned", "eager")
+GRAPH_MODES = ("compiled", "tuned")  # the modes that build a step graph per batch size (and cache capacity)
 DECODE_ENV = "UMIND_DECODE"  # the default mode for every Predictor of a process (server, CLI) without code changes
 CAPACITY_STEP = 256  # cache capacities are multiples of this, so a compiled step is reused across prompts
 PROMPT_ROOM = 64  # slots allocated for a prompt beyond the answer; a longer prompt grows the cache once
@@ -641,4 +642,4 @@ def for_predictor(model, mode: str | None = None) -> FastDecoder | None:
         if mode is not None or os.environ.get(DECODE_ENV):
             logger.warning("umind: decode=%s is not available for this model (%s), decoding eagerly", chosen, reason)
         return None
-    return FastDecoder(model, compile=chosen in ("compiled", "tuned"), tune=chosen == "tuned")
+    return FastDecoder(model, compile=chosen in GRAPH_MODES, tune=chosen == "tuned")
