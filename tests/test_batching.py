@@ -383,7 +383,6 @@ def test_scheduler_answers_each_caller_as_soon_as_its_jobs_are():
     assert answers == {"first": ["first"], "second": [("second", True)]}
 
 
-
 def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_tiny):
     """A caller answered before its batch failed keeps that answer and is not run again; the caller left without
     one is run alone, where the failure is its own."""
