@@ -179,6 +179,27 @@ def test_scheduler_batches_concurrent_callers_and_each_gets_its_own_answers(trai
         scheduler.predict([bad])
 
 
+def _called_together(scheduler: BatchScheduler, jobs: dict[str, Job]) -> dict[str, object]:
+    """Each named job sent by its own caller thread, all released at once: its Result, or the RuntimeError its
+    caller got."""
+    results: dict[str, object] = {}
+    gate = threading.Barrier(len(jobs))
+
+    def call(name, job):
+        gate.wait()
+        try:
+            results[name] = scheduler.predict([job])[0]
+        except RuntimeError as exc:
+            results[name] = exc
+
+    threads = [threading.Thread(target=call, args=item) for item in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return results
+
+
 def test_scheduler_reruns_callers_alone_when_a_whole_batch_fails(trained_tiny):
     class Flaky(Predictor):
         def predict_many(self, jobs, on_chunk=None, on_answer=None):
@@ -188,22 +209,8 @@ def test_scheduler_reruns_callers_alone_when_a_whole_batch_fails(trained_tiny):
 
     frames = _frames()
     scheduler = BatchScheduler(Flaky(trained_tiny, max_new_tokens=64), window_ms=200)
-    results: dict[str, object] = {}
-    gate = threading.Barrier(2)
-
-    def call(name, job):
-        gate.wait()
-        try:
-            results[name] = scheduler.predict([job])[0]
-        except RuntimeError as exc:
-            results[name] = exc
-
-    a = threading.Thread(target=call, args=("good", Job(frames[0], "segment", "lesion")))
-    b = threading.Thread(target=call, args=("bad", Job(frames[1], "segment", "poison")))
-    for t in (a, b):
-        t.start()
-    for t in (a, b):
-        t.join(timeout=300)
+    results = _called_together(scheduler, {"good": Job(frames[0], "segment", "lesion"),
+                                           "bad": Job(frames[1], "segment", "poison")})
     assert isinstance(results["bad"], RuntimeError)
     _assert_same(results["good"], _alone(trained_tiny, Job(frames[0], "segment", "lesion")))
 
@@ -401,21 +408,7 @@ def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_
     prompts = {task: prompt for task, (prompt, _) in task_answers().items()}
     short, long = Job(make_image(0), "diagnose", prompts["diagnose"]), Job(make_image(1), "report", prompts["report"])
     scheduler = BatchScheduler(FailsOnReports(trained_tiny, max_new_tokens=64, decode="static"), window_ms=300)
-    answers = {}
-    gate = threading.Barrier(2)
-
-    def call(name, job):
-        gate.wait()
-        try:
-            answers[name] = scheduler.predict([job])[0]
-        except RuntimeError as exc:
-            answers[name] = exc
-
-    threads = [threading.Thread(target=call, args=(n, j)) for n, j in (("short", short), ("long", long))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    answers = _called_together(scheduler, {"short": short, "long": long})
     assert isinstance(answers["long"], RuntimeError)
     _assert_same(answers["short"], _alone(trained_tiny, short))
     assert sorted(map(sorted, runs)) == [["diagnose", "report"], ["report"]], runs
