@@ -17,6 +17,9 @@ tokens), which are all text:
   going back to the image prefix after a prompt is moving an integer (no copy, no reallocation).
 - Text tokens after the image have equal t/h/w M-RoPE positions, for which Qwen3-VL's interleaved M-RoPE equals
   plain 1-D RoPE: cos/sin come from one table lookup.
+- On the CPU (float32), the eager lean step and every prompt read projections that oneDNN packed once
+  (`packed_linear`): MKL's product repacks an unpacked weight at every call, and a packed one also gives a row
+  the same arithmetic in a batch as alone.
 - The single-token step can be compiled (`torch.compile`, shapes fixed by batch and cache capacity, the write
   slot passed as a tensor so the graph does not change with the position). A failing compile falls back to the
   eager lean step with one warning line; `transformers`' own forward stays the reference (Predictor
@@ -36,15 +39,18 @@ The image prefix itself (vision encoder, deepstack features) still runs through 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .packed_linear import PackedWeight, linear, unpackable_reason
 
 __all__ = ["DECODE_MODES", "GRAPH_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder", "FastOutput",
            "for_predictor", "unsupported_reason"]
@@ -158,6 +164,23 @@ class DecodeWeights:
         self.attention_scaling = float(rot.attention_scaling)
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.eager, self.unpacked_reason = self._packed()
+
+    def _packed(self) -> tuple["DecodeWeights", str | None]:
+        """(what eager_forward reads, why it is not packed): this snapshot with its projections packed for
+        oneDNN (see packed_linear), or the snapshot itself where they cannot be. The compiled step keeps the
+        plain tensors: its graph does its own products."""
+        projections = [self.lm_head] + [t for layer in self.layers for t in (layer.wqkv, layer.wo, layer.wgu,
+                                                                             layer.wdown)]
+        reason = unpackable_reason(projections)
+        if reason is not None:
+            return self, reason
+        view = copy.copy(self)
+        view.lm_head = PackedWeight(self.lm_head)
+        view.layers = [replace(layer, wqkv=PackedWeight(layer.wqkv), wo=PackedWeight(layer.wo),
+                               wgu=PackedWeight(layer.wgu), wdown=PackedWeight(layer.wdown))
+                       for layer in self.layers]
+        return view, None
 
     def _layer(self, layer) -> _LayerWeights:
         att, mlp = layer.self_attn, layer.mlp
@@ -352,7 +375,7 @@ def _attention_inputs(w: DecodeWeights, layer: _LayerWeights, x, cos, sin):
     """Norm, fused q/k/v projection, per-head q/k norms and RoPE of one layer: (q, k, v) as (B, heads, k, hd)."""
     b, k, _ = x.shape
     hd = w.head_dim
-    qkv = F.linear(_rms(x, layer.ln1, w.eps), layer.wqkv, layer.bqkv)
+    qkv = linear(_rms(x, layer.ln1, w.eps), layer.wqkv, layer.bqkv)
     q, key, value = qkv.split([w.n_heads * hd, w.n_kv * hd, w.n_kv * hd], dim=-1)
     q = _rms(q.view(b, k, w.n_heads, hd), layer.q_norm, w.eps).transpose(1, 2)
     key = _rms(key.view(b, k, w.n_kv, hd), layer.k_norm, w.eps).transpose(1, 2)
@@ -365,13 +388,13 @@ def _attention_inputs(w: DecodeWeights, layer: _LayerWeights, x, cos, sin):
 def _attention_output_and_mlp(w: DecodeWeights, layer: _LayerWeights, x, attn):
     """Output projection, residual, post-attention norm and the SwiGLU MLP with its residual."""
     b, k, _ = x.shape
-    x = x + F.linear(attn.transpose(1, 2).reshape(b, k, -1), layer.wo, layer.bo)
-    gate, up = F.linear(_rms(x, layer.ln2, w.eps), layer.wgu).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, layer.wdown)
+    x = x + linear(attn.transpose(1, 2).reshape(b, k, -1), layer.wo, layer.bo)
+    gate, up = linear(_rms(x, layer.ln2, w.eps), layer.wgu).chunk(2, dim=-1)
+    return x + linear(F.silu(gate) * up, layer.wdown)
 
 
 def _logits(w: DecodeWeights, x):
-    return F.linear(_rms(x[:, -1:], w.norm, w.eps), w.lm_head, w.lm_bias)
+    return linear(_rms(x[:, -1:], w.norm, w.eps), w.lm_head, w.lm_bias)
 
 
 def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int, valid: torch.Tensor | None = None):
@@ -535,7 +558,7 @@ class FastDecoder:
                 out = self._compiled_step(w, cache, ids, cos, sin, start)
             if out is None:
                 valid = None if cache.uniform else cache.valid
-                out = eager_forward(w, cache.keys, cache.values, ids, cos, sin, start, valid)
+                out = eager_forward(w.eager, cache.keys, cache.values, ids, cos, sin, start, valid)
         cache.length = start + k
         return FastOutput(logits=out[0][:batch], hidden_states=out[1][:batch])
 
