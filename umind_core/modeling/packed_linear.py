@@ -1,10 +1,12 @@
 """Projections through weights that oneDNN packed once, for the lean decode path on the CPU (issue 16).
 
 Why: `F.linear` hands MKL an unpacked matrix, and MKL's product for a few rows repacks it at every call. On this
-project's 2-core machine, the 17 products of one demo-model step took 1.2-1.3 ms for 8 rows and 1.1 ms for 4,
-nearly what the same rows cost one by one. With each weight packed by oneDNN once, they took 0.65-0.69 ms for 8
-rows, 0.5-0.6 for 1-4, and 17-18 ms against 21-24 for a 496-row prompt (one process, alternating). A profile of
-a batch of 8 mixed requests had spent 46% of its time in those products.
+project's 2-core machine (a microbenchmark, 3-5 runs of each size on a noisy VM), the 17 products of one
+demo-model step took 1.2-2.6 ms for 8 rows, 1.2-2.4 for 4 and 0.67-1.5 for 1; with each weight packed by oneDNN
+once, 0.65-0.79, 0.48-0.53 and 0.47-0.56 ms, and 17-18 ms against 21-24 for a 496-row prompt. A profile of a
+batch of 8 mixed requests had spent 46% of its time in those products. In the Predictor, packing switched on and
+off in one process for 20 alternating rounds, a batch of 8 mixed jobs took 462 against 498 ms (medians); lone
+requests took the same.
 
 Second reason: a row's result does not depend on the other rows. With the weight packed for 64 rows, row 0 of
 a product came out bit for bit the same alone and among 2-496 rows (packed for 1 row, it did not), so a request
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 
 __all__ = ["MAX_PACKED_BYTES", "PackedWeight", "linear", "unpackable_reason"]
 
-PACK_ROWS = 64  # the row count oneDNN packs for; see the module docstring (1 row packs a layout that varies)
+PACK_ROWS = 64  # the row count oneDNN packs for (packed for 1, a row's result changed with the rows beside it)
 MAX_PACKED_BYTES = 1 << 30
 
 
