@@ -412,3 +412,43 @@ def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_
     assert isinstance(answers["long"], RuntimeError)
     _assert_same(answers["short"], _alone(trained_tiny, short))
     assert sorted(map(sorted, runs)) == [["diagnose", "report"], ["report"]], runs
+
+
+def test_prompt_split_feeds_the_long_rows_first_columns_apart_where_that_pays():
+    from umind_core.modeling.fast_decode import StaticKVCache
+    from umind_core.predictor import PROMPT_PART_POSITIONS, _prompt_split
+
+    def cache(rows):
+        return StaticKVCache([torch.zeros(rows, 1, 128, 2)], [torch.zeros(rows, 1, 128, 2)], 10)
+
+    def pad(shifts, width):
+        return torch.arange(width)[None, :] < torch.tensor(shifts)[:, None]
+
+    # the bench's batch: 62-token prompts with clicks, then 32, 24 and 17: 496 positions, 348 with the split at 30
+    shifts = [0, 0, 30, 30, 38, 38, 45, 45]
+    assert _prompt_split(pad(shifts, 62), cache(8), 8) == (2, 30)
+    assert PROMPT_PART_POSITIONS + 2 * 30 + 8 * 32 < 8 * 62
+    assert _prompt_split(pad([0, 1, 1, 1], 20), cache(4), 4) is None  # one saved column does not pay a forward
+    assert _prompt_split(pad([30, 0], 62), cache(2), 2) is None  # not longest first
+    assert _prompt_split(pad(shifts, 62), cache(8), 5) is None  # bucket rows beside the batch's
+    assert _prompt_split(None, cache(8), 8) is None
+
+
+def test_a_split_prompt_feed_answers_as_each_alone(trained_tiny, monkeypatch):
+    """The mixed batch (clicks, a box and plain prompts) is fed in two parts, and every job still answers as alone."""
+    from umind_core import predictor as predictor_module
+
+    splits = []
+    real = predictor_module._prompt_split
+
+    def spy(pad, cache, batch):
+        splits.append(real(pad, cache, batch))
+        return splits[-1]
+
+    monkeypatch.setattr(predictor_module, "_prompt_split", spy)
+    frames = _frames()
+    jobs = _mixed_jobs(frames)
+    batched = Predictor(trained_tiny, max_new_tokens=64, decode="static", batch_size=9).predict_many(jobs)
+    assert len(splits) == 1 and splits[0] is not None, splits
+    for job, res in zip(jobs, batched):
+        _assert_same(res, _alone(trained_tiny, job))

@@ -290,6 +290,13 @@ class StaticKVCache:
             return self
         return self._rows_rebuilt(lambda t: _pad_rows(t, rows))
 
+    def leading(self, n: int) -> "StaticKVCache":
+        """A view of this cache's first n rows: the same storage, so what is written through it lands here. The
+        capacity must already be what the writes need (`ensure` on a view would reallocate the view alone)."""
+        out = StaticKVCache([k[:n] for k in self.keys], [v[:n] for v in self.values], self.length, self.valid[:n])
+        out.uniform = self.uniform
+        return out
+
     def select(self, keep: list[int], rows: int) -> "StaticKVCache":
         """A copy holding rows `keep` of this cache, then copies of its first up to `rows` rows."""
         index = torch.tensor(keep, device=self.valid.device)
