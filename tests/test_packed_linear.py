@@ -58,6 +58,7 @@ def test_lean_path_packs_its_projections_and_the_step_graph_keeps_plain_ones(tra
     eager = weights.eager
     assert all(isinstance(t, PackedWeight) for t in (eager.lm_head, eager.layers[0].wqkv, eager.layers[-1].wdown))
     assert eager.layers[0].wqkv.weight is layer.wqkv and eager.layers[0].qk_norm is layer.qk_norm
+    assert eager.eager is eager and eager.unpacked_reason is None
     monkeypatch.setattr(packed_linear, "MAX_PACKED_BYTES", 0)
     plain = fast_decode.DecodeWeights(trained_tiny)
     assert plain.eager is plain and "MiB of weights" in plain.unpacked_reason

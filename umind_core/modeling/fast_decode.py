@@ -179,6 +179,7 @@ class DecodeWeights:
         view.layers = [replace(layer, wqkv=PackedWeight(layer.wqkv), wo=PackedWeight(layer.wo),
                                wgu=PackedWeight(layer.wgu), wdown=PackedWeight(layer.wdown))
                        for layer in self.layers]
+        view.eager, view.unpacked_reason = view, None  # a whole DecodeWeights: its eager form is itself
         return view, None
 
     def _layer(self, layer) -> _LayerWeights:
