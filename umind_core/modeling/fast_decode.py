@@ -294,9 +294,7 @@ class StaticKVCache:
     def leading(self, n: int) -> "StaticKVCache":
         """A view of this cache's first n rows: the same storage, so what is written through it lands here. The
         capacity must already be what the writes need (`ensure` on a view would reallocate the view alone)."""
-        out = StaticKVCache([k[:n] for k in self.keys], [v[:n] for v in self.values], self.length, self.valid[:n])
-        out.uniform = self.uniform
-        return out
+        return self._rows_rebuilt(lambda t: t[:n])
 
     def select(self, keep: list[int], rows: int) -> "StaticKVCache":
         """A copy holding rows `keep` of this cache, then copies of its first up to `rows` rows."""
