@@ -5,6 +5,12 @@ MONAI Label (`MONAI_LABEL_AUTH_ENABLE=true`) fetches the realm's `public_key` fr
 RS256 tokens whose `realm_access.roles` hold monailabel-* roles. This issuer serves exactly that, with a
 fresh RSA key per instance and a fixed user table (role sets as a Keycloak realm would give them through
 composite roles), and can also sign tokens directly (expired ones, or ones for roles no user has).
+
+Tokens carry what a Keycloak access token carries: `iss` (the realm URL this issuer serves), `azp` (the client
+that asked: the token endpoint's `client_id`, one of CLIENTS), `aud` ("account") and `typ` ("Bearer").
+`Issuer.token(..., **claims)` overrides any claim, or drops it with DROP, to make the tokens a realm shared
+with other applications (or a hostile one) could produce: a foreign `iss`, another client's `azp`/`aud`,
+`realm_access=None`, `roles` given as a string.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ USERS = {
     "root": ("root-pw", [ADMIN, REVIEWER, ANNOTATOR, USER]),  # admin: also train, roll back, delete
     "viewer": ("viewer-pw", [USER]),
 }
+CLIENT_ID = "monailabel-app"  # MONAI Label's default MONAI_LABEL_AUTH_CLIENT_ID
+OTHER_CLIENT = "other-app"  # another application of the same realm (same signing key)
+CLIENTS = (CLIENT_ID, OTHER_CLIENT)
+DROP = object()  # a claim value that removes the claim from a token
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -50,11 +60,16 @@ class Issuer:
                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
         return base64.b64encode(der).decode()
 
-    def token(self, username: str, roles: list[str], ttl: float = 300.0, key=None) -> str:
+    def token(self, username: str, roles, ttl: float = 300.0, key=None, client_id: str = CLIENT_ID,
+              **claims) -> str:
+        """An access token as this realm would issue it to `client_id`; `claims` override (DROP removes)."""
         now = int(time.time())
-        claims = {"sub": username, "preferred_username": username, "email": f"{username}@example.org",
-                  "name": username, "iat": now, "exp": now + int(ttl), "realm_access": {"roles": roles}}
-        return jwt.encode(claims, key or self.key, algorithm="RS256")
+        body = {"iss": self.realm_uri, "azp": client_id, "aud": "account", "typ": "Bearer", "sub": username,
+                "preferred_username": username, "email": f"{username}@example.org", "name": username,
+                "iat": now, "exp": now + int(ttl), "realm_access": {"roles": roles}}
+        body.update(claims)
+        body = {k: v for k, v in body.items() if v is not DROP}
+        return jwt.encode(body, key or self.key, algorithm="RS256")
 
     def start(self) -> "Issuer":
         self._thread.start()
@@ -94,9 +109,12 @@ class Issuer:
                 length = int(self.headers.get("Content-Length", 0))
                 form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
                 user = USERS.get(form.get("username", ""))
+                if form.get("client_id") not in CLIENTS:
+                    return self._json(401, {"error": "invalid_client"})
                 if form.get("grant_type") != "password" or user is None or user[0] != form.get("password"):
                     return self._json(401, {"error": "invalid_grant"})
-                return self._json(200, {"access_token": issuer.token(form["username"], user[1]),
+                token = issuer.token(form["username"], user[1], client_id=form["client_id"])
+                return self._json(200, {"access_token": token,
                                         "token_type": "Bearer", "expires_in": 300})
 
         return Handler
