@@ -7,6 +7,7 @@ this module, so the rule "never a half-written file" lives in one place.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -14,7 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text", "write_bytes", "new_temp_dir", "replace_dir", "remove_dir"]
+__all__ = ["atomic_path", "write_text", "write_bytes", "new_temp_dir", "replace_dir", "remove_dir", "write_into",
+           "copy_into", "copy_file", "is_temp_name", "move_aside", "remove_stale_temps"]
+
+#: the names `atomic_path` and `move_aside` give their files: `.tmp-<12 hex>-<name>`
+_TEMP_NAME = re.compile(r"^\.tmp-[0-9a-f]{12}-")
 
 
 @contextmanager
@@ -28,7 +33,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix is None:
         suffix = "".join(path.suffixes[-2:]) if path.name.lower().endswith(".gz") else path.suffix
-    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}-{path.name[: len(path.name) - len(suffix)]}{suffix}"
+    tmp = path.parent / f"{_temp_prefix()}{path.name[: len(path.name) - len(suffix)]}{suffix}"
     try:
         yield tmp
         os.replace(tmp, path)
@@ -45,11 +50,72 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_into(tmp, data)
     return path
+
+
+def write_into(tmp: str | os.PathLike, data: bytes) -> None:
+    """Fill the temporary `tmp` (from `atomic_path`) with `data`, flushed to disk before it is renamed."""
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def copy_into(src: str | os.PathLike, tmp: str | os.PathLike) -> None:
+    """Fill the temporary `tmp` (from `atomic_path`) with a copy of the file `src`, flushed to disk."""
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+        fout.flush()
+        os.fsync(fout.fileno())
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Copy the file `src` onto `dst` atomically (temp beside `dst`, flushed, renamed)."""
+    dst = Path(dst)
+    with atomic_path(dst) as tmp:
+        copy_into(src, tmp)
+    return dst
+
+
+def _temp_prefix() -> str:
+    return f".tmp-{uuid.uuid4().hex[:12]}-"
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one `atomic_path` or `move_aside` gave (a write in progress or left by a kill)."""
+    return bool(_TEMP_NAME.match(name))
+
+
+def move_aside(path: str | os.PathLike) -> Path:
+    """Rename a file to a hidden temporary name in its folder (to be deleted, or renamed back on failure).
+
+    A kill leaves it under that name, which `remove_stale_temps` removes."""
+    path = Path(path)
+    hidden = path.with_name(f"{_temp_prefix()}old-{path.name}")
+    os.replace(path, hidden)
+    return hidden
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[str]:
+    """Delete the temporaries a killed writer left in `folder` (not recursive); the names deleted.
+
+    Only for folders whose writers all hold a lock the caller holds too: a temporary of a write still in
+    progress looks the same."""
+    folder = Path(folder)
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if is_temp_name(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def new_temp_dir(path: str | os.PathLike) -> Path:

@@ -7,17 +7,40 @@ left out of the index, so no listing offers an id that a request could not use. 
 `uploads`: the stored extension follows the content, and a label must fit its image, so bad uploads are a
 400 before anything is stored (and before `on_save_label` counts them for retraining). Unknown ids are a
 `NotFound` (404) naming the id, where the parent raised its own exceptions (bare 500s at the endpoint).
+
+Every write is atomic (`umind_core.atomic`): the parent copied images and labels onto their names and rewrote
+`datastore_v2.json` in place, so a full disk or a kill left a truncated or 0-byte file that the index still
+listed. Here an image or label is copied to a temporary beside its target and flushed, the new index likewise,
+and only then are both renamed (the file first, the index second); a failure removes the temporaries and
+leaves the old file, the old index and the in-memory index as they were. A full disk (ENOSPC, EDQUOT) is an
+`InsufficientStorage` (507) naming the image id or label tag. Temporaries a kill left behind are hidden names
+(`.tmp-...`) that no listing indexes, and are removed when the datastore starts.
+
+Images are replaced only on purpose: storing an id that exists is a `Conflict` (409) naming its labels unless
+the image info says `"replace": true`; a replacement removes the old image in whatever format it was stored
+and all its labels (files and index entries).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import logging
+import os
 import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from monailabel.datastore.local import LocalDatastore
+from filelock import FileLock
+from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastore
 
-from .errors import NotFound
+from umind_core import atomic
+
+from .booleans import as_bool
+from .errors import BadRequest, Conflict, InsufficientStorage, NotFound
 from .names import check_name, is_name
 from .stock_extension import label_names_from_list
 from .uploads import check_image_upload, check_label_upload, scratch_dir
@@ -26,8 +49,23 @@ __all__ = ["GuardedDatastore"]
 
 logger = logging.getLogger(__name__)
 
+#: errors that mean the disk (or the user's quota) is full
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 class GuardedDatastore(LocalDatastore):
+    #: the app's AppConfig (main.py sets it): uploads meet the infer caps, checked from the header first
+    caps: Any = None
+
+    def __init__(self, datastore_path: str, images_dir: str = ".", labels_dir: str = "labels",
+                 datastore_config: str = "datastore_v2.json", extensions=("*.nii.gz", "*.nii"), auto_reload=False,
+                 read_only=False):
+        super().__init__(datastore_path, images_dir=images_dir, labels_dir=labels_dir,
+                         datastore_config=datastore_config, extensions=extensions, auto_reload=auto_reload,
+                         read_only=read_only)
+        if not read_only:
+            self._remove_stale_temps()
+
     # ------------------------------------------------------------------ index
     def _hide_non_names(self) -> None:
         objects = self._datastore.objects
@@ -51,6 +89,102 @@ class GuardedDatastore(LocalDatastore):
         self._hide_non_names()
         return out
 
+    def _list_files(self, path, patterns):
+        """The parent's listing without the temporaries of writes in progress (or left by a kill)."""
+        return {k: v for k, v in super()._list_files(path, patterns).items() if not atomic.is_temp_name(k)}
+
+    def _index_bytes(self) -> bytes:
+        """The index file's contents, as the parent wrote them."""
+        return json.dumps(self._datastore.model_dump(exclude={"base_path"}), indent=2, default=str).encode("utf-8")
+
+    def _update_datastore_file(self, lock=True):
+        """The parent's index write, made atomic: a failed write leaves the old index file whole.
+
+        The parent also set `_ignore_event_config` to skip the file watcher's modify event for its own write; a
+        rename raises no modify event on the index, so the flag would swallow the next outside edit instead."""
+        def write():
+            atomic.write_bytes(self._datastore_config_path, self._index_bytes())
+            self._config_ts = os.stat(self._datastore_config_path).st_mtime
+
+        if lock:
+            with FileLock(self._lock_file):
+                write()
+        else:
+            write()
+
+    def _remove_stale_temps(self) -> None:
+        """Delete the temporaries a killed write left in the studies and label folders (under the lock every
+        datastore write holds, so none of them is a write in progress)."""
+        labels_root = self._datastore.label_path(None)
+        folders = {self._datastore_path, self._datastore.image_path(), labels_root}
+        with contextlib.suppress(OSError):
+            folders.update(e.path for e in os.scandir(labels_root) if e.is_dir(follow_symlinks=False))
+        with FileLock(self._lock_file):
+            removed = [name for folder in sorted(folders) for name in atomic.remove_stale_temps(folder)]
+        if removed:
+            logger.warning(f"umind: removed {len(removed)} temporary file(s) an interrupted datastore write left")
+
+    @contextlib.contextmanager
+    def _index_change(self, what: str) -> Iterator[None]:
+        """Restore the in-memory index when the block fails; a full disk becomes InsufficientStorage(`what`)."""
+        before = self._datastore.model_copy(deep=True)
+        try:
+            yield
+        except BaseException as exc:
+            self._datastore = before
+            if _is_full(exc):
+                raise _full(what) from exc
+            raise
+
+    def _files_of(self, folder: str, image_id: str) -> list[str]:
+        """The files in `folder` that the datastore would index as `image_id`, in any of its extensions."""
+        if not os.path.isdir(folder):
+            return []
+        return sorted(os.path.join(folder, f) for f in self._list_files(folder, self._extensions)
+                      if self._to_id(f)[0] == image_id)
+
+    def _label_files(self, image_id: str) -> dict[str, list[str]]:
+        """tag -> the label files of `image_id` on disk, in every tag folder (indexed or not)."""
+        root = self._datastore.label_path(None)
+        if not os.path.isdir(root):
+            return {}
+        tags = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+        found = {tag: self._files_of(self._datastore.label_path(tag), image_id) for tag in tags}
+        return {tag: files for tag, files in found.items() if files}
+
+    def _commit(self, src: str, dest: str, set_aside: list[str], remove_after: list[str], what: str,
+                before) -> None:
+        """Copy `src` onto `dest` and write the (already changed) in-memory index, each temp-then-rename, with
+        the datastore lock held. Both temporaries are complete and flushed before anything is renamed; then
+        `set_aside` files are renamed to hidden names, `dest` is renamed into place, then the index. After that
+        the set-aside files and `remove_after` are deleted. A failure before `dest` is in place restores the
+        set-aside files and the in-memory index (`before`); one after it (the index rename) keeps the new
+        state in memory, which the next index write or reconcile puts on disk."""
+        aside: list[tuple[str, Path]] = []
+        placed = False
+        try:
+            with atomic.atomic_path(self._datastore_config_path) as tmp_index:
+                with atomic.atomic_path(dest) as tmp_file:
+                    atomic.copy_into(src, tmp_file)
+                    atomic.write_into(tmp_index, self._index_bytes())
+                    for path in set_aside:
+                        aside.append((path, atomic.move_aside(path)))
+                placed = True
+        except BaseException as exc:
+            if not placed:
+                self._datastore = before
+                for path, hidden in reversed(aside):
+                    with contextlib.suppress(OSError):
+                        os.replace(hidden, path)
+            else:
+                _remove_quietly([hidden for _, hidden in aside])
+            if _is_full(exc):
+                raise _full(what) from exc
+            raise
+        self._config_ts = os.stat(self._datastore_config_path).st_mtime
+        _remove_quietly([hidden for _, hidden in aside] + [p for p in remove_after if os.path.realpath(p) !=
+                                                          os.path.realpath(dest)])
+
     def _require_image(self, image_id: str) -> str:
         check_name("image id", image_id)
         if image_id not in self._datastore.objects:
@@ -66,35 +200,121 @@ class GuardedDatastore(LocalDatastore):
 
     # ------------------------------------------------------------------ writes
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
+        """Store a checked upload as `image_id`; a new id, or a replacement when `image_info` says so.
+
+        An id that is already stored (in the index, or as a file the index would take up) is a `Conflict`
+        (409) naming its label tags, unless `image_info["replace"]` is true (true/false as `lib.booleans`
+        reads them; anything else is a 400). A replacement removes the stored image whatever its format
+        (extension) and every label of the id, in every tag folder (files and index entries), then stores the
+        upload. The `replace` key is a request flag and is not kept in the image's info. Who may replace is
+        the route's business (lib/offloop.py lets only the admin role send `replace`), not the datastore's.
+        """
         check_name("image id", image_id)
+        info = dict(image_info) if image_info else {}
+        replace = as_bool(info.pop("replace", False))
+        if replace is None:
+            raise BadRequest(f"image {image_id!r}: \"replace\" must be true or false")
         tmp = scratch_dir()
         try:
-            checked = check_image_upload(image_filename, image_id, tmp)
-            return super().add_image(image_id, checked, image_info)
+            checked = check_image_upload(image_filename, image_id, tmp, self.caps)
+            return self._store_image(image_id, checked, info, replace)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _store_image(self, image_id: str, checked: str, info: dict[str, Any], replace: bool) -> str:
+        _, image_ext = self._to_id(os.path.basename(checked))
+        name = self._filename(image_id, image_ext)
+        images_dir = self._datastore.image_path()
+        dest = os.path.realpath(os.path.join(images_dir, name))
+        logger.info(f"Adding Image: {image_id} => {name}{' (replacing)' if replace else ''}")
+        with FileLock(self._lock_file):
+            old_images = self._files_of(images_dir, image_id)
+            obj = self._datastore.objects.get(image_id)
+            exists = obj is not None or bool(old_images)
+            labels = self._label_files(image_id) if (exists or replace) else {}
+            if exists and not replace and _same_bytes(checked, old_images):
+                return image_id  # the same image again (a client re-sending what it has): nothing changes
+            if exists and not replace:
+                tags = sorted(set(obj.labels if obj is not None else ()) | set(labels))
+                has = (f"with the label(s) {', '.join(repr(t) for t in tags)}" if tags else "without labels")
+                raise Conflict(f"image {image_id!r} already exists {has}; to replace it"
+                               f"{' and delete those labels' if tags else ''} send \"replace\": true in params")
+            before = self._datastore.model_copy(deep=True)
+            info["ts"] = int(time.time())
+            info["name"] = name
+            self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=image_ext))
+            self._commit(checked, dest, [f for files in labels.values() for f in files], old_images,
+                         f"image {image_id!r} was not stored", before)
+        if labels:
+            logger.info(f"umind: image {image_id!r} replaced; its labels {sorted(labels)} were removed")
+        return image_id
 
     def save_label(self, image_id: str, label_filename: str, label_tag: Any, label_info: dict[str, Any]) -> str:
         self._require_image(image_id)
         label_tag = check_name("label tag", label_tag)
         tmp = scratch_dir()
         try:
-            checked = check_label_upload(label_filename, super().get_image_uri(image_id), image_id, tmp)
-            return super().save_label(image_id, checked, label_tag, _with_label_names(label_info))
+            checked = check_label_upload(label_filename, super().get_image_uri(image_id), image_id, tmp,
+                                         self.caps)
+            return self._store_label(image_id, checked, label_tag, _with_label_names(label_info))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def _store_label(self, image_id: str, checked: str, label_tag: str, label_info: Any) -> str:
+        _, label_ext = self._to_id(os.path.basename(checked))
+        label_path = self._datastore.label_path(label_tag)
+        name = self._filename(image_id, label_ext)
+        dest = os.path.join(label_path, name)
+        what = f"label {label_tag!r} of image {image_id!r} was not stored"
+        logger.info(f"Adding Label: {image_id} => {label_tag} => {name}")
+        with FileLock(self._lock_file):
+            obj = self._datastore.objects.get(image_id)
+            if obj is None:  # removed since the check at the door
+                raise NotFound(f"image {image_id!r} is not in the datastore")
+            try:
+                os.makedirs(label_path, exist_ok=True)
+            except OSError as exc:
+                if _is_full(exc):
+                    raise _full(what) from exc
+                raise
+            old_labels = self._files_of(label_path, image_id)  # e.g. a .png one when this one is .nii.gz
+            before = self._datastore.model_copy(deep=True)
+            info = dict(label_info) if isinstance(label_info, dict) else {}
+            info["ts"] = int(time.time())
+            info["name"] = name
+            self._datastore.objects[image_id].labels[label_tag] = DataModel(info=info, ext=label_ext)
+            logger.info(f"Label Info: {info}")
+            self._commit(checked, dest, [], old_labels, what, before)
+        return image_id
+
     def remove_image(self, image_id: str) -> None:
-        return super().remove_image(self._require_image(image_id))
+        self._require_image(image_id)
+        try:
+            return super().remove_image(image_id)
+        except OSError as exc:  # the files are gone; the index follows on the next write or reconcile
+            if _is_full(exc):
+                raise _full(f"image {image_id!r} was removed but the index was not updated", kept=False) from exc
+            raise
 
     def remove_label(self, label_id: str, label_tag: Any) -> None:
-        return super().remove_label(label_id, self._require_label(label_id, label_tag))
+        label_tag = self._require_label(label_id, label_tag)
+        try:
+            return super().remove_label(label_id, label_tag)
+        except OSError as exc:
+            if _is_full(exc):
+                raise _full(f"label {label_tag!r} of image {label_id!r} was removed but the index was not updated",
+                            kept=False) from exc
+            raise
 
     def update_image_info(self, image_id: str, info: dict[str, Any]) -> None:
-        return super().update_image_info(self._require_image(image_id), info)
+        self._require_image(image_id)
+        with self._index_change(f"the info of image {image_id!r} was not updated"):
+            return super().update_image_info(image_id, info)
 
     def update_label_info(self, label_id: str, label_tag: Any, info: dict[str, Any]) -> None:
-        return super().update_label_info(label_id, self._require_label(label_id, label_tag), info)
+        label_tag = self._require_label(label_id, label_tag)
+        with self._index_change(f"the info of label {label_tag!r} of image {label_id!r} was not updated"):
+            return super().update_label_info(label_id, label_tag, info)
 
     # ------------------------------------------------------------------ reads
     def get_image_uri(self, image_id: str) -> str:
@@ -114,6 +334,29 @@ class GuardedDatastore(LocalDatastore):
 
     def get_label_by_image_id(self, image_id: str, tag: Any) -> str:
         return super().get_label_by_image_id(self._require_image(image_id), check_name("label tag", tag))
+
+
+def _is_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _FULL
+
+
+def _full(what: str, kept: bool = True) -> InsufficientStorage:
+    """The 507 for a full disk: what was not done (an image id, a label tag), never a path."""
+    return InsufficientStorage(f"the server's disk is full: {what}"
+                               + ("; what was stored before is unchanged" if kept else ""))
+
+
+def _remove_quietly(paths) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _same_bytes(path: str, stored: list) -> bool:
+    """True when the one stored file of an id holds exactly the bytes of `path`."""
+    import filecmp
+
+    return len(stored) == 1 and filecmp.cmp(path, stored[0], shallow=False)
 
 
 def _with_label_names(info: Any) -> Any:

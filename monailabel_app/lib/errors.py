@@ -15,8 +15,8 @@ import logging
 
 from fastapi import HTTPException
 
-__all__ = ["BadRequest", "NotFound", "UpstreamError", "UpstreamTimeout", "to_http", "check_params_json",
-           "guard_params_json"]
+__all__ = ["BadRequest", "NotFound", "Conflict", "InsufficientStorage", "UpstreamError", "UpstreamTimeout", "to_http",
+           "check_params_json", "guard_params_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,19 @@ class NotFound(BadRequest):
     """A request names something (task, version, image) that does not exist; answered with HTTP 404."""
 
     status_code = 404
+
+
+class Conflict(BadRequest):
+    """A request would overwrite something that exists (an image id already stored) without saying so: HTTP 409."""
+
+    status_code = 409
+
+
+class InsufficientStorage(BadRequest):
+    """The server's disk is full (ENOSPC, EDQUOT) and a write was not made; what was stored is unchanged: HTTP 507.
+    A BadRequest subclass only so that `to_http` answers it with its message and status, not a bare 500."""
+
+    status_code = 507
 
 
 class UpstreamError(BadRequest):

@@ -6,13 +6,14 @@ stub server and a headless scene; the Slicer Logic class only hands in ``slicer.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_
 from typing import Any, Sequence
 
 import numpy as np
 
-from .client import MultipartFile, UMindClient
+from .client import MultipartFile, UMindClient, UMindServerError
 from .labelfiles import decode_label_file, encode_image_nrrd
 from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result_nodes,
                    sequence_frames, segmentation_sequence, volume_array, volume_geometry)
@@ -99,13 +100,21 @@ class UMindSession:
         return MultipartFile(f"{safe}.nrrd", encode_image_nrrd(data, m))
 
     def ensure_image_id(self, volume_node: Any, sequence_node: Any = None) -> str:
-        """The server id of the image; uploaded once (id kept as a node attribute)."""
+        """The server id of the image; uploaded once (id kept as a node attribute). The id is the node's name;
+        where the server already holds another image under it (409), the name plus a hash of the content, so
+        that the same scan uploaded again lands on the same id and a different one never replaces it."""
         holder = sequence_node if sequence_node is not None else volume_node
         image_id = holder.GetAttribute(IMAGE_ID_ATTRIBUTE)
         if image_id:
             return image_id
         upload = self.image_file(volume_node, sequence_node)
-        image_id = self.client.upload_image(upload, upload.filename[:-len(".nrrd")])
+        base = upload.filename[:-len(".nrrd")]
+        try:
+            image_id = self.client.upload_image(upload, base)
+        except UMindServerError as exc:
+            if exc.status != 409:  # 409: another image holds that name; the server never replaces it silently
+                raise
+            image_id = self.client.upload_image(upload, f"{base}-{hashlib.sha256(upload.data).hexdigest()[:10]}")
         holder.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
         if holder is not volume_node:
             volume_node.SetAttribute(IMAGE_ID_ATTRIBUTE, image_id)
