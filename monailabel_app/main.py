@@ -6,11 +6,15 @@ default DIR/.umind), version (roll back to it at start), max_new_tokens, auto_re
 hyper-parameters of lib/conf.py TrainParams (epochs, max_steps, lr, batch_size, warmup_ratio, val_fraction,
 min_val, score_tolerance, error_tolerance, gate_min_samples, gate_noise_z, seed, refusal_rate, rehearsal,
 rehearsal_min, rehearsal_pool, regression_size), uncertainty_signal, scoring_sample, uncertainty_balance, and the request caps
-and server-file access of the security section (max_clicks, max_targets, max_frames, max_pixels, image_dirs).
+and server-file access of the security section (max_clicks, max_targets, max_frames, max_pixels, max_upload_mb,
+image_dirs).
 
 The studies folder is a wall (lib/datastore.py, lib/names.py, lib/image_ref.py), uploads are checked at the
 door (lib/uploads.py), stock endpoints answer 4xx JSON (lib/edge.py), inference runs off the event loop
-(lib/offloop.py) and CORS allows no other origin unless configured (lib/cors.py).
+(lib/offloop.py) and CORS allows no other origin unless configured (lib/cors.py). Task requests carry only
+declared keys (lib/task_requests.py) and reach their subprocess through a file (lib/task_process.py); a
+request's temp files go with it and bodies are capped (lib/request_files.py); replies name no server path
+(lib/reply_paths.py, lib/server_log.py).
 
 MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
 lib/model_holder.py does that on the first request that needs it.
@@ -19,6 +23,7 @@ lib/model_holder.py does that on the first request that needs it.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from fastapi import HTTPException
 from monailabel.config import settings
@@ -39,8 +44,13 @@ from lib.login import install_login_route
 from lib.model_holder import holder
 from lib.pacs import PacsDatastore, pacs_cache_dir
 from lib.offloop import UPLOADED, install_infer_route, install_upload_routes
+from lib.reply_paths import install_reply_paths
+from lib.request_files import install_body_cap, install_dataset_export, install_scoped_tempfile
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime
+from lib.server_log import install_server_log
+from lib.task_process import install_task_process
+from lib.task_requests import install_task_request_check
 from lib.trainers import UMindLoRATrain
 
 logger = logging.getLogger(__name__)
@@ -74,9 +84,11 @@ class UMindApp(MONAILabelApp):
             return PacsDatastore(url, pacs_cache_dir(url, self.umind_conf.workdir))
         extensions = list(settings.MONAI_LABEL_DATASTORE_FILE_EXT) + [
             e for e in EXTRA_EXTENSIONS if e not in settings.MONAI_LABEL_DATASTORE_FILE_EXT]
-        return GuardedDatastore(self.studies, extensions=extensions,
-                              auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
-                              read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
+        store = GuardedDatastore(self.studies, extensions=extensions,
+                                 auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+                                 read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
+        store.caps = self.umind_conf  # uploads meet the infer caps, from the header, before decoding
+        return store
 
     def init_infers(self):
         rt = self.runtime
@@ -111,15 +123,23 @@ class UMindApp(MONAILabelApp):
         super().on_init_complete()
 
     def _install_request_edge(self):
-        """Error translation, threaded /infer and closed CORS on the running server (absent in subprocesses)."""
+        """Error translation, threaded /infer, closed CORS, declared task keys, subprocesses without client
+        input, request temp files and a body cap on the running server (absent in subprocesses)."""
         import sys
 
         set_roots(None if self.studies.startswith(("http://", "https://")) else self.studies,
                   str(self.umind_conf.workdir))
         install_edge()
+        install_reply_paths()
         install_auth_fixes()
+        install_task_request_check()
+        install_task_process(self.umind_conf.workdir)
+        install_scoped_tempfile()
+        install_dataset_export()
         server = sys.modules.get("monailabel.app")
+        install_server_log(self.umind_conf.workdir, server.app if server is not None else None)
         if server is not None:
+            install_body_cap(server.app, self.umind_conf.max_upload_mb * 1024 * 1024)
             install_infer_route(server.app)
             install_upload_routes(server.app)
             if settings.MONAI_LABEL_AUTH_ENABLE:
@@ -150,9 +170,9 @@ class UMindApp(MONAILabelApp):
         meta = super().info()
         meta["umind"] = {
             **self.runtime.versions.summary(),
-            "model": self.umind_conf.model or "demo",
+            # names, never server paths: a client learns which model, not where the server keeps it
+            "model": Path(self.umind_conf.model).name if self.umind_conf.model else "demo",
             "device": self.umind_conf.device,
-            "workdir": str(self.umind_conf.workdir),
             "retrain_every": self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
             "trigger": self.trigger.state(),
             "loaded": holder.loaded_key() is not None,

@@ -4,6 +4,9 @@ The server runs with `MONAI_LABEL_AUTH_ENABLE=true` against `auth_issuer.Issuer`
 realm). The UMind Slicer module's client (`UMindLib.UMindClient`) logs in through the server's /auth/token
 as the stock MONAILabel extension does and sends the bearer token; the roles decide what it may do:
 an annotator infers and saves labels, a plain user only infers, only an admin trains and rolls back.
+Tokens are checked as Keycloak's adapters check them (item 6): a token signed with the realm's key but
+issued by another realm URL, or to another client of the realm, or with malformed role claims, is a 401 with
+a message naming the problem (never a 500), including on admin endpoints.
 The same server checks that a configured CORS origin (conf cors_origins) is honoured and no other.
 """
 
@@ -20,13 +23,15 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"))
 
-from auth_issuer import ADMIN, ANNOTATOR, USER, Issuer, new_key  # noqa: E402
+import jwt  # noqa: E402
+from auth_issuer import ADMIN, ANNOTATOR, CLIENT_ID, DROP, OTHER_CLIENT, USER, Issuer, new_key  # noqa: E402
 from server_utils import start_server  # noqa: E402
 from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 VIEWER = "http://viewer.example:3000"  # the one origin this server's CORS allows
+ALL_ROLES = [ADMIN, ANNOTATOR, USER]
 
 
 def _png(arr: np.ndarray) -> bytes:
@@ -58,6 +63,7 @@ def server(tmp_path_factory, issuer):
     srv = start_server(studies, {"model": str(model_dir), "max_new_tokens": "4", "retrain_every": "0",
                                  "cors_origins": VIEWER},
                        root / "server.log", env=env)
+    srv.studies = studies
     yield srv
     srv.stop()
 
@@ -67,6 +73,20 @@ def client_as(server, user: str, password: str) -> UMindClient:
     assert c.login_if_required(lambda: (user, password)) is True
     assert c.token and c.token.count(".") == 2
     return c
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def refused(resp, token: str, *words: str) -> str:
+    """Assert `resp` is the 401 of a refused token whose detail names `words` and does not echo the token."""
+    assert resp.status_code == 401, resp.text
+    assert resp.headers.get("www-authenticate", "").startswith("Bearer"), resp.headers
+    detail = resp.json()["detail"]
+    assert isinstance(detail, str) and all(w in detail for w in words), detail
+    assert all(part not in detail for part in token.split(".")) and "/tmp" not in detail, detail
+    return detail
 
 
 def label_file() -> MultipartFile:
@@ -79,11 +99,11 @@ def test_without_a_valid_token_every_endpoint_answers_401(server, issuer):
     assert requests.get(f"{server.url}/auth/", timeout=30).json()["enabled"] is True
     assert requests.get(f"{server.url}/info/", timeout=30).status_code == 401
     assert requests.post(f"{server.url}/infer/umind_segment?image=img0", timeout=30).status_code == 401
-    forged = issuer.token("mallory", [ADMIN, ANNOTATOR, USER], key=new_key())  # signed by another key
+    forged = issuer.token("mallory", ALL_ROLES, key=new_key())  # signed by another key
     expired = issuer.token("alice", [ANNOTATOR, USER], ttl=-60)
-    for token in (forged, expired, "not-a-jwt"):
-        resp = requests.get(f"{server.url}/datastore/", headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        assert resp.status_code == 401, (token[:20], resp.text)
+    for token, word in ((forged, "signature"), (expired, "expired"), ("not-a-jwt", "well-formed")):
+        resp = requests.get(f"{server.url}/datastore/", headers=bearer(token), timeout=30)
+        refused(resp, token, word)
 
 
 def test_wrong_password_is_refused(server):
@@ -132,3 +152,84 @@ def test_cors_allows_exactly_the_configured_origin(server):
     ok, evil = preflight(VIEWER), preflight("http://evil.example")
     assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == VIEWER
     assert evil.status_code == 400 and "access-control-allow-origin" not in evil.headers
+
+
+def test_a_token_from_another_realm_or_for_another_client_is_refused_even_on_admin_endpoints(server, issuer):
+    """Same signing key, admin roles: only the issuer or the client is wrong, so only those checks can refuse."""
+    foreign = f"http://127.0.0.1:1/realms/{issuer.realm}"
+    cases = [  # (claims, words the detail names)
+        ({"iss": foreign}, ["iss"]),
+        ({"iss": issuer.realm_uri + "-evil"}, ["iss"]),
+        ({"iss": DROP}, ["iss"]),
+        ({"client_id": OTHER_CLIENT}, ["another client"]),  # azp other-app, aud account
+        ({"client_id": OTHER_CLIENT, "aud": [OTHER_CLIENT, "account"]}, ["another client"]),
+        ({"azp": DROP, "aud": DROP}, ["another client"]),
+        ({"typ": "ID"}, ["typ"]),  # an ID token of this very client is not an access token
+        ({"typ": "Refresh"}, ["typ"]),
+    ]
+    for claims, words in cases:
+        token = issuer.token("root", ALL_ROLES, **claims)
+        for resp in (requests.get(f"{server.url}/datastore/", headers=bearer(token), timeout=30),
+                     requests.post(f"{server.url}/train/umind_lora", json={"rollback": 0}, headers=bearer(token),
+                                   timeout=30)):
+            detail = refused(resp, token, *words)
+            assert issuer.realm_uri not in detail, detail
+
+
+def test_keycloak_shaped_tokens_for_this_client_are_accepted(server, issuer):
+    c = client_as(server, "alice", "alice-pw")  # the realm's own token, through /auth/token
+    claims = jwt.decode(c.token, options={"verify_signature": False})
+    assert (claims["iss"], claims["azp"], claims["aud"], claims["typ"]) == (issuer.realm_uri, CLIENT_ID, "account",
+                                                                              "Bearer")
+    variants = [
+        {},
+        {"client_id": OTHER_CLIENT, "aud": ["account", CLIENT_ID]},  # asked by another client, for this one
+        {"azp": DROP, "aud": CLIENT_ID},
+        {"iss": issuer.realm_uri + "/"},  # trailing slash: the same realm
+        {"typ": DROP},
+    ]
+    for claims in [None, *variants]:
+        token = c.token if claims is None else issuer.token("root", ALL_ROLES, **claims)
+        resp = requests.get(f"{server.url}/auth/token/valid", headers=bearer(token), timeout=30)
+        assert resp.status_code == 200, (claims, resp.text)
+        assert resp.json()["username"] in ("alice", "root") and USER in resp.json()["roles"], resp.json()
+    resp = requests.get(f"{server.url}/datastore/", headers=bearer(issuer.token("viewer", [USER], **variants[1])),
+                        timeout=30)
+    assert resp.status_code == 200, resp.text
+
+
+def test_malformed_claims_are_401_naming_the_claim_not_500(server, issuer):
+    cases = [  # (roles, claims, words the detail names); before: null realm_access or string roles gave a 500
+        (ALL_ROLES, {"realm_access": None}, ["realm_access"]),
+        (ALL_ROLES, {"realm_access": DROP}, ["realm_access"]),
+        (ALL_ROLES, {"realm_access": ["monailabel-admin"]}, ["realm_access"]),
+        (ADMIN, {}, ["realm_access#roles", "list of strings"]),  # roles: "monailabel-admin"
+        ([ADMIN, 5], {}, ["realm_access#roles"]),
+        (None, {}, ["realm_access#roles"]),
+        (ALL_ROLES, {"preferred_username": None}, ["preferred_username"]),
+        (ALL_ROLES, {"preferred_username": {"name": "root"}}, ["preferred_username"]),
+        (ALL_ROLES, {"email": ["root@example.org"]}, ["email"]),
+        (ALL_ROLES, {"aud": 5}, ["aud"]),
+        (ALL_ROLES, {"azp": [CLIENT_ID]}, ["azp"]),
+        (ALL_ROLES, {"typ": 1}, ["typ"]),
+    ]
+    for roles, claims, words in cases:
+        token = issuer.token("root", roles, **claims)
+        refused(requests.get(f"{server.url}/info/", headers=bearer(token), timeout=30), token, *words)
+        refused(requests.post(f"{server.url}/train/umind_lora", json={"rollback": 0}, headers=bearer(token),
+                              timeout=30), token, *words)
+
+
+def test_label_writes_from_any_endpoint_need_the_annotator_and_replacing_needs_the_admin(server, issuer):
+    """save_label through /infer writes a label: the user role gets 403 (the README's roles); replacing an image
+    (which deletes its labels) is the admin's."""
+    user = issuer.token("viewer", [USER])
+    resp = requests.post(f"{server.url}/infer/umind_segment?image=img0", headers=bearer(user),
+                         data={"params": '{"save_label": true, "label_tag": "byuser"}'}, timeout=120)
+    assert resp.status_code == 403 and "annotator" in resp.json()["detail"], resp.text
+    assert not (server.studies / "labels" / "byuser").exists()
+    annotator = issuer.token("alice", [ANNOTATOR, USER])
+    resp = requests.put(f"{server.url}/datastore/image?image=img1", headers=bearer(annotator),
+                        files={"file": ("x.png", _png(np.full((64, 64), 9, np.uint8)))},
+                        data={"params": '{"replace": true}'}, timeout=60)
+    assert resp.status_code == 403 and "admin" in resp.json()["detail"], resp.text

@@ -86,6 +86,7 @@ class Case:
     headers: dict = field(default_factory=dict)
     counted: bool = False  # an accepted final label: the retrain counter goes up by one
     check: Callable | None = None  # extra check on (response, server)
+    json_body: object = None  # sent as the JSON body (the train, scoring and batch endpoints)
 
 
 def _no_cors_echo(resp, server):

@@ -302,11 +302,10 @@ def test_retrain_after_k_labels_promote_reject_fail_and_rollback(server):
     assert info["runs"][-1]["status"] == "rejected" and info["current_version"] == 1
     assert 2 in info["available_versions"]
 
-    # a failed run leaves the served version and reports its error
-    requests.post(f"{server.url}/train/umind_lora", json={"lr": "fast"}, timeout=60)
-    assert wait_train(server)["status"] == "ERROR"
-    stats = server.get_json("/info/")["train_stats"]["umind_lora"]
-    assert stats["current_version"] == 1 and "lr must be a number" in stats["last_error"]
+    # a malformed parameter is refused before any run starts; the served version stays
+    resp = requests.post(f"{server.url}/train/umind_lora", json={"lr": "fast"}, timeout=60)
+    assert resp.status_code == 400 and "lr must be a number" in resp.json()["detail"]
+    assert server.get_json("/info/")["train_stats"]["umind_lora"]["current_version"] == 1
 
     # roll back to the original model
     requests.post(f"{server.url}/train/umind_lora", json={"rollback": 0}, timeout=60)

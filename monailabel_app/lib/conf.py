@@ -90,6 +90,8 @@ class AppConfig:
     max_targets: int = 32  # comma-separated prompt targets (one label each)
     max_frames: int = 128  # frames one request runs the model on
     max_pixels: int = 50_000_000  # pixels of the whole study (it is decoded whole)
+    #: the largest request body (an upload) in MiB, checked from Content-Length and while it streams
+    max_upload_mb: int = 1024
     #: folders whose files an infer `image` may name by absolute path; empty = datastore ids only
     image_dirs: tuple[Path, ...] = ()
     #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/cors.py)
@@ -251,6 +253,7 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         max_targets=_int("max_targets", conf.get("max_targets", AppConfig.max_targets), 1),
         max_frames=_int("max_frames", conf.get("max_frames", AppConfig.max_frames), 1),
         max_pixels=_int("max_pixels", conf.get("max_pixels", AppConfig.max_pixels), 64),
+        max_upload_mb=_int("max_upload_mb", conf.get("max_upload_mb", AppConfig.max_upload_mb), 1),
         image_dirs=_image_dirs(conf.get("image_dirs", "")),
         cors_origins=_origins(conf.get("cors_origins", "")),
         train=parse_train_params(conf),

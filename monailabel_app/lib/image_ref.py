@@ -10,20 +10,22 @@ same 400 whether or not it exists, and the message quotes only what the client s
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from .errors import BadRequest
+from .request_files import current_scratch
 from .names import is_name, name_problem
 
 __all__ = ["resolve_infer_image", "is_upload_path"]
 
 
 def is_upload_path(path: object) -> bool:
-    """True for the temp file MONAI Label's /infer writes an uploaded `file` to."""
+    """True for the temp file MONAI Label's /infer wrote this request's uploaded `file` to: a file in the
+    request's own folder (lib/request_files.py), which no other request and no client-given path can name."""
     if not isinstance(path, str) or not os.path.isabs(path):
         return False
-    return Path(path).parent.resolve() == Path(tempfile.gettempdir()).resolve() and os.path.isfile(path)
+    scratch = current_scratch()
+    return scratch is not None and Path(path).parent.resolve() == scratch.resolve() and os.path.isfile(path)
 
 
 def _inside(path: Path, folders: tuple[Path, ...]) -> bool:

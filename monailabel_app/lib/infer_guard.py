@@ -21,10 +21,24 @@ __all__ = ["check_infer_request"]
 FINAL = DefaultLabelTag.FINAL.value
 
 
+def _nothing_after_the_image(path: str) -> None:
+    """The upload rule of the datastore door (lib/image_end.py) for an image uploaded to /infer as well."""
+    from .image_end import trailing_bytes
+    from .uploads import sniff_format
+
+    fmt = sniff_format(path)
+    extra = trailing_bytes(path, fmt) if fmt else 0
+    if extra:
+        raise BadRequest(f"the uploaded {fmt} image carries {extra:,} bytes after the end of its image; such files "
+                         "are refused (they can smuggle other content)")
+
+
 def check_infer_request(request: dict, datastore, conf: AppConfig, uploaded: bool) -> dict:
     """A copy of `request` with `image` resolved and `save_label`/`label_tag` checked (BadRequest/NotFound)."""
     out = dict(request)
     out["image"], is_id = resolve_infer_image(request.get("image"), datastore, conf.image_dirs, uploaded)
+    if not is_id and uploaded:
+        _nothing_after_the_image(out["image"])
     save = parse_bool("save_label", request.get("save_label", False))
     out["save_label"] = save and is_id
     if save:

@@ -14,9 +14,13 @@ from enum import Enum
 
 from .errors import BadRequest
 
-__all__ = ["MAX_NAME_CHARS", "check_name", "is_name", "name_problem"]
+__all__ = ["MAX_NAME_CHARS", "MAX_NAME_BYTES", "check_name", "is_name", "name_problem"]
 
 MAX_NAME_CHARS = 200
+#: a file name is at most 255 bytes on the usual file systems; the stored name adds an extension (up to 7
+#: bytes) and an atomic write's temp prefix and suffix, so a 200-character name in a multibyte script
+#: (600 bytes) failed at the disk ("File name too long", a bare 500)
+MAX_NAME_BYTES = 200
 
 
 def name_problem(value: object) -> str | None:
@@ -29,6 +33,9 @@ def name_problem(value: object) -> str | None:
         return "is empty"
     if len(value) > MAX_NAME_CHARS:
         return f"is {len(value)} characters long (at most {MAX_NAME_CHARS})"
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return (f"is {len(value.encode('utf-8', 'surrogatepass'))} bytes long in UTF-8 (at most {MAX_NAME_BYTES}; "
+                "a file name must fit the disk's limit)")
     if "/" in value or "\\" in value:
         return "contains a path separator; ids and tags are names, not paths"
     bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)

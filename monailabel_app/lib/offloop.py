@@ -10,7 +10,10 @@ two threads at once.
 The route also checks what only it can see, before anything is read: the request names an image or
 uploads one (not a session: UMind serves no sessions), and `params` does not carry the keys the server
 sets itself (`image`, `model`, `label`, ...), which MONAI Label would otherwise let params overwrite.
-`UPLOADED` tells `UMindApp.infer` that the temp file it is handed is this request's own upload.
+`UPLOADED` tells `UMindApp.infer` that the temp file it is handed is this request's own upload. Requests
+that do more than their route's role allows are checked here (lib/roles.py): `save_label` in infer params
+needs the annotator, `replace` on an image upload the admin. Every upload's temp copy lives in the request's
+own folder (lib/request_files.py), removed on every path.
 
 The datastore's image and label uploads decode the upload (and, for a label, its image) at the door
 (lib/uploads.py): `install_upload_routes` runs those endpoints' stock helpers in the thread pool too.
@@ -25,7 +28,10 @@ import logging
 from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
 
+from .booleans import as_bool
 from .names import name_problem
+from .request_files import request_scratch
+from .roles import ADMIN, ANNOTATOR, require_role
 from .routes import replace_route, same_signature
 
 __all__ = ["install_infer_route", "install_upload_routes", "UPLOADED", "RESERVED_PARAMS"]
@@ -59,20 +65,32 @@ def _check_request(image: str, session_id: str, params: object, file, label) -> 
                                      "(give the image as ?image=ID or as an uploaded file)")
 
 
-def _run(kwargs: dict):
+def _saves_label(params: object) -> bool:
+    """True when infer params ask to save the result as a label (the infer guard checks the value itself)."""
+    try:
+        values = json.loads(params) if isinstance(params, str) and params else {}
+    except ValueError:
+        return False  # the params guard answers malformed JSON with its own 400
+    return isinstance(values, dict) and as_bool(values.get("save_label", False)) is True
+
+
+def _run(kwargs: dict, user):
     from monailabel.endpoints import infer as infer_module
 
     _check_request(kwargs["image"], kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"])
+    if _saves_label(kwargs["params"]):
+        require_role(user, ANNOTATOR, "save an inference result as a label (save_label)")
     UPLOADED.set(kwargs["file"] is not None)
-    return infer_module.run_inference(kwargs["background_tasks"], kwargs["model"], kwargs["image"],
-                                      kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"],
-                                      kwargs["output"])
+    with request_scratch():  # the upload's copy lives here and is gone when the request ends, however it ends
+        return infer_module.run_inference(kwargs["background_tasks"], kwargs["model"], kwargs["image"],
+                                          kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"],
+                                          kwargs["output"])
 
 
 def _endpoint_like(original):
     async def api_run_inference(**kwargs):
-        kwargs.pop("user", None)  # the auth dependency already ran (it is part of the copied signature)
-        return await run_in_threadpool(_run, kwargs)
+        user = kwargs.pop("user", None)  # the auth dependency already ran (it is part of the copied signature)
+        return await run_in_threadpool(_run, kwargs, user)
 
     return same_signature(api_run_inference, original)
 
@@ -85,15 +103,29 @@ def install_infer_route(app) -> bool:
     return done
 
 
+def _replaces(params: object) -> bool:
+    try:
+        values = json.loads(params) if isinstance(params, str) and params else {}
+    except ValueError:
+        return False  # the params guard answers malformed JSON with its own 400
+    return isinstance(values, dict) and as_bool(values.get("replace", False)) is True
+
+
+def _call_upload(helper: str, kwargs: dict, user):
+    from monailabel.endpoints import datastore as datastore_module
+
+    if helper == "add_image" and _replaces(kwargs.get("params")):
+        require_role(user, ADMIN, "replace an image and remove its labels (replace)")
+    with request_scratch():  # the stock helper's copy of the upload lives here and goes with the request
+        return getattr(datastore_module, helper)(**kwargs, user=getattr(user, "username", None))
+
+
 def _upload_like(helper: str):
     """A route body that calls monailabel.endpoints.datastore.<helper> (as wrapped by `edge`) in a thread."""
     def make(original):
         async def endpoint(**kwargs):
-            from monailabel.endpoints import datastore as datastore_module
-
             user = kwargs.pop("user", None)
-            return await run_in_threadpool(getattr(datastore_module, helper), **kwargs,
-                                           user=getattr(user, "username", None))
+            return await run_in_threadpool(_call_upload, helper, kwargs, user)
 
         return same_signature(endpoint, original)
 

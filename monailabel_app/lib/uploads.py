@@ -19,6 +19,7 @@ import tempfile
 import numpy as np
 
 from .errors import BadRequest
+from .image_end import trailing_bytes
 
 __all__ = ["UploadError", "sniff_format", "check_image_upload", "check_label_upload", "IMAGE_FORMATS",
            "LABEL_FORMATS", "scratch_dir"]
@@ -77,8 +78,22 @@ def _first_line(exc: BaseException, hide: dict[str, str]) -> str:
     return text
 
 
-def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str) -> str:
-    """The checked upload as a file under its content's extension (in `tmp_dir`); UploadError if it does not decode."""
+def _within_budget(copy: str, caps, what: str) -> None:
+    """The pixel cap and decode budget from the header (lib/caps.py), before anything is decoded."""
+    if caps is None:
+        return
+    from .caps import check_image_budget
+
+    try:
+        check_image_budget(copy, caps)
+    except Exception as exc:  # over a cap, or a header no reader understands
+        raise UploadError(f"{what}: {_first_line(exc, {copy: 'the upload'})}") from None
+
+
+def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str, caps=None) -> str:
+    """The checked upload as a file under its content's extension (in `tmp_dir`); UploadError if it does not
+    decode, is over the caps of `caps` (the app's AppConfig; checked from the header first) or carries bytes
+    after the end of its image."""
     from umind_core.imageio import read_study
 
     fmt = sniff_format(path) if os.path.getsize(path) else None
@@ -86,6 +101,11 @@ def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str) -> 
         raise UploadError(f"image {image_id!r}: the upload is not a PNG, JPEG, DICOM, NIfTI or NRRD image "
                           "(checked by content, not by file name)")
     copy = _renamed(path, IMAGE_FORMATS[fmt], tmp_dir)
+    _within_budget(copy, caps, f"image {image_id!r}")
+    trailing = trailing_bytes(copy, fmt)
+    if trailing:
+        raise UploadError(f"image {image_id!r}: the {fmt} upload carries {trailing:,} bytes after the end of its "
+                          "image; such files are refused (they can smuggle other content)")
     try:
         read_study(copy)
     except Exception as exc:  # any decoder failure is the upload's fault
@@ -116,8 +136,9 @@ def _integer_pixels(path: str, fmt: str) -> None:
             raise UploadError("label values must be integers (the upload holds fractional values)")
 
 
-def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, tmp_dir: str) -> str:
-    """The checked label under its content's extension; UploadError unless it is an integer map fitting the image."""
+def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, tmp_dir: str, caps=None) -> str:
+    """The checked label under its content's extension; UploadError unless it is an integer map fitting the image
+    (and within the caps of `caps`, checked from the header before decoding)."""
     from umind_core.imageio import read_label_map, read_study
 
     fmt = sniff_format(path) if os.path.getsize(path) else None
@@ -129,6 +150,7 @@ def check_label_upload(path: str | os.PathLike, image_path: str, image_id: str, 
         raise UploadError(f"label for {image_id!r}: the upload is not a label map (PNG, NIfTI or NRRD, checked "
                           f"by content){'' if fmt is None else f'; got {fmt}'}")
     copy = _renamed(path, LABEL_FORMATS[fmt], tmp_dir)
+    _within_budget(copy, caps, f"label for {image_id!r}")
     try:
         _integer_pixels(copy, fmt)
         study = read_study(image_path)

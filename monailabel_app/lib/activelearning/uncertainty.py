@@ -34,6 +34,8 @@ from monailabel.interfaces.tasks.strategy import Strategy
 from umind_core.imageio import ImageReadError, read_study
 from umind_core.results import Result
 
+from ..caps import check_image_budget
+from ..errors import BadRequest
 from ..runtime import Runtime
 from ..trainers.corrections import info_fields
 from .signals import confidence_score, flip_disagreement, task_disagreement, union_mask
@@ -121,10 +123,13 @@ class UMindUncertainty(ScoringMethod):
             todo = random.Random(f"umind-scoring:{version}:{len(scores)}").sample(todo, self.runtime.conf.scoring_sample)
         scored, failed = [], {}
         for image_id in todo:
+            uri = None
             try:
-                study = read_study(datastore.get_image_uri(image_id))
-            except ImageReadError as exc:
-                failed[image_id] = str(exc)
+                uri = datastore.get_image_uri(image_id)
+                check_image_budget(uri, self.runtime.conf)  # the caps of every door, from the header first
+                study = read_study(uri)
+            except (ImageReadError, BadRequest) as exc:  # named by id: the reply shows no server path
+                failed[image_id] = str(exc).replace(uri, repr(image_id)) if uri else str(exc)
                 continue
             signals = image_signals(predictor, study.frames[len(study.frames) // 2], targets)
             target = signals.pop("target")

@@ -35,7 +35,7 @@ from umind_core.outputs import frame_markups, label_stack
 from umind_core.predictor import Job
 from umind_core.results import Result
 
-from ..caps import check_frame_count, check_image_size, check_request_counts, image_header_shape
+from ..caps import check_frame_count, check_image_budget, check_request_counts
 from ..errors import BadRequest, to_http
 from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
@@ -113,7 +113,7 @@ class UMindInferTask(InferTask):
         axis = opts.get("axis")
         if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
             raise BadRequest(f"axis must be 0, 1 or 2, got {axis!r}")
-        check_image_size(image_header_shape(image), self.runtime.conf)
+        check_image_budget(image, self.runtime.conf)
         return read_study(image, axis=axis)
 
     def _targets(self, opts: dict) -> list[str | None]:

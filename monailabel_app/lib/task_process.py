@@ -1,0 +1,159 @@
+"""Train, scoring and batch-infer subprocesses started without any client input in their environment or argv.
+
+MONAI Label 0.8.5's `_task_func` (utils/async_tasks/utils.py) built the subprocess from the request: a
+`bundle_path` that exists went onto PYTHONPATH (code execution from an uploaded file), `gpus` became
+CUDA_VISIBLE_DEVICES, and the request went on the command line as JSON ("argument list too long" for a large
+one, after which the task stayed SUBMITTED and every later label answered "deferred"). This replacement:
+
+- starts the subprocess with the server's own environment (plus the stock train settings) and a fixed
+  command; the request reaches it through a private file in the workdir that the child reads and deletes;
+- marks the task ERROR with a one-line reason when the process cannot start or fails, so the retrain
+  trigger goes on;
+- keeps in the task's `details` (what `/train/` and `/scoring/` show) log lines only, scrubbed of server
+  paths, never traceback frames; a failure's reason is its last exception line, also scrubbed.
+
+The stock module looks `_task_func` up at call time, so replacing the attribute is enough. The child runs
+MONAI Label's own runner (`monailabel.interfaces.utils.app.run_main`) with the request read from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+import uuid
+from collections import deque
+from datetime import datetime
+from pathlib import Path
+
+from umind_core.atomic import write_text
+
+from .edge import scrub
+
+__all__ = ["install_task_process", "run_task", "NEVER_FORWARDED", "CHILD_CODE"]
+
+logger = logging.getLogger(__name__)
+
+#: request keys the stock runner would turn into environment; never passed on, whatever their value
+NEVER_FORWARDED = ("bundle_path", "gpus")
+#: the child: read the request file, delete it, run MONAI Label's runner on it (argv holds only the method
+#: and the file's path, both chosen by the server)
+CHILD_CODE = ("import os, sys\n"
+              "method, path = sys.argv[1], sys.argv[2]\n"
+              "with open(path) as fh: text = fh.read()\n"
+              "os.unlink(path)\n"
+              "sys.argv = [sys.argv[0], '-m', method, '-r', text]\n"
+              "from monailabel.interfaces.utils.app import run_main\n"
+              "run_main()\n")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:?\s*(.*)$")
+_TRACEBACK_LINE = re.compile(r"^(Traceback \(most recent call last\)|\s+File \"|\s{2,}\S|\s+\^+\s*$)")
+_state: dict[str, Path] = {}
+
+
+def _environment(method: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if method == "train":  # the stock runner's train settings
+        env["MONAI_LABEL_DATASTORE_AUTO_RELOAD"] = "false"
+        env["MASTER_ADDR"] = "127.0.0.1"
+        env["MASTER_PORT"] = str(random.randint(1234, 1334))
+    return env
+
+
+def _request_file(request: dict) -> Path:
+    folder = _state["workdir"] / "tasks"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{uuid.uuid4().hex}.json"
+    write_text(path, json.dumps(request, separators=(",", ":"), default=str))
+    os.chmod(path, 0o600)
+    return path
+
+
+def _shown_line(line: str) -> str | None:
+    """A line of the child's output as a client may see it: None for traceback frames."""
+    if _TRACEBACK_LINE.match(line):
+        return None
+    return scrub(line)
+
+
+def _failure(lines: list[str], returncode: int | None) -> str:
+    """One line saying why the child failed: its last exception line (scrubbed), else its exit code."""
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match:
+            return scrub(line.strip())[:500]
+    return f"the task process exited with code {returncode}"
+
+
+def _finish(task: dict, status: str, error: str | None, callback) -> None:
+    task["end_ts"] = datetime.today().strftime("%Y-%m-%d %H:%M:%S")
+    if task.get("status") in ("SUBMITTED", "RUNNING"):
+        task["status"] = status
+    if error:
+        task["error"] = error
+        task.setdefault("details", deque(maxlen=20)).append(f"ERROR: {error}")
+    if callback:
+        callback(task)
+
+
+def _follow(process, task: dict) -> list[str]:
+    """Stream the child's output into the server log and the task's details; the raw tail for `_failure`."""
+    plogger = logging.getLogger(f"task_{task.get('method', 'task')}")
+    tail: deque[str] = deque(maxlen=50)
+    for raw in iter(process.stdout.readline, ""):
+        line = raw.rstrip()
+        if not line:
+            continue
+        plogger.info(line)
+        tail.append(line)
+        shown = _shown_line(line)
+        if shown is not None:
+            task["details"].append(shown)
+    process.wait()
+    process.stdout.close()
+    return list(tail)
+
+
+def run_task(task: dict, method: str, callback=None) -> None:
+    """The stock `_task_func` without client input in env or argv (see the module docstring)."""
+    from monailabel.utils.async_tasks import utils as stock
+
+    request = {k: v for k, v in task["request"].items() if k not in NEVER_FORWARDED}
+    task["request"] = request
+    task["method"] = method
+    task["details"] = deque(maxlen=20)
+    path = None
+    try:
+        path = _request_file(request)
+        process = subprocess.Popen([sys.executable, "-c", CHILD_CODE, method, str(path)], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=_environment(method))
+    except Exception as exc:  # no process: the task fails now, with its reason, instead of staying SUBMITTED
+        logger.error(f"umind: cannot start the {method} task: {exc}")
+        if path is not None:
+            path.unlink(missing_ok=True)
+        _finish(task, "ERROR", scrub(f"the {method} task could not start: {type(exc).__name__}: {exc}"), callback)
+        return
+    stock.background_processes.setdefault(method, {})[task["id"]] = process
+    task["status"] = "RUNNING"
+    try:
+        lines = _follow(process, task)
+    finally:
+        stock.background_processes.get(method, {}).pop(task["id"], None)
+        path.unlink(missing_ok=True)  # the child deletes it; a child that died first does not
+    logger.info(f"umind: {method} task exited with code {process.returncode}")
+    failed = process.returncode != 0
+    _finish(task, "ERROR" if failed else "DONE", _failure(lines, process.returncode) if failed else None, callback)
+
+
+def install_task_process(workdir: str | os.PathLike) -> None:
+    """Replace MONAI Label's subprocess starter (idempotent); request files go to `<workdir>/tasks`."""
+    try:
+        from monailabel.utils.async_tasks import utils as stock
+    except ImportError:
+        return
+    _state["workdir"] = Path(workdir)
+    stock._task_func = run_task
