@@ -1,8 +1,12 @@
-"""The cheap figures the README and the demo model card publish, recomputed from the artefacts.
+"""The cheap figures the documents and the demo model card publish, recomputed from the artefacts.
 
 Parameter counts are counted here from the modules themselves (not through `parameter_counts`), the split from
 the record ids `umind synth` writes, the size from the files on disk; each is then looked up, as printed, in the
 document that states it. A figure that drifts from its artefact, or a document edited to another number, fails.
+
+Where each figure is printed: the README (the demo model's size), docs/model.md (the size table),
+benchmarks/README.md (the table of current figures) and the NOTES.md beside each benchmark's results (the
+run-by-run loop tables, moved there from the README).
 """
 
 from __future__ import annotations
@@ -16,7 +20,15 @@ from umind_core import demo
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+MODEL_DOC = REPO / "docs" / "model.md"
+BENCHMARKS = REPO / "benchmarks" / "README.md"
+RESULTS = REPO / "benchmarks" / "results"
 CARD = demo.DEMO_MODEL_DIR / "MODEL_CARD.md"
+
+
+def _notes(folder: str) -> Path:
+    """The run history of one benchmark result folder (its tables as the README used to print them)."""
+    return RESULTS / folder / "NOTES.md"
 
 
 def _flat(path: Path) -> str:
@@ -46,23 +58,24 @@ def demo_model():
     return demo.load_model(None)
 
 
-def test_demo_model_parameter_count_in_card_and_readme(demo_model):
+def test_demo_model_parameter_count_in_card_and_docs(demo_model):
     total, _ = _count(demo_model)
     assert demo_model.peft_model is None  # shipped without an adapter: every weight was trained
     assert f"{_fmt(total)} parameters" in _flat(CARD)
-    assert f"| demo model (`small`, 256 px, no adapter) | {_fmt(total)} |" in README.read_text(encoding="utf-8")
-    assert f"{total / 1e6:.1f} M parameters" in _flat(README)
+    assert f"| demo model (`small`, 256 px, no adapter) | {_fmt(total)} |" in MODEL_DOC.read_text(encoding="utf-8")
+    stated = re.findall(r"(\d+(?:\.\d+)?) M parameters", _flat(README))
+    assert stated and set(stated) == {f"{total / 1e6:.1f}"}, stated  # every mention in the README
 
 
 @pytest.mark.parametrize("size,image_size,label", [
     ("tiny", None, "`tiny` (tests)"),
     ("small", None, "`small` (512 px default)"),
 ])
-def test_config_sizes_in_readme(size, image_size, label):
+def test_config_sizes_in_model_doc(size, image_size, label):
     from umind_core.modeling.tiny import build_model
 
     total, trainable = _count(build_model(size, image_size=image_size))
-    assert f"| {label} | {_fmt(total)} | {_fmt(trainable)} |" in README.read_text(encoding="utf-8")
+    assert f"| {label} | {_fmt(total)} | {_fmt(trainable)} |" in MODEL_DOC.read_text(encoding="utf-8")
 
 
 def test_card_split_matches_split_records():
@@ -86,12 +99,13 @@ def test_card_weight_size_matches_the_files(demo_model):
     assert 2 * total <= size < 2 * total + 200_000  # bfloat16: two bytes a parameter plus the headers
 
 
-def test_annotation_loop_figures_in_readme_are_the_benchmarks():
-    """The README's loop table row by row against benchmarks/results/annotation_loop/results.json."""
+def test_annotation_loop_figures_in_notes_are_the_benchmarks():
+    """The first loop run's table (its NOTES.md) row by row against benchmarks/results/annotation_loop/results.json."""
     import json
 
-    results = json.loads((REPO / "benchmarks" / "results" / "annotation_loop" / "results.json").read_text())
-    text = README.read_text(encoding="utf-8").replace("**", "")  # bold marks the goal's columns
+    results = json.loads((RESULTS / "annotation_loop" / "results.json").read_text())
+    notes = _notes("annotation_loop")
+    text = notes.read_text(encoding="utf-8").replace("**", "")  # bold marks the goal's columns
     rows = results["strategies"]["umind_uncertainty"]
     miou = " | ".join(f"{r['test']['segmentation_miou']:.3f}" for r in rows)
     assert f"| scanner_b segment mIoU | {miou} |" in text
@@ -103,19 +117,19 @@ def test_annotation_loop_figures_in_readme_are_the_benchmarks():
     for n in (20, 40):
         mine = next(r for r in rows if r["labels"] == n)["test"]["segmentation_miou"]
         theirs = next(r for r in random_rows if r["labels"] == n)["test"]["segmentation_miou"]
-        assert f"{mine:.3f} against {theirs:.3f}" in _flat(README)
+        assert f"{mine:.3f} against {theirs:.3f}" in _flat(notes)
 
 
 @pytest.mark.parametrize("folder,prefix", [("annotation_loop_reg150", ""),
                                            ("annotation_loop_demo2", "demo model 2, "),
                                            ("annotation_loop_demo2_ci", "demo model 2, run 2, ")])
-def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, prefix):
-    """The README's rerun tables (the 150-image suite judged against the start; the loop from demo model 2)
-    against their results.json."""
+def test_annotation_loop_rerun_figures_in_notes_are_the_benchmarks(folder, prefix):
+    """The rerun tables (the 150-image suite judged against the start; the loop from demo model 2), each in the
+    NOTES.md beside its results.json, against that results.json."""
     import json
 
-    results = json.loads((REPO / "benchmarks" / "results" / folder / "results.json").read_text())
-    text = README.read_text(encoding="utf-8").replace("**", "")
+    results = json.loads((RESULTS / folder / "results.json").read_text())
+    text = _notes(folder).read_text(encoding="utf-8").replace("**", "")
     for arm, rows in results["strategies"].items():
         cells = " | ".join(f"{r['test']['segmentation_miou']:.3f} / {r['test']['detection_recall']:.3f}" for r in rows)
         assert f"| {prefix}`{arm}` scanner_b mIoU / detect recall | {cells} |" in text
@@ -129,18 +143,18 @@ def test_annotation_loop_rerun_figures_in_readme_are_the_benchmarks(folder, pref
 @pytest.mark.parametrize("folder,labels", [("random_seed0", "random (0)"), ("breast_seed0", "breast only (0)"),
                                            ("random_seed1", "random (1)"),
                                            ("rehearsal_look_seed0", "random (0), later")])
-def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
-    """The README's recipe-sweep table, row by row, against benchmarks/results/loop_recipe/*/results.json."""
+def test_loop_recipe_sweep_rows_in_notes_are_the_benchmark(folder, labels):
+    """The recipe-sweep table (loop_recipe/NOTES.md), row by row, against benchmarks/results/loop_recipe/*/results.json."""
     import json
 
     def load(name: str) -> dict:
-        return json.loads((REPO / "benchmarks" / "results" / "loop_recipe" / name / "results.json").read_text())
+        return json.loads((RESULTS / "loop_recipe" / name / "results.json").read_text())
 
     results, first = load(folder), load("random_seed0")
     names = {"start": "start", "loop": "loop", "lr1e-4": "lr 1e-4", "vision_lora": "vision LoRA", "steps80": "80 steps",
              "rehearsal_varied": "rehearsal on the `varied` look", "no_rehearsal": "no rehearsal"}
     shown = dict(results["recipes"])
-    if folder != "random_seed1":  # the same scored images from the same start: the README shows the start once
+    if folder != "random_seed1":  # the same scored images from the same start: the table shows the start once
         assert results["start"]["tune"]["segmentation_miou"] == first["start"]["tune"]["segmentation_miou"]
     if folder == "rehearsal_look_seed0":  # its loop row repeats random_seed0's (shown once): within 0.001
         again = shown.pop("loop")["tune"]
@@ -148,7 +162,7 @@ def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
                    for k in ("segmentation_miou", "detection_recall"))
     rows = [("start", "-", results["start"])] if folder in ("random_seed0", "random_seed1") else []
     rows += [(name, f"{round(row['train_s'])}", row) for name, row in shown.items()]
-    text = README.read_text(encoding="utf-8")
+    text = _notes("loop_recipe").read_text(encoding="utf-8")
     assert len(results["labels"]) == 20
     for name, seconds, row in rows:
         tune, default = row["tune"], row["default"]
@@ -159,20 +173,36 @@ def test_loop_recipe_sweep_rows_in_readme_are_the_benchmark(folder, labels):
         assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text
 
 
-def test_annotation_loop_intervals_in_readme_are_the_benchmark():
-    """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values."""
+def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
+    """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values: every
+    round in its NOTES.md, the last round in benchmarks/README.md's table of current figures."""
     import json
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_annotation_loop import change_interval, fmt_change
 
-    results = json.loads((REPO / "benchmarks" / "results" / "annotation_loop_demo2_ci" / "results.json").read_text())
-    text = README.read_text(encoding="utf-8")
+    results = json.loads((RESULTS / "annotation_loop_demo2_ci" / "results.json").read_text())
+    text = _notes("annotation_loop_demo2_ci").read_text(encoding="utf-8")
+    current = BENCHMARKS.read_text(encoding="utf-8").splitlines()
+    names = {"random": "| annotation loop from demo model 2, 20 labels, `random` picks |",
+             "umind_uncertainty": "| the same run, `umind_uncertainty` picks |"}
+    assert set(results["strategies"]) == set(names)
     for arm, rows in results["strategies"].items():
         cells = " | ".join(f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'segment'))}; "
                            f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'detect'))}" for r in rows[1:])
         assert f"| demo model 2, run 2, `{arm}` change from start, mIoU and recall [95%] | | {cells} |" in text
+        first, last = rows[0]["test"], rows[-1]["test"]
+        seg = fmt_change(change_interval(first, last, "segment"))
+        rec = fmt_change(change_interval(first, last, "detect"))
+        row = next(ln for ln in current if ln.startswith(names[arm]))
+        assert rows[-1]["labels"] == 20
+        assert (f"scanner_b segmentation {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f}, "
+                f"change {seg}") in row, (arm, row)
+        assert (f"detection recall {first['detection_recall']:.3f} -> {last['detection_recall']:.3f}, "
+                f"change {rec}") in row, (arm, row)
+        assert (f"retrain {round(rows[-1]['run']['seconds'])} s "
+                f"({round(rows[-1]['run']['seconds_training'])} s training)") in row, (arm, row)
 
 
 def test_loop_without_rehearsal_figures_in_readme_are_the_benchmark():
@@ -183,31 +213,40 @@ def test_loop_without_rehearsal_figures_in_readme_are_the_benchmark():
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_annotation_loop import change_interval, fmt_change
 
-    folder = REPO / "benchmarks" / "results" / "annotation_loop_demo2_norehearsal"
+    folder = RESULTS / "annotation_loop_demo2_norehearsal"
     rows = json.loads((folder / "results.json").read_text())["strategies"]["random"]
     assert [r["run"]["status"] for r in rows[1:]] == ["rejected"] * 4
     candidates = json.loads((folder / "rejected_candidates.json").read_text())
-    text = _flat(README)
+    text = _flat(_notes("annotation_loop_demo2_norehearsal"))
     for version, labels in (("1", 5), ("4", 20)):
         seg = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "segment"))
         rec = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "detect"))
         assert seg in text and rec in text, (labels, seg, rec)
+    # the 20-label candidate in benchmarks/README.md's table of current figures
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if ln.startswith("| the loop from demo model 2 without rehearsal"))
+    seg = fmt_change(change_interval(rows[0]["test"], candidates["4"]["test"], "segment"))
+    rec = fmt_change(change_interval(rows[0]["test"], candidates["4"]["test"], "detect"))
+    assert f"the gate rejected all {len(rows) - 1} runs" in row
+    assert f"segmentation {seg}, detection recall {rec}" in row, (seg, rec, row)
 
 
-def test_decode_table_in_readme_is_the_benchmark():
-    """Every row of the "Decode speed" table, recomputed from the run bench_decode.py wrote (its ratios included)."""
+def test_decode_rows_in_benchmarks_are_the_benchmark():
+    """Every decode row of benchmarks/README.md's table of current figures, recomputed from the run
+    bench_decode.py wrote (its ratios included)."""
     import json
 
-    run = json.loads((REPO / "benchmarks" / "results" / "decode.json").read_text())
+    run = json.loads((RESULTS / "decode.json").read_text())
     figures, eager = run["figures"], run["figures"]["eager"]
     assert run["same_answer"] and not run["compile_error"]
-    text = README.read_text(encoding="utf-8")
+    lines = BENCHMARKS.read_text(encoding="utf-8").splitlines()
+    assert len([ln for ln in lines if ln.startswith("| decode step, `")]) == len(figures)
     for mode, f in figures.items():
-        ratio = f"{eager['step_ms'] / f['step_ms']:.2f}"
-        cold_cached = f"{f['cold_ms'] / f['cached_ms']:.2f}"
-        if mode == "tuned":  # the goal columns are printed in bold
-            ratio, cold_cached = f"**{ratio}**", f"**{cold_cached}**"
-        row = (f"| {mode} | {f['step_ms']:.2f} | {1e3 / f['step_ms']:.0f} | {ratio} | "
-               f"{eager['step_cpu_ms'] / f['step_cpu_ms']:.2f} | {f['answer_decode_tok_s']:.0f} | {f['cold_ms']:.0f} | "
-               f"{f['cached_ms']:.0f} | {cold_cached} |")
-        assert row in text, row
+        row = next(ln for ln in lines if ln.startswith(f"| decode step, `{mode}` mode"))
+        figure = (f"{f['step_ms']:.2f} ms a step, {1e3 / f['step_ms']:.0f} tok/s; "
+                  f"{eager['step_ms'] / f['step_ms']:.2f}x eager (wall), "
+                  f"{eager['step_cpu_ms'] / f['step_cpu_ms']:.2f}x (CPU time); "
+                  f"answers {f['answer_decode_tok_s']:.0f} tok/s; cold {f['cold_ms']:.0f} ms, "
+                  f"cached {f['cached_ms']:.0f} ms, cold/cached {f['cold_ms'] / f['cached_ms']:.2f} |")
+        assert figure in row, (figure, row)
+        assert "`results/decode.json`" in row
