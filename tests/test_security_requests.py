@@ -381,3 +381,20 @@ def test_a_task_that_cannot_start_fails_with_its_reason(monkeypatch, tmp_path):
     task = {"id": "t2", "request": {"model": "umind_lora"}, "status": "SUBMITTED"}
     task_process.run_task(task, "train", callback=done.append)
     assert task["status"] == "ERROR" and "could not start" in task["error"] and done == [task]
+
+
+def test_a_task_stopped_before_it_starts_never_starts(monkeypatch, tmp_path):
+    """DELETE /train/ while the task still waits in the queue: STOPPED is the answer, and no process follows."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
+    from lib import task_process
+    from monailabel.utils.async_tasks import utils as stock
+
+    started = []
+    monkeypatch.setattr(task_process.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(task_process, "_STOCK_STOP", lambda method: None)  # no process registered yet
+    task = {"id": "t3", "request": {"model": "umind_lora"}, "status": "SUBMITTED"}
+    monkeypatch.setitem(stock.background_tasks, "train", [task])
+    assert task_process.stop_task("train") is task and task["status"] == "STOPPED"
+    task_process._state["workdir"] = tmp_path
+    task_process.run_task(task, "train")
+    assert started == [] and task["status"] == "STOPPED"

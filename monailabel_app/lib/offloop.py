@@ -65,20 +65,21 @@ def _check_request(image: str, session_id: str, params: object, file, label) -> 
                                      "(give the image as ?image=ID or as an uploaded file)")
 
 
-def _saves_label(params: object) -> bool:
-    """True when infer params ask to save the result as a label (the infer guard checks the value itself)."""
+def _flag(params: object, key: str) -> bool:
+    """True when the `params` form field sets `key` true (`save_label`, `replace`); the value's own check and a
+    malformed field's 400 happen further in."""
     try:
         values = json.loads(params) if isinstance(params, str) and params else {}
     except ValueError:
-        return False  # the params guard answers malformed JSON with its own 400
-    return isinstance(values, dict) and as_bool(values.get("save_label", False)) is True
+        return False
+    return isinstance(values, dict) and as_bool(values.get(key, False)) is True
 
 
 def _run(kwargs: dict, user):
     from monailabel.endpoints import infer as infer_module
 
     _check_request(kwargs["image"], kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"])
-    if _saves_label(kwargs["params"]):
+    if _flag(kwargs["params"], "save_label"):
         require_role(user, ANNOTATOR, "save an inference result as a label (save_label)")
     UPLOADED.set(kwargs["file"] is not None)
     with request_scratch():  # the upload's copy lives here and is gone when the request ends, however it ends
@@ -103,18 +104,10 @@ def install_infer_route(app) -> bool:
     return done
 
 
-def _replaces(params: object) -> bool:
-    try:
-        values = json.loads(params) if isinstance(params, str) and params else {}
-    except ValueError:
-        return False  # the params guard answers malformed JSON with its own 400
-    return isinstance(values, dict) and as_bool(values.get("replace", False)) is True
-
-
 def _call_upload(helper: str, kwargs: dict, user):
     from monailabel.endpoints import datastore as datastore_module
 
-    if helper == "add_image" and _replaces(kwargs.get("params")):
+    if helper == "add_image" and _flag(kwargs.get("params"), "replace"):
         require_role(user, ADMIN, "replace an image and remove its labels (replace)")
     with request_scratch():  # the stock helper's copy of the upload lives here and goes with the request
         return getattr(datastore_module, helper)(**kwargs, user=getattr(user, "username", None))

@@ -30,11 +30,9 @@ from collections import deque
 from datetime import datetime
 from pathlib import Path
 
-from umind_core.atomic import write_text
-
 from .edge import scrub
 
-__all__ = ["install_task_process", "run_task", "NEVER_FORWARDED", "CHILD_CODE"]
+__all__ = ["install_task_process", "run_task", "stop_task", "NEVER_FORWARDED", "CHILD_CODE"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +62,15 @@ def _environment(method: str) -> dict[str, str]:
 
 
 def _request_file(request: dict) -> Path:
+    """A new private file (0600) holding the request. Written and closed before the child starts, so no
+    temp-then-rename is needed, and not fsynced: it lives only until the child reads it, and every moment
+    here is one in which a stop request finds no process to stop."""
     folder = _state["workdir"] / "tasks"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{uuid.uuid4().hex}.json"
-    write_text(path, json.dumps(request, separators=(",", ":"), default=str))
-    os.chmod(path, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(request, separators=(",", ":"), default=str))
     return path
 
 
@@ -121,6 +123,8 @@ def run_task(task: dict, method: str, callback=None) -> None:
     """The stock `_task_func` without client input in env or argv (see the module docstring)."""
     from monailabel.utils.async_tasks import utils as stock
 
+    if task.get("status") == "STOPPED":  # stopped while it waited in the queue: never started
+        return
     request = {k: v for k, v in task["request"].items() if k not in NEVER_FORWARDED}
     task["request"] = request
     task["method"] = method
@@ -149,11 +153,36 @@ def run_task(task: dict, method: str, callback=None) -> None:
     _finish(task, "ERROR" if failed else "DONE", _failure(lines, process.returncode) if failed else None, callback)
 
 
+def stop_task(method: str):
+    """The stock stop, which kills a running process, plus a task still waiting to start: it is marked STOPPED
+    and `run_task` then never starts it (the stock stop answered null and the task started anyway)."""
+    from monailabel.utils.async_tasks import utils as stock
+
+    stopped = _STOCK_STOP(method) if _STOCK_STOP else None
+    if stopped is not None:
+        return stopped
+    waiting = [t for t in stock.background_tasks.get(method) or [] if t.get("status") == "SUBMITTED"]
+    if not waiting:
+        return None
+    task = waiting[0]
+    task["status"] = "STOPPED"
+    task["end_ts"] = datetime.today().strftime("%Y-%m-%d %H:%M:%S")
+    return task
+
+
+_STOCK_STOP = None
+
+
 def install_task_process(workdir: str | os.PathLike) -> None:
-    """Replace MONAI Label's subprocess starter (idempotent); request files go to `<workdir>/tasks`."""
+    """Replace MONAI Label's subprocess starter and stop (idempotent); request files go to `<workdir>/tasks`."""
+    global _STOCK_STOP
     try:
+        from monailabel.utils.async_tasks import task as stock_task
         from monailabel.utils.async_tasks import utils as stock
     except ImportError:
         return
     _state["workdir"] = Path(workdir)
     stock._task_func = run_task
+    if _STOCK_STOP is None:
+        _STOCK_STOP = stock.stop_background_task
+    stock.stop_background_task = stock_task.stop_background_task = stop_task
