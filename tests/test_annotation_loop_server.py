@@ -180,6 +180,8 @@ def test_markups_and_finding_from_slicer_train_every_task_with_lora_rehearsal_an
     assert cfg["lora"] is not None and cfg["base_model"] == str((server.model_dir / "base").resolve())
     assert (vdir / "adapter").is_dir() and not (vdir / "base").exists()
     assert run["version_bytes"] < run["base_bytes"]
+    trainer = server.workdir / "versions" / "0001" / "trainer"  # no resume state, no second copy of the model
+    assert not (trainer / "checkpoints").exists() and not (trainer / "final").exists()
     # every set scored per task, before and after
     assert set(run["gate"]) == {"new labels", "earlier labels", "synthetic regression"}
     assert {row["task"] for row in run["gate"]["synthetic regression"]} >= {"segment", "detect"}

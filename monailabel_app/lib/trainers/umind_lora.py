@@ -227,8 +227,11 @@ class UMindLoRATrain(TrainTask):
                          for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
         model.save_pretrained(staging / "model")
-        for ckpt in (staging / "trainer").glob("checkpoint-*"):
-            shutil.rmtree(ckpt, ignore_errors=True)  # the version holds the model; checkpoints only resume
+        # the version holds the model: the trainer's checkpoints (optimizer state, only for resuming) and its
+        # own copy of the final weights would double the version's size (they used to stay: the glob here
+        # looked for `checkpoint-*` while the trainer writes `checkpoints/step-N`)
+        for leftover in ("checkpoints", "final"):
+            shutil.rmtree(staging / "trainer" / leftover, ignore_errors=True)
         run["version_bytes"] = folder_bytes(staging / "model")
         base = Path(model.config.base_model)
         run["base_bytes"] = folder_bytes(base) if base.is_absolute() and base.is_dir() else None
