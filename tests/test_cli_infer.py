@@ -71,7 +71,7 @@ def test_png_segment_writes_results_label_map_and_overlay(tmp_path, capsys, mode
     doc = _doc(folder / "results.json")
     assert doc["format"] == "umind-infer" and doc["task"] == "segment" and doc["model"] == str(model_dir)
     assert doc["geometry"]["kind"] == "2d" and doc["geometry"]["shape"] == [256, 256]
-    assert doc["outputs"] == {"labels": "labels.png", "markups": None, "overlays": ["overlay-0000.png"]}
+    assert doc["outputs"] == {"labels": "labels.png", "markups": None, "overlays": ["overlay-0000.png"], "image": None}
     (frame,) = doc["results"]
     (obj,) = frame["objects"]
     assert obj["label"] == "lesion" and obj["mask"]["file"] == "labels.png"

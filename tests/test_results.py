@@ -105,16 +105,19 @@ def test_attach_spacing_gives_mm():
     assert "points_lps" not in cal
 
 
-def test_attach_unknown_spacing_clears(tmp_path):
+def test_attach_unknown_spacing_clears_mm_and_keeps_lengths_in_px(tmp_path):
     r = _result()
     r.attach_geometry((1.0, 1.0))
     assert r.objects[0].physical
     png = read_study(F.write_png(tmp_path / "g.png", F.ramp()))
     r.attach_geometry(png.geometry)
-    assert all(o.physical == {} for o in r.objects)
+    unmeasured = [o.physical for o in r.objects if o.line is None]
+    assert all(p == {} for p in unmeasured)
+    assert r.objects[1].physical == {"length": 5.0, "length_unit": "px"}  # the 3-4-5 caliper, in pixels
     r.attach_geometry((1.0, 1.0))
     r.attach_geometry(png.frames[0])  # a Frame without spacing: the same
-    assert all(o.physical == {} for o in r.objects)
+    assert r.objects[1].physical == {"length": 5.0, "length_unit": "px"}
+    assert "mm" not in r.answer and r.answer == "one nodule Length: 5.00 px."
 
 
 def test_attach_volume_geometry_lps(tmp_path):

@@ -202,7 +202,8 @@ def test_parses_the_servers_multipart_reply():
     assert np.array_equal(lf.decode_label_file(parsed.label_bytes).array[0], frame_labels())
     reply = InferReply.from_parsed(parsed)
     assert reply.label_names == {"nodule": 1} and reply.version == "3"
-    assert reply.answer == "A 9 mm nodule."  # taken from the result when params lack one
+    # taken from the result when params lack one; it states the line's measured length, not the model's 9 mm
+    assert reply.answer == "A 7.60 mm nodule."
     obj = reply.result.objects[0]
     assert obj.label == "nodule" and obj.box == (5, 5, 20, 10) and obj.points[1] == (18, 9)
     assert obj.physical["length_mm"] == pytest.approx(np.hypot(15 * 0.5, 5 * 0.25))
@@ -366,7 +367,7 @@ def test_points_lines_rois_and_answer_nodes(scene, volume):
     assert np.allclose(roi.GetSize(), (15 * 0.5, 5 * 0.25, 2.0))
     assert np.allclose(roi.GetSize()[:2], res.objects[0].physical["box_size_mm"])
     text = mrml.set_answer_text(scene, res.answer)
-    assert text.GetText() == "A 9 mm nodule."
+    assert text.GetText() == f"A {res.objects[0].physical['length_mm']:.2f} mm nodule."
     assert mrml.set_answer_text(scene, "edited", text) is text and text.GetText() == "edited"
     single = make_volume(scene, dims=(60, 40, 1), name="frame")
     assert mrml.add_fiducials(scene, single, res).GetNthControlPointPositionVector(0)[2] == \

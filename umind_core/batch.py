@@ -7,9 +7,14 @@ Kept apart from the `umind infer` command so that the rules a folder of outputs 
 * `results.json` is written last and atomically: its presence means the input is done, which is what makes a
   batch resumable. It also records the request, so a rerun with another task never silently "skips" onto
   answers to a different question.
-* The label map and markups follow `outputs` (one label stack across frames, "(frame N)" markups), the module the
-  server's infer tasks write with too; here the label map takes the input family's suffix and unlabelled masks
-  are named "object N".
+* The label map and markups follow `outputs` (one label stack across frames, "(frame N)" markups, the files'
+  geometry, nothing found, unparsable answers), the module the server's infer tasks write with too; here the
+  label map takes the input family's suffix and unlabelled masks are named after the requested target. A
+  segment request always gets a label map and a detect, keypoints or measure request always gets markups
+  (empty ones when nothing was found), so a folder of outputs never depends on what the model happened to say.
+* Where the image's calibration is not in what Slicer reads (a DICOM whose spacing is only in its ultrasound
+  regions), the image is written beside its outputs as image.nrrd in the calibrated geometry, the one the label
+  map and markups are written in: opening that pair in Slicer shows the lengths results.json states.
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ from pathlib import Path
 from typing import Sequence
 
 from .atomic import write_text
+import numpy as np
+
+from . import prompts
 from .imageio import (
     SUPPORTED_SUFFIXES,
     Geometry,
     Study,
     label_map_suffix,
-    write_markups_json,
+    write_image,
     write_overlay_png,
 )
 from .frames import FrameSpec, FrameSpecError
 from .frames import parse_frames as _parse_frames
-from .outputs import frame_markups, label_stack
+from .outputs import frame_markups, geometry_info, write_viewer_files
 from .results import Result
 
 __all__ = [
@@ -56,7 +64,9 @@ RESULTS_NAME = "results.json"
 RESULTS_FORMAT = "umind-infer"
 RESULTS_VERSION = 1
 MARKUPS_NAME = "markups.mrk.json"
-_OUTPUT_PATTERNS = (RESULTS_NAME, MARKUPS_NAME, "labels.png", "labels.nii.gz", "labels.nrrd", "overlay-*.png")
+IMAGE_NAME = "image.nrrd"
+_OUTPUT_PATTERNS = (RESULTS_NAME, MARKUPS_NAME, IMAGE_NAME, "labels.png", "labels.nii.gz", "labels.nrrd",
+                    "overlay-*.png")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -260,6 +270,7 @@ class WrittenOutputs:
     labels: str | None = None
     markups: str | None = None
     overlays: list[str] = field(default_factory=list)
+    image: str | None = None
 
 
 def _overlay(path: Path, frame, res: Result) -> None:
@@ -273,31 +284,58 @@ def _overlay(path: Path, frame, res: Result) -> None:
     )
 
 
+def write_calibrated_image(path: Path, study: Study, geometry: Geometry) -> Path:
+    """The study's frames as a NRRD in ``geometry`` (grey where the frames are grey, else RGB).
+
+    Why: Slicer reads a DICOM through ITK, which ignores the ultrasound regions, so the file itself opens at
+    1 mm per pixel and label maps and markups in the calibrated geometry would not overlay it."""
+    frames = sorted(study.frames, key=lambda f: f.index)
+    if [f.index for f in frames] != list(range(geometry.n_frames)):
+        raise BatchError(f"{study.path}: the calibrated image needs every frame of the study")
+    stack = np.stack([f.pixels for f in frames])
+    if (stack[..., 1:] == stack[..., :1]).all():
+        stack = stack[..., 0]
+    return write_image(stack[0] if geometry.kind == "2d" else stack, geometry, path)
+
+
+def _wanted(task: str | None, results: Sequence[Result], markups: list[dict]) -> tuple[bool, bool]:
+    """(label map, markups) for a request: what its task answers with, and whatever the answers hold."""
+    answer = prompts.TEMPLATES[task].answer if task in prompts.TEMPLATES else "text"
+    masks = any(o.mask is not None for r in results for o in r.objects)
+    return answer == "mask" or masks, answer in ("box", "point", "line") or bool(markups)
+
+
 def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequence[Result], request: dict,
                   model: str, overlay: bool = False, extra: dict | None = None) -> WrittenOutputs:
     """Write one input's label map, markups and overlays, then its results.json (last, atomically).
 
-    ``frames`` are the Frames that ``results`` answer, in the same order (for overlays).
+    ``frames`` are the Frames that ``results`` answer, in the same order (for overlays). The label map and
+    markups go through `outputs.write_viewer_files`, in the study's `output_geometry`.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     geometry = study.geometry
-    viewer = study.viewer_geometry  # files for Slicer lie where Slicer shows the image (DICOM: ITK's reading)
+    files_geometry = study.output_geometry()  # where Slicer shows the image, with the calibrated spacing
     written = WrittenOutputs(results=RESULTS_NAME)
-    stack = label_stack(results, geometry)
-    if stack.values:
-        written.labels = label_map_name(geometry)
-        stack.write(out_dir / written.labels, viewer)
-    markups = frame_markups(results, viewer)
-    if markups:
-        written.markups = MARKUPS_NAME
-        write_markups_json(markups, out_dir / MARKUPS_NAME)
+    task = request.get("task")
+    target = request.get("prompt") or (prompts.TEMPLATES[task].default_target if task in prompts.TEMPLATES
+                                       else None)
+    markups = frame_markups(results, files_geometry)
+    want_labels, want_markups = _wanted(task, results, markups)
+    files = write_viewer_files(results, study, files_geometry,
+                               labels_to=out_dir / label_map_name(geometry) if want_labels else None,
+                               markups_to=out_dir / MARKUPS_NAME if want_markups else None,
+                               markups=markups, targets=[target], fallback=target)
+    written.labels = files.labels.name if files.labels is not None else None
+    written.markups = files.markups.name if files.markups is not None else None
+    if study.calibration_hidden and (written.labels or written.markups):
+        written.image = write_calibrated_image(out_dir / IMAGE_NAME, study, files_geometry).name
     if overlay:
         for frame, res in zip(frames, results):
             name = f"overlay-{res.frame_index:04d}.png"
             _overlay(out_dir / name, frame, res)
             written.overlays.append(name)
     frame_dicts = []
-    for res, ov in zip(results, stack.object_values):
+    for res, ov in zip(results, files.stack.object_values):
         d = res.to_dict()
         for i, value in ov.items():
             d["objects"][i]["mask"].update(file=written.labels, label_value=value)
@@ -307,13 +345,15 @@ def write_outputs(out_dir: Path, study: Study, frames: Sequence, results: Sequen
         "version": RESULTS_VERSION,
         "input": study.path,
         "model": model,
-        "task": request.get("task"),
+        "task": task,
         "request": request,
         "geometry": geometry.to_dict(),
+        "output_geometry": geometry_info(study, files_geometry),
         "n_frames": geometry.n_frames,
         "frames": [r.frame_index for r in results],
-        "outputs": {"labels": written.labels, "markups": written.markups, "overlays": written.overlays},
-        "label_values": stack.values,
+        "outputs": {"labels": written.labels, "markups": written.markups, "overlays": written.overlays,
+                    "image": written.image},
+        "label_values": files.stack.values if written.labels else {},
         "results": frame_dicts,
         **(extra or {}),
     }

@@ -7,7 +7,8 @@ convention), x first, origin top-left; the pixel <-> grid conversion lives here 
 
 Parsing is deliberately forgiving: a language model truncates, forgets end tokens, or answers in Qwen3-VL's
 native JSON style before it is fine-tuned. `parse` therefore never raises on a str; whatever is malformed
-becomes a warning and whatever could be read is returned.
+becomes a warning and whatever could be read is returned. `degenerate` says when what was read is not an
+answer at all (token soup), so that callers keep none of it.
 
 Binding rules used by `parse`:
   * An object ref starts a new object; every primitive after it, up to the next object ref, belongs to it
@@ -683,3 +684,32 @@ def parse(text: str) -> ParseResult:
         return _Parser(text).run()
     except Exception as exc:  # noqa: BLE001 - last resort; the tests assert this branch is never taken
         return ParseResult([], _tidy(_TOKEN_RE.sub(" ", text)), [f"internal parser error: {exc!r}"], 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Degenerate answers
+# ---------------------------------------------------------------------------------------------------------
+
+# A word of 4+ letters glued to itself ("thyroidthyroid"), a run of 3+ digits glued to a word ("33773thyroid",
+# "thyroid33773"), or a digit, a letter and a run of digits ("6A773"). Ordinary answers have none of these:
+# "BI-RADS 4A", "C7", "85 px", "120 ml" and "12.3 x 8.1 mm" pass.
+_GARBLE_RES = (
+    (re.compile(r"([A-Za-z]{4,})\1", re.I), "a word glued to itself"),
+    (re.compile(r"\d{3,}[A-Za-z]{3,}|[A-Za-z]{3,}\d{3,}"), "letters glued to a run of digits"),
+    (re.compile(r"\d[A-Za-z]\d{3,}"), "letters glued to a run of digits"),
+)
+
+
+def degenerate(parsed: ParseResult) -> str | None:
+    """Why a parsed reply is not an answer (the model produced token soup), or None when it reads as one.
+
+    Why: a degenerate reply ("...33773thyroidthyroid6A773" after its mask tokens) still parses into objects,
+    and a mask without a readable label became a label map with a segment named "object 1". Such text is not
+    a result, whatever the parser could pull out of it; the Predictor keeps none of its objects. The test is on
+    the plain answer and the object labels, the text a reader sees, never on coordinates."""
+    for where, text in [("answer", parsed.answer)] + [("label", o.label) for o in parsed.objects if o.label]:
+        for pattern, what in _GARBLE_RES:
+            m = pattern.search(text)
+            if m:
+                return f"{what} in the {where} ({m.group(0)!r})"
+    return None

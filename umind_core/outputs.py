@@ -9,9 +9,16 @@ the server cannot drift apart:
   order of first appearance and later objects paint over earlier ones, as `Result.label_map` does for one frame.
 * A 2D image's label map is its one frame; a clip's or a volume's is the whole stack.
 * Markups of a multi-frame input carry "(frame N)" in their names, since Slicer shows them all at once.
+* The files lie in `Study.output_geometry`: where the viewer shows the image, with the calibrated spacing, so a
+  line's length from its markup coordinates is the length the results state (`imageio.line_length`).
+* Nothing found writes the same empty, loadable files from the CLI and the server (`write_viewer_files`): a
+  label map of zeros in the image's geometry and a markups file with one empty point list named
+  "umind: nothing found (<targets>)" (Slicer cannot load an empty markups list).
+* Answers that are not answers (`Result.unparsable`) are not results: an input whose every answer is one gets
+  no label map and no markups, only the warning.
 
 Who names a mask is the caller's choice (the server names it after the requested target, the CLI after the
-object's label); everything else is decided here.
+object's label or the requested target); everything else is decided here.
 """
 
 from __future__ import annotations
@@ -22,14 +29,19 @@ from typing import Sequence
 
 import numpy as np
 
-from .imageio import Geometry, write_label_map
+from .imageio import Geometry, Study, frame_spacing, write_label_map, write_markups_json
 from .results import Result
 
-__all__ = ["OutputError", "LabelStack", "label_stack", "box_mask", "frame_markups"]
+__all__ = ["OutputError", "TooManyLabels", "LabelStack", "label_stack", "box_mask", "frame_markups", "ViewerFiles",
+           "write_viewer_files", "nothing_found_name", "all_unparsable", "geometry_info"]
 
 
 class OutputError(ValueError):
     """Results that do not fit the input they answer (a mask of another size than the frames)."""
+
+
+class TooManyLabels(OutputError):
+    """More distinct labels than a caller's label map may hold (`write_viewer_files`' ``max_labels``)."""
 
 
 @dataclass
@@ -113,3 +125,71 @@ def frame_markups(results: Sequence[Result], geometry: Geometry) -> list[dict]:
                 m["name"] = f"{m['name']} (frame {res.frame_index})"
             out.append(m)
     return out
+
+
+def nothing_found_name(targets: Sequence[str | None]) -> str:
+    """The name of the empty point list a markups file holds when nothing was found, naming what was asked."""
+    asked = ", ".join(sorted({t for t in targets if t})) or "nothing asked"
+    return f"umind: nothing found ({asked})"
+
+
+def all_unparsable(results: Sequence[Result]) -> bool:
+    """True when there are answers and none of them is a result (`Result.unparsable`): then no file is written."""
+    return bool(results) and all(r.unparsable for r in results)
+
+
+@dataclass
+class ViewerFiles:
+    """What `write_viewer_files` wrote: the label stack (its values name the segments) and the two paths."""
+
+    stack: LabelStack
+    labels: Path | None = None
+    markups: Path | None = None
+
+
+def write_viewer_files(results: Sequence[Result], study: Study, geometry: Geometry, *,
+                       labels_to: str | Path | None = None, markups_to: str | Path | None = None,
+                       markups: list[dict] | None = None, targets: Sequence[str | None] = (),
+                       names: Sequence[str | None] | None = None, fallback: str | None = None,
+                       fill_boxes: bool = False, max_labels: int | None = None) -> ViewerFiles:
+    """Write an input's label map (to ``labels_to``) and markups (to ``markups_to``) in ``geometry`` (the
+    study's `output_geometry`), the one writer `umind infer` and the server's infer tasks share.
+
+    Why one writer: the CLI wrote no file when nothing was found while the server wrote empty ones, and a
+    degenerate answer still became a label map. Here a path given means that file is written, found or not
+    (zeros; one empty point list named by `nothing_found_name` of ``targets``), unless every answer is
+    unparsable (`all_unparsable`), when neither is. ``markups`` defaults to `frame_markups` in ``geometry``;
+    ``names``, ``fallback`` and ``fill_boxes`` go to `label_stack`; more than ``max_labels`` distinct labels
+    raise `TooManyLabels` before anything is written.
+    """
+    stack = label_stack(results, study.geometry, names=names, fallback=fallback, fill_boxes=fill_boxes)
+    if max_labels is not None and len(stack.values) > max_labels:
+        raise TooManyLabels(f"{len(stack.values)} distinct labels do not fit one label map (at most {max_labels})")
+    out = ViewerFiles(stack)
+    if all_unparsable(results):
+        return out
+    if labels_to is not None:
+        out.labels = stack.write(labels_to, geometry)
+    if markups_to is not None:
+        items = frame_markups(results, geometry) if markups is None else markups
+        out.markups = write_markups_json(items, markups_to, empty_name=nothing_found_name(targets))
+    return out
+
+
+def geometry_info(study: Study, geometry: Geometry) -> dict:
+    """What a reply or results.json says about the geometry its files are in, so a client can place them.
+
+    ``calibrated`` says whether the files carry the calibrated spacing; ``spacing_source`` where it comes from:
+    "ultrasound_regions" (a DICOM's ultrasound regions, which a viewer reading the file itself does not see:
+    give its volume ``frame_spacing``), "header" (the file's own header), or None when the files are not
+    calibrated (an image without spacing, or a client that shows the file as ITK reads it): their units are
+    pixels. ``calibration`` is the study's calibrated spacing and its source, whatever the files use."""
+    in_plane = frame_spacing(geometry)
+    calibrated = study.geometry.spacing_known and geometry.spacing_known and \
+        all(abs(a - b) <= 1e-9 + 1e-6 * abs(b) for a, b in zip(in_plane, frame_spacing(study.geometry)))
+    source = study.spacing_source if calibrated else None
+    return {"kind": geometry.kind, "spacing": list(geometry.spacing), "origin": list(geometry.origin),
+            "direction": list(geometry.direction), "frame_spacing": list(in_plane), "calibrated": calibrated,
+            "spacing_source": source,
+            "calibration": {"frame_spacing": list(frame_spacing(study.geometry)) if study.spacing_source else None,
+                            "source": study.spacing_source}}

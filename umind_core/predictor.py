@@ -538,8 +538,13 @@ class Predictor:
         warnings.extend(parsed.warnings)
         if dec.truncated:
             warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
+        garbled = grounding.degenerate(parsed)
+        if garbled is not None:  # token soup is not a result: no objects, no masks, no answer to show
+            warnings.append(f"unparsable answer: {garbled}; it is not a result and nothing is written for it")
+            parsed = grounding.ParseResult([], "", parsed.warnings, 0)
         t0 = time.perf_counter()
-        masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width))
+        masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width)) if garbled is None \
+            else ([], [], None)
         mask_s = time.perf_counter() - t0
         offsets = _char_offsets(model.tokenizer, ids)
         objects: list[GroundedObject] = []
@@ -573,6 +578,7 @@ class Predictor:
             source=frame.source,
             image_size=(width, height),
             confidence=_confidence(dec, mask_entropy),
+            unparsable=garbled is not None,
         )
         result.attach_geometry(frame)
         return result

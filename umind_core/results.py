@@ -3,6 +3,12 @@
 Coordinates in a `GroundedObject` are pixels of the ORIGINAL frame (not the 0..1000 grid and
 not the resized model input), so that writers and Slicer need no knowledge of preprocessing.
 Millimetres are derived on demand by `Result.attach_geometry`, from the input's geometry.
+
+Lengths: the model writes a number after its caliper line ("Length: 140.2 mm."), but that number is
+its guess, not a measurement. Every length a Result reports is the drawn line measured by
+`imageio.line_length` with the frame's calibrated spacing (pixels, said as "px", without one); the
+answer users see states that length in place of the model's, and the model's own words stay in
+``raw_answer`` (and ``text``). A stated length that no drawn line backs is a warning.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 from .atomic import atomic_path, write_text
-from .imageio import Frame, Geometry, frame_axes_lps, frame_spacing, pixel_to_physical
+from .imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
 
@@ -107,40 +114,51 @@ class Result:
     image_size: tuple[int, int] | None = None  # (W, H)
     # the model's own confidence (active learning reads it): token_prob_mean, token_prob_min, mask_entropy
     confidence: dict[str, float] = field(default_factory=dict)
+    #: the answer as the model wrote it (its own length numbers); ``answer`` states the measured ones
+    raw_answer: str = ""
+    #: the model's text was not a readable answer (degenerate): no objects, nothing is written for it
+    unparsable: bool = False
 
     def __post_init__(self) -> None:
         if self.image_size is not None:
             self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
         self.frame_index = int(self.frame_index)
+        if not self.raw_answer:
+            self.raw_answer = self.answer
 
     # geometry ---------------------------------------------------------------------------
 
     def attach_geometry(self, geometry_or_spacing: Geometry | Frame | Sequence[float] | None
                         ) -> None:
-        """Fill each object's ``physical`` with millimetre measurements.
+        """Fill each object's ``physical`` with measurements, and state the lines' lengths in ``answer``.
 
         In-plane keys (``box_mm``, ``points_mm``, ``line_mm``: pixel coordinates times spacing,
         from the frame's top-left; ``length_mm``, ``box_size_mm``, ``area_mm2``) need only the
         spacing. With a `Geometry` the LPS positions (``points_lps``, ``line_lps``,
         ``box_center_lps``) are added for the frame ``frame_index``. Unknown spacing (a PNG,
-        or None) clears ``physical``: pixel numbers are never reported as millimetres.
+        or None) leaves only a line's ``length`` in ``length_unit`` "px": pixel numbers are never
+        reported as millimetres. Every line gets ``length`` and ``length_unit`` from
+        `imageio.line_length`, and ``model_length`` when the model stated one for it.
+
+        ``answer`` is rebuilt from ``raw_answer`` each time (so calling this again with another
+        geometry is safe): see `_state_lengths`.
         """
+        spacing = _spacing_of(geometry_or_spacing)
         geometry = geometry_or_spacing if isinstance(geometry_or_spacing, Geometry) else None
-        if geometry is not None:
-            spacing = frame_spacing(geometry) if geometry.spacing_known else None
-        elif isinstance(geometry_or_spacing, Frame):
-            spacing = geometry_or_spacing.spacing
-        elif geometry_or_spacing is None:
-            spacing = None
-        else:
-            spacing = _floats(geometry_or_spacing, 2, "spacing")  # type: ignore[assignment]
         for obj in self.objects:
-            obj.physical = {} if spacing is None else _physical(obj, spacing, geometry,
-                                                                self.frame_index)
+            obj.physical = _physical(obj, spacing, geometry, self.frame_index)
+        lines = [o for o in self.objects if o.line is not None]
+        lengths = [line_length(o.line, spacing) for o in lines]
+        self.answer, stated, warnings = _state_lengths(self.raw_answer, lengths, spacing is not None)
+        for obj, model in zip(lines, stated):
+            obj.physical["model_length"] = model
+        self.warnings.extend(w for w in warnings if w not in self.warnings)
 
     def to_markups(self, geometry: Geometry) -> list[dict]:
         """Markup dicts for `imageio.write_markups_json`, in LPS mm of ``geometry``, on the
-        frame ``frame_index``: points -> Fiducial, line -> Line, box -> ROI."""
+        frame ``frame_index``: points -> Fiducial, line -> Line, box -> ROI. A Line carries its
+        `imageio.line_length` in ``geometry`` (px where ``geometry`` is not calibrated), the
+        length the markup's coordinates give."""
         out: list[dict] = []
         k = self.frame_index
         sx, sy = frame_spacing(geometry)
@@ -154,7 +172,8 @@ class Result:
                 x1, y1, x2, y2 = obj.line
                 out.append({"type": "Line", "name": name, "points_lps": [
                     list(pixel_to_physical(geometry, k, x1, y1)),
-                    list(pixel_to_physical(geometry, k, x2, y2))]})
+                    list(pixel_to_physical(geometry, k, x2, y2))], **_length_keys(
+                        line_length(obj.line, (sx, sy) if geometry.spacing_known else None))})
             if obj.box is not None:
                 x1, y1, x2, y2 = obj.box
                 center = pixel_to_physical(geometry, k, (x1 + x2) / 2, (y1 + y2) / 2)
@@ -205,6 +224,7 @@ class Result:
             "frame_index": self.frame_index, "source": self.source,
             "image_size": list(self.image_size) if self.image_size is not None else None,
             "confidence": dict(self.confidence),
+            "raw_answer": self.raw_answer, "unparsable": self.unparsable,
         }
 
     def to_json(self, path: str | os.PathLike, mask_format: str = "png") -> Path:
@@ -258,13 +278,36 @@ class Result:
                    timings={k: float(v) for k, v in (d.get("timings") or {}).items()},
                    frame_index=int(d.get("frame_index", 0)), source=d.get("source"),
                    image_size=d.get("image_size"),
-                   confidence={k: float(v) for k, v in (d.get("confidence") or {}).items()})
+                   confidence={k: float(v) for k, v in (d.get("confidence") or {}).items()},
+                   raw_answer=d.get("raw_answer") or "", unparsable=bool(d.get("unparsable", False)))
 
 
-def _physical(obj: GroundedObject, spacing: Sequence[float], geometry: Geometry | None,
+def _length_keys(length: Length) -> dict:
+    """A length as JSON keys (markup dicts travel in server replies)."""
+    return {"length": length.value, "length_unit": length.unit}
+
+
+def _spacing_of(geometry_or_spacing: Geometry | Frame | Sequence[float] | None) -> tuple[float, float] | None:
+    """The calibrated in-plane (column, row) spacing, or None where there is none (never a default of 1)."""
+    if isinstance(geometry_or_spacing, Geometry):
+        return frame_spacing(geometry_or_spacing) if geometry_or_spacing.spacing_known else None
+    if isinstance(geometry_or_spacing, Frame):
+        return geometry_or_spacing.spacing
+    if geometry_or_spacing is None:
+        return None
+    return _floats(geometry_or_spacing, 2, "spacing")  # type: ignore[return-value]
+
+
+def _physical(obj: GroundedObject, spacing: Sequence[float] | None, geometry: Geometry | None,
               frame_index: int) -> dict:
+    phys: dict[str, Any] = {}
+    if obj.line is not None:
+        length = line_length(obj.line, spacing)
+        phys.update(length=length.value, length_unit=length.unit)
+    if spacing is None:
+        return phys
     sx, sy = float(spacing[0]), float(spacing[1])
-    phys: dict[str, Any] = {"spacing_mm": [sx, sy]}
+    phys["spacing_mm"] = [sx, sy]
 
     def lps(x: float, y: float) -> list[float]:
         return list(pixel_to_physical(geometry, frame_index, x, y))  # type: ignore[arg-type]
@@ -282,12 +325,46 @@ def _physical(obj: GroundedObject, spacing: Sequence[float], geometry: Geometry 
     if obj.line is not None:
         x1, y1, x2, y2 = obj.line
         phys["line_mm"] = [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
-        phys["length_mm"] = float(math.hypot((x2 - x1) * sx, (y2 - y1) * sy))
+        phys["length_mm"] = phys["length"]
         if geometry is not None:
             phys["line_lps"] = [lps(x1, y1), lps(x2, y2)]
     if obj.mask is not None:
         phys["area_mm2"] = float(obj.mask.sum()) * sx * sy
     return phys
+
+
+# A length in the model's words: a number (or "A x B") and a length unit. Units of other quantities (ml, Hz, %)
+# are not lengths and are left alone.
+_STATED_LENGTH = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?:\s*[x×]\s*\d+(?:\.\d+)?)*\s*"
+    r"(?:mm|cm|millimet(?:er|re)s?|centimet(?:er|re)s?|px|pixels?)(?![\w])", re.I)
+
+
+def _state_lengths(answer: str, lengths: Sequence[Length], calibrated: bool) -> tuple[str, list[str], list[str]]:
+    """(the answer users see, the model's stated length for each line, warnings).
+
+    Why: the model's number and the drawn line disagree (a caliper said 140.2 mm where its line measured
+    66.1 mm), and only the line can be checked. The k-th length the model states belongs to its k-th line (the
+    trained answer is "<line> Length: X mm." per line) and is replaced by that line's measured length; a line it
+    drew without stating a length gets " Length: X." appended. A stated length without a line to back it is a
+    warning; on an image without calibration it is also taken out of the text, since no "mm" can be true there.
+    """
+    found = list(_STATED_LENGTH.finditer(answer))
+    out, pos, warnings = [], 0, []
+    for k, m in enumerate(found):
+        out.append(answer[pos:m.start()])
+        if k < len(lengths):
+            out.append(str(lengths[k]))
+        else:
+            warnings.append(f"the answer states a length ({m.group(0)}) but draws no line for it: that is the "
+                            "model's own number, not a measurement")
+            out.append(m.group(0) if calibrated else "[not measured: the image has no calibration]")
+        pos = m.end()
+    out.append(answer[pos:])
+    text = "".join(out)
+    for length in lengths[len(found):]:
+        text = f"{text.rstrip()} Length: {length}.".lstrip()
+    return text, [m.group(0) for m in found[:len(lengths)]], warnings
 
 
 def _write_mask(mask: np.ndarray, path: Path, fmt: str) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import new_temp_dir, replace_dir, write_text
+from ..imageio import line_length
 from . import metrics as M
 
 __all__ = [
@@ -241,10 +242,8 @@ def _gt_box(obj, mask: np.ndarray | None) -> list[float] | None:
 
 
 def _line_mm(line: Sequence[float], spacing: Sequence[float] | None) -> float | None:
-    if spacing is None:
-        return None
-    x1, y1, x2, y2 = (float(v) for v in line)
-    return math.hypot((x2 - x1) * float(spacing[0]), (y2 - y1) * float(spacing[1]))
+    """The drawn line's length by `imageio.line_length`, the owner of every length; None without spacing."""
+    return None if spacing is None else line_length(line, spacing).mm
 
 
 def _text_mm(text: str) -> float | None:
@@ -313,8 +312,8 @@ def score(query: Query, result, record, masks: Sequence[np.ndarray | None] | Non
         pred_line = next((list(o.line) for o in result.objects if o.line is not None), None)
         pred_mm = _line_mm(pred_line, record.spacing) if pred_line is not None else None
         source = "line" if pred_mm is not None else None
-        if pred_mm is None:
-            pred_mm = _text_mm(result.answer)
+        if pred_mm is None:  # no line to measure: score the number the model wrote (its raw answer)
+            pred_mm = _text_mm(getattr(result, "raw_answer", "") or result.answer)
             source = "text" if pred_mm is not None else None
         rel = None if pred_mm is None else M.measurement_error(pred_mm, line.length_mm)
         sample.update(label=line.name, gt_line=[float(v) for v in line.xy], pred_line=pred_line,

@@ -27,7 +27,8 @@ Conventions (the single place where they are decided):
   because clinics often export them that way.
 
 The package's modules, each the one owner of its part: `readers` (files -> frames + geometry), `geometry`
-(`Frame`, `Geometry`, `Study`, pixel <-> LPS, frame axes), `writers` (label maps and images out, and
+(`Frame`, `Geometry`, `Study`, pixel <-> LPS, frame axes, and `line_length`: the one owner of every length
+UMind reports), `writers` (label maps and images out, and
 `read_label_map` beside `write_label_map`), `markups` (.mrk.json out and in), `overlays` (quick-look PNGs),
 `errors`. Import from the package: its names are the public ones.
 """
@@ -35,8 +36,9 @@ The package's modules, each the one owner of its part: `readers` (files -> frame
 from __future__ import annotations
 
 from .errors import ImageReadError, ImageWriteError, MarkupsError
-from .geometry import (Frame, Geometry, Study, frame_axes_lps, frame_itk_axes, frame_normal_axis,  # noqa: F401
-                       frame_spacing, physical_to_pixel, pixel_to_physical, ras_to_lps, stack_from_volume)
+from .geometry import (HEADER, ULTRASOUND_REGIONS, Frame, Geometry, Length, Study,  # noqa: F401
+                       frame_axes_lps, frame_itk_axes, frame_normal_axis, frame_spacing, line_length,
+                       physical_to_pixel, pixel_to_physical, ras_to_lps, stack_from_volume, with_frame_spacing)
 from .markups import MARKUPS_SCHEMA, parse_markups, read_markups_json, write_markups_json
 from .overlays import write_overlay_png
 from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _detect_format,  # noqa: F401
@@ -55,6 +57,9 @@ __all__ = [
     "Frame",
     "Geometry",
     "Study",
+    "Length",
+    "line_length",
+    "with_frame_spacing",
     "SUPPORTED_SUFFIXES",
     "MARKUPS_SCHEMA",
     "read_study",

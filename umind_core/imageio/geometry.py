@@ -7,13 +7,18 @@ sliced into a frame stack and back) are decided here, once, for the readers, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Frame", "Geometry", "Study", "frame_spacing", "frame_itk_axes", "frame_normal_axis",
-           "stack_from_volume", "pixel_to_physical", "physical_to_pixel", "frame_axes_lps", "ras_to_lps"]
+__all__ = ["Frame", "Geometry", "Study", "Length", "line_length", "frame_spacing", "frame_itk_axes",
+           "frame_normal_axis", "stack_from_volume", "pixel_to_physical", "physical_to_pixel", "frame_axes_lps",
+           "ras_to_lps", "with_frame_spacing"]
+
+#: where a study's calibrated spacing came from (`Study.spacing_source`)
+HEADER, ULTRASOUND_REGIONS = "header", "ultrasound_regions"
 
 
 @dataclass
@@ -103,6 +108,38 @@ class Study:
         pixel in slicer-core and SimpleITK alike), while `geometry` keeps it for measurements in mm."""
         return self.viewer or self.geometry
 
+    @property
+    def spacing_source(self) -> str | None:
+        """Where the calibrated spacing came from: "ultrasound_regions" (a DICOM's SequenceOfUltrasoundRegions,
+        which ITK and Slicer do not read), "header" (PixelSpacing, a NIfTI/NRRD header), or None (no calibration:
+        lengths are in pixels)."""
+        if not self.geometry.spacing_known:
+            return None
+        return ULTRASOUND_REGIONS if self.meta.get("spacing_source") == "SequenceOfUltrasoundRegions" else HEADER
+
+    @property
+    def calibration_hidden(self) -> bool:
+        """True when the calibrated in-plane spacing is not what a viewer reading the file finds (ITK ignores
+        ultrasound regions): such a file opened in Slicer measures in its own units, not in ours."""
+        if not self.geometry.spacing_known:
+            return False
+        return not _same_spacing(frame_spacing(self.viewer_geometry), frame_spacing(self.geometry))
+
+    def output_geometry(self, calibrate: bool = True) -> Geometry:
+        """The geometry files for a viewer (label maps, markups) are written in.
+
+        Where the viewer places the image (`viewer_geometry`), with the calibrated in-plane spacing when
+        ``calibrate`` and the study is calibrated: then a line's length from the file's coordinates is the length
+        the results state. When the calibration is hidden from the viewer, whoever writes in this geometry must
+        also give the viewer the image in it (`umind infer` writes the image as NRRD beside its outputs; the UMind
+        Slicer module sets its volume's spacing from the reply's `geometry`). ``calibrate=False`` is for a client
+        that loads the file itself and cannot be told a spacing (the stock MONAILabel extension): its files lie
+        where it shows the image, and lengths in them are in its units."""
+        viewer = self.viewer_geometry
+        if not self.geometry.spacing_known or (not calibrate and self.calibration_hidden):
+            return viewer
+        return with_frame_spacing(viewer, frame_spacing(self.geometry))
+
 
 def frame_spacing(geometry: Geometry) -> tuple[float, float]:
     """In-plane (column, row) spacing of the frames made from ``geometry``."""
@@ -111,6 +148,53 @@ def frame_spacing(geometry: Geometry) -> tuple[float, float]:
         return float(s[0]), float(s[1])
     col, row = frame_itk_axes(geometry.axis)
     return float(s[col]), float(s[row])
+
+
+def with_frame_spacing(geometry: Geometry, spacing: Sequence[float]) -> Geometry:
+    """``geometry`` with the in-plane (column, row) spacing of its frames replaced, marked calibrated."""
+    full = list(geometry.spacing)
+    if geometry.kind == "2d":
+        full[0], full[1] = float(spacing[0]), float(spacing[1])
+    else:
+        col, row = frame_itk_axes(geometry.axis)
+        full[col], full[row] = float(spacing[0]), float(spacing[1])
+    return replace(geometry, spacing=tuple(full), spacing_known=True)
+
+
+def _same_spacing(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(a, b))
+
+
+@dataclass(frozen=True)
+class Length:
+    """A length UMind reports, with its unit: "mm" on a calibrated image, "px" on one without spacing."""
+
+    value: float
+    unit: str
+
+    @property
+    def mm(self) -> float | None:
+        return self.value if self.unit == "mm" else None
+
+    def __str__(self) -> str:
+        """How answers state it: to 0.01, so the text agrees with results.json and markups to 0.01 mm."""
+        return f"{self.value:.2f} {self.unit}"
+
+
+def line_length(line: Sequence[float], spacing: Sequence[float] | None) -> Length:
+    """THE length of a drawn line: every length UMind reports (answer text, results.json, markups, server
+    replies) comes from here, so that no two places can disagree.
+
+    ``line`` is (x1, y1, x2, y2) in frame pixels; ``spacing`` the frame's calibrated (column, row) spacing in mm,
+    as `frame_spacing` and `Frame.spacing` give it, or None for an image without calibration. x runs along
+    columns and takes the column spacing, y along rows and takes the row spacing (they differ on non-square
+    pixels). Without spacing the length is in pixels and says so: a pixel count is never reported as mm.
+    """
+    x1, y1, x2, y2 = (float(v) for v in line)
+    if spacing is None:
+        return Length(math.hypot(x2 - x1, y2 - y1), "px")
+    col, row = float(spacing[0]), float(spacing[1])
+    return Length(math.hypot((x2 - x1) * col, (y2 - y1) * row), "mm")
 
 
 def frame_itk_axes(axis: int) -> tuple[int, int]:

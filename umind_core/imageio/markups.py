@@ -1,4 +1,5 @@
-"""Slicer markups (.mrk.json, LPS): points, lines (with their length in mm) and ROIs out, and back in."""
+"""Slicer markups (.mrk.json, LPS): points, lines (with their length: mm, or px on an uncalibrated image) and ROIs
+out, and back in."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ def _control_point(i: int, label: str, pos: list[float]) -> dict:
             "selected": True, "locked": False, "visibility": True, "positionStatus": "defined"}
 
 
+def _line_measurement(m: dict, points: list[list[float]]) -> dict:
+    """A Line's length measurement: the ``length`` (and ``length_unit``) UMind computed for it
+    (`imageio.line_length`, from the line and the spacing of the geometry the points are in), else, for a line
+    drawn by someone else, the distance between its points in mm, as Slicer measures it."""
+    if m.get("length") is not None:
+        unit = str(m.get("length_unit") or "mm")
+        if unit not in ("mm", "px"):
+            raise MarkupsError(f"markup {m.get('name')!r}: length_unit must be mm or px, got {unit!r}")
+        return {"value": float(m["length"]), "units": unit}
+    return {"value": float(np.linalg.norm(np.subtract(points[1], points[0]))), "units": "mm"}
+
+
 def _markup_to_slicer(m: dict, k: int) -> dict:
     if not isinstance(m, dict):
         raise MarkupsError(f"markup #{k}: expected a dict, got {type(m).__name__}")
@@ -66,9 +79,8 @@ def _markup_to_slicer(m: dict, k: int) -> dict:
         if len(points) != 2:
             raise MarkupsError(f"markup {name!r}: a Line needs exactly 2 points, got "
                                f"{len(points)}")
-        length = float(np.linalg.norm(np.subtract(points[1], points[0])))
-        measurements.append({"name": "length", "enabled": True, "value": length,
-                             "units": "mm", "printFormat": "%-#4.4g%s"})
+        measurements.append({"name": "length", "enabled": True, **_line_measurement(m, points),
+                             "printFormat": "%-#4.4g%s"})
     else:
         center_raw = m.get(f"center_{system.lower()}", m.get("center"))
         if center_raw is None or m.get("size") is None:
@@ -158,10 +170,13 @@ def parse_markups(doc: Any, path: str = "markups") -> list[dict]:
         if m.get("description"):
             item["description"] = m["description"]
         if item["type"] == "Line" and len(lps) == 2:
-            length = next((float(ms["value"]) for ms in m.get("measurements", [])
-                           if ms.get("name") == "length" and "value" in ms), None)
-            item["length_mm"] = length if length is not None else \
-                float(np.linalg.norm(np.subtract(lps[1], lps[0])))
+            stated = next((ms for ms in m.get("measurements", [])
+                           if isinstance(ms, dict) and ms.get("name") == "length" and "value" in ms), None)
+            if stated is not None and stated.get("units") == "px":  # UMind's length on an uncalibrated image
+                item["length_px"] = float(stated["value"])
+            else:
+                item["length_mm"] = float(stated["value"]) if stated is not None else \
+                    float(np.linalg.norm(np.subtract(lps[1], lps[0])))
         if item["type"] == "ROI" and "center" in m:
             c = to_lps(_vec3(m["center"], f"{path}: markup #{k} center"))
             try:

@@ -77,17 +77,24 @@ def write_label_map(labels: np.ndarray, geometry: Geometry, path: str | os.PathL
 
 
 def write_image(pixels: np.ndarray, geometry: Geometry, path: str | os.PathLike) -> Path:
-    """Write grey uint8 pixels (H x W, or N x H x W frames) as NRRD or NIfTI in ``geometry``.
+    """Write uint8 pixels (H x W, or N x H x W frames; grey, or RGB with a last axis of 3) as NRRD or NIfTI in
+    ``geometry``.
 
     For images that must carry their spacing into a viewer (the sample studies: a 2D NRRD loads in Slicer
-    as one slice with its spacing, where same-size PNGs in one folder load as one stacked volume)."""
+    as one slice with its spacing, where same-size PNGs in one folder load as one stacked volume; a DICOM
+    whose spacing is only in its ultrasound regions, which Slicer would load at 1 mm per pixel)."""
     path = Path(path)
     suffix = _suffix_of(path, (".nrrd", ".nii", ".nii.gz"))
     if suffix is None:
         raise ImageWriteError(f"{path}: images are written as .nrrd, .nii or .nii.gz")
     arr = np.asarray(pixels)
     if arr.dtype != np.uint8:
-        raise ImageWriteError(f"{path}: images are written as uint8 grey, got dtype {arr.dtype}")
+        raise ImageWriteError(f"{path}: images are written as uint8 grey or RGB, got dtype {arr.dtype}")
+    if geometry.kind == "2d" and arr.ndim == 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim == geometry.ndim + 1 and arr.shape[-1] == 3:  # RGB: the check is on one channel's shape
+        _fit_geometry(path, arr[..., 0], geometry)
+        return _write_sitk(arr, geometry, path, suffix, vector=True)
     return _write_sitk(_fit_geometry(path, arr, geometry), geometry, path, suffix)
 
 
@@ -130,12 +137,13 @@ def _fit_geometry(path: Path, arr: np.ndarray, geometry: Geometry) -> np.ndarray
     return arr
 
 
-def _write_sitk(arr: np.ndarray, geometry: Geometry, path: Path, suffix: str) -> Path:
-    """A frame stack (or 2D array) as NRRD/NIfTI with the geometry's spacing, origin and direction."""
+def _write_sitk(arr: np.ndarray, geometry: Geometry, path: Path, suffix: str, vector: bool = False) -> Path:
+    """A frame stack (or 2D array; ``vector``: with a last axis of components) as NRRD/NIfTI with the geometry's
+    spacing, origin and direction."""
     import SimpleITK as sitk
 
     vol = arr if geometry.kind == "2d" else _volume_from_stack(arr, geometry.axis)
-    img = sitk.GetImageFromArray(np.ascontiguousarray(vol))
+    img = sitk.GetImageFromArray(np.ascontiguousarray(vol), isVector=vector)
     n = geometry.ndim
     img.SetSpacing(tuple(float(v) for v in geometry.spacing[:n]))
     img.SetOrigin(tuple(float(v) for v in geometry.origin[:n]))

@@ -4,8 +4,13 @@ Every UMind infer task is this class with different class attributes (what MONAI
 which Predictor tasks it may run, what it returns, which options the Slicer extension renders), so a fix
 here fixes all of them and no task grows its own code path.
 
-Outputs:
-- "label_map": one label value per target (segment) where Slicer shows the image (`Study.viewer_geometry`),
+Outputs (written by `umind_core.outputs.write_viewer_files`, the writer `umind infer` uses too, so nothing found
+and unparsable answers give the same files from both; every reply says in `geometry` which geometry its files
+are in, `outputs.geometry_info`):
+- "label_map": one label value per target (segment) where Slicer shows the image (`Study.output_geometry`:
+  with the calibrated spacing, which a DICOM calibrated only in its ultrasound regions lacks in Slicer until the
+  UMind module sets it from the reply's `geometry`; for the stock extension, which cannot be told, the image's
+  geometry as ITK reads it),
   as the client's `result_extension` asks or the input's family (`imageio.label_map_suffix`: PNG only for
   PNG/JPEG), with `label_names` {name: value} in the JSON, as the stock Slicer extension reads it;
 - "markups": a Slicer .mrk.json (ROIs for boxes, fiducials for points, lines for measurements), which the
@@ -26,12 +31,11 @@ from pathlib import Path
 import time
 from typing import Any, ClassVar
 
-import numpy as np
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
 from umind_core.frames import parse_frames
-from umind_core.imageio import Study, label_map_suffix, read_study, write_markups_json
-from umind_core.outputs import frame_markups, label_stack
+from umind_core.imageio import Geometry, Study, frame_spacing, label_map_suffix, line_length, read_study
+from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geometry_info, write_viewer_files
 from umind_core.predictor import Job
 from umind_core.results import Result
 
@@ -172,42 +176,55 @@ class UMindInferTask(InferTask):
 
     # ------------------------------------------------------------------ outputs
     def _write(self, study: Study, opts: dict, runs) -> tuple[str | None, dict]:
+        # the stock extension loads the image itself (ITK: no ultrasound regions) and cannot be told a spacing
+        geometry = study.output_geometry(calibrate=not is_stock_extension(opts))
         if self.output == "answer":
-            return None, self._answer(runs)
+            return None, dict(self._answer(runs), geometry=geometry_info(study, geometry))
+        body: dict[str, Any] = {"geometry": geometry_info(study, geometry), "umind": {"results": _dicts(runs)}}
+        if all_unparsable([r for _, _, rs in runs for r in rs]):
+            return None, body  # no answer was readable: no file, the results' warnings say why
         if self.output == "markups":
-            markups, measurements = self._markups(study, runs)
-            body = {"markups": markups, "measurements": measurements, "umind": {"results": _dicts(runs)}}
+            markups, measurements = self._markups(study, runs, geometry)
+            body.update(markups=markups, measurements=measurements)
             if parse_bool("label_map", opts.get("label_map", False)):
-                path, names = self._label_map(study, opts, runs, fill_boxes=True)
+                path, names = self._label_map(study, opts, runs, geometry, fill_boxes=True)
                 body["label_names"] = names
                 return path, body
             path = _temp(".mrk.json")
-            asked = ", ".join(sorted({t for _, t, _ in runs if t})) or ", ".join(self.default_labels)
-            write_markups_json(markups, path, empty_name=f"umind: nothing found ({asked})")
+            asked = [t for _, t, _ in runs if t] or list(self.default_labels)
+            write_viewer_files([r for _, _, rs in runs for r in rs], study, geometry, markups_to=path,
+                               markups=markups, targets=asked)
             return path, body
-        path, names = self._label_map(study, opts, runs, fill_boxes=False)
-        return path, {"label_names": names, "umind": {"results": _dicts(runs)}}
+        path, names = self._label_map(study, opts, runs, geometry, fill_boxes=False)
+        body["label_names"] = names
+        return path, body
 
-    def _label_map(self, study: Study, opts: dict, runs, fill_boxes: bool) -> tuple[str, dict[str, int]]:
-        """One label value per requested target (the Slicer segment it updates), via `outputs.label_stack`."""
+    def _label_map(self, study: Study, opts: dict, runs, geometry: Geometry,
+                   fill_boxes: bool) -> tuple[str, dict[str, int]]:
+        """One label value per requested target (the Slicer segment it updates), via `outputs.write_viewer_files`."""
         results = [r for _, _, rs in runs for r in rs]
         targets = [t for _, t, rs in runs for _ in rs]
-        stack = label_stack(results, study.geometry, names=targets, fallback=self.default_labels[0],
-                            fill_boxes=fill_boxes)
-        if len(stack.values) > 255:
-            raise BadRequest("more than 255 distinct labels do not fit one label map")
+        path = _temp(label_map_suffix(study.geometry, opts.get("result_extension")))
+        try:
+            stack = write_viewer_files(results, study, geometry, labels_to=path, names=targets,
+                                       fallback=self.default_labels[0], fill_boxes=fill_boxes, max_labels=255).stack
+        except Exception as exc:
+            Path(path).unlink(missing_ok=True)
+            if isinstance(exc, TooManyLabels):
+                raise BadRequest(str(exc)) from exc
+            raise
         names = dict(stack.values)
         if not names:  # nothing found: still name the (first) target so that its Slicer segment is cleared
             names[next((t for _, t, _ in runs if t), None) or self.default_labels[0]] = 1
-        path = _temp(label_map_suffix(study.geometry, opts.get("result_extension")))
-        stack.write(path, study.viewer_geometry)
         return path, names
 
-    def _markups(self, study: Study, runs) -> tuple[list[dict], list[dict]]:
-        """Markups where Slicer shows the image (viewer geometry); lengths in mm from the calibrated one."""
+    def _markups(self, study: Study, runs, geometry: Geometry) -> tuple[list[dict], list[dict]]:
+        """Markups in the files' ``geometry``; each line's length (`imageio.line_length`) in the calibrated
+        spacing, mm where there is one, else px: the length the results and the answer state."""
+        spacing = frame_spacing(study.geometry) if study.geometry.spacing_known else None
         markups, measurements = [], []
         for task, _, results in runs:
-            for m in frame_markups(results, study.viewer_geometry):
+            for m in frame_markups(results, geometry):
                 if self.output == "markups" and task == "detect" and m["type"] != "ROI":
                     continue
                 m["description"] = f"umind {task}"
@@ -216,11 +233,11 @@ class UMindInferTask(InferTask):
                 for obj in r.objects:
                     if obj.line is None:
                         continue
-                    x1, y1, x2, y2 = obj.line
-                    item = {"name": obj.label or task, "frame": r.frame_index,
-                            "length_px": float(np.hypot(x2 - x1, y2 - y1))}
-                    if "length_mm" in obj.physical:
-                        item["length_mm"] = obj.physical["length_mm"]
+                    length = line_length(obj.line, spacing)
+                    item = {"name": obj.label or task, "frame": r.frame_index, "length": length.value,
+                            "unit": length.unit, "length_px": line_length(obj.line, None).value}
+                    if length.mm is not None:
+                        item["length_mm"] = length.mm
                     measurements.append(item)
         return markups, measurements
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from umind_core.imageio import MarkupsError, Study, frame_spacing, parse_markups, physical_to_pixel
+from umind_core.imageio import MarkupsError, Study, frame_spacing, line_length, parse_markups, physical_to_pixel
 
 __all__ = ["FINDINGS", "FrameCorrections", "Corrections", "read_corrections", "info_fields"]
 
@@ -140,12 +140,11 @@ def _add_markup(m: dict, study: Study, out: Corrections) -> str | None:
         (x1, y1, f1), (x2, y2, f2) = pts
         if f1 != f2:
             return f"its ends lie on different frames ({f1} and {f2})"
-        if math.hypot(x2 - x1, y2 - y1) < 1.0:
+        if line_length((x1, y1, x2, y2), None).value < 1.0:  # under a pixel
             return "it has zero length"
-        length = None
-        if study.geometry.spacing_known:
-            sx, sy = frame_spacing(study.geometry)
-            length = float(math.hypot((x2 - x1) * sx, (y2 - y1) * sy))
+        # the one length rule (`imageio.line_length`): mm from the calibrated spacing, none without it
+        spacing = frame_spacing(study.geometry) if study.geometry.spacing_known else None
+        length = line_length((x1, y1, x2, y2), spacing).mm
         out.frame(f1).lines.append((name, (x1, y1, x2, y2), length))
         return None
     return f"type {kind!r} is not a Fiducial, Line or ROI"

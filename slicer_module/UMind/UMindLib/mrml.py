@@ -28,7 +28,7 @@ __all__ = [
     "volume_geometry", "volume_array", "labels_for_volume", "label_map_to_segmentation",
     "segment_array", "add_fiducials", "add_lines", "add_rois", "set_answer_text",
     "markups_dict_to_nodes", "ResultNodes", "build_result_nodes", "frame_slice",
-    "sequence_frames", "segmentation_sequence", "IMAGE_ID_ATTRIBUTE",
+    "sequence_frames", "segmentation_sequence", "IMAGE_ID_ATTRIBUTE", "set_calibrated_spacing",
 ]
 
 IMAGE_ID_ATTRIBUTE = "UMind.ImageId"
@@ -113,6 +113,31 @@ def volume_geometry(volume_node: Any) -> VolumeGeometry:
     volume_node.GetRASToIJKMatrix(inv)
     dims = tuple(int(d) for d in volume_node.GetImageData().GetDimensions())
     return VolumeGeometry(as_matrix(m), as_matrix(inv), dims)  # type: ignore[arg-type]
+
+
+def set_calibrated_spacing(volume_node: Any, spacing: Iterable[float], sequence_node: Any = None) -> bool:
+    """Give a volume (and every frame of its cine sequence) the in-plane (column, row) spacing in mm that its
+    file does not tell Slicer; returns whether anything changed.
+
+    Why: Slicer reads a DICOM through ITK, which ignores the ultrasound regions, so such an image loads at
+    1 mm per pixel and a line on it measured 129.5 "mm" where the server stated 66.1 mm. With the spacing the
+    server computed with (`replies.hidden_calibration` of its reply), Slicer's own line lengths are the stated
+    ones. Columns run along I and rows along J; the origin, the axes and the slice spacing (K) stay."""
+    col, row = (float(v) for v in spacing)
+    if not (np.isfinite([col, row]).all() and col > 0 and row > 0):
+        raise MRMLBuildError(f"spacing must be two positive numbers, got {(col, row)}")
+    nodes = [volume_node]
+    if sequence_node is not None:
+        nodes += [sequence_node.GetNthDataNode(i) for i in range(sequence_node.GetNumberOfDataNodes())]
+    changed = False
+    for node in nodes:
+        if node is None or not node.IsA("vtkMRMLVolumeNode"):
+            continue
+        old = [float(v) for v in node.GetSpacing()]
+        if not np.allclose(old[:2], (col, row), rtol=1e-9, atol=0.0):
+            node.SetSpacing(col, row, old[2])
+            changed = True
+    return changed
 
 
 def volume_array(volume_node: Any) -> np.ndarray:
@@ -278,7 +303,8 @@ def add_fiducials(scene: Any, volume_node: Any, result: ServerResult,
 
 def add_lines(scene: Any, volume_node: Any, result: ServerResult) -> list[Any]:
     """Each object's line -> a line node (length measured by Slicer in mm from the volume's
-    spacing); the server's own length_mm is kept as an attribute for comparison."""
+    spacing, which `set_calibrated_spacing` makes the server's where the file hides it); the
+    server's own length_mm is kept as an attribute for comparison."""
     geometry = volume_geometry(volume_node)
     k = frame_slice(geometry, result.frame_index)
     nodes = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply", "run_summary",
-           "parse_reply", "filename_from_disposition", "train_progress"]
+           "parse_reply", "filename_from_disposition", "train_progress", "hidden_calibration"]
 
 
 class ReplyError(ValueError):
@@ -181,6 +181,8 @@ class InferReply:
     label_bytes: bytes | None = field(default=None, repr=False)
     label_filename: str | None = None
     params: dict = field(default_factory=dict, repr=False)
+    #: which geometry the reply's files and lengths are in (the server's `outputs.geometry_info`); {} if unsaid
+    geometry: dict = field(default_factory=dict)
 
     @property
     def all_results(self) -> list[ServerResult]:
@@ -226,9 +228,25 @@ class InferReply:
         if not answer:
             answer = results[0].answer if results else ""
         version = umind.get("version")
+        geometry = p.get("geometry") or {}
+        if not isinstance(geometry, dict):
+            raise ReplyError(f"geometry: expected a dict, got {type(geometry).__name__}")
         return cls(label_names=label_names, result=results[0] if results else None, results=results,
                    markups=markups, answer=str(answer or ""), version="" if version is None else str(version),
-                   label_bytes=label_bytes, label_filename=label_filename, params=p)
+                   label_bytes=label_bytes, label_filename=label_filename, params=p, geometry=geometry)
+
+
+def hidden_calibration(geometry: dict) -> tuple[float, float] | None:
+    """The (column, row) spacing in mm a volume must be given for the reply's lengths to be Slicer's, or None.
+
+    That is the case when the server computed with a calibration the image file hides from Slicer (a DICOM
+    whose spacing is only in its ultrasound regions loads at 1 mm per pixel) and wrote its files in it."""
+    if not geometry.get("calibrated") or geometry.get("spacing_source") != "ultrasound_regions":
+        return None
+    spacing = _opt_floats(geometry.get("frame_spacing"), 2, "geometry.frame_spacing")
+    if spacing is None or not all(v > 0 and v == v and v != float("inf") for v in spacing):
+        raise ReplyError(f"geometry.frame_spacing: expected two positive numbers, got {spacing!r}")
+    return spacing[0], spacing[1]
 
 
 _PROGRESS = re.compile(r"\b(?:step|epoch)\b\W*(\d+)\s*/\s*(\d+)", re.I)

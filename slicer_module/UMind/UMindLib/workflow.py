@@ -16,8 +16,9 @@ import numpy as np
 from .client import MultipartFile, UMindClient, UMindServerError
 from .labelfiles import decode_label_file, encode_image_nrrd
 from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result_nodes,
-                   sequence_frames, segmentation_sequence, volume_array, volume_geometry)
-from .replies import InferReply
+                   sequence_frames, segmentation_sequence, set_calibrated_spacing, volume_array,
+                   volume_geometry)
+from .replies import InferReply, hidden_calibration
 from .requests import ImageTarget, RequestError, RoiBox, RunRequest, build_infer_request
 from .submit import prepare_submission
 
@@ -152,6 +153,10 @@ class UMindSession:
         req = build_infer_request(request, target)
         reply = InferReply.from_parsed(
             self.client.infer(req.model, req.image_id, req.params, output=req.output))
+        spacing = hidden_calibration(reply.geometry)
+        if spacing is not None:  # the image file hides its calibration from Slicer: give the volume the server's
+            sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
+            set_calibrated_spacing(volume_node, spacing, sequence)
         labels = None
         if reply.label_bytes:
             labels = decode_label_file(reply.label_bytes, reply.label_filename or "label").array
