@@ -1,0 +1,73 @@
+"""Import a labelled dataset in a published layout as a UMind manifest with training conversations.
+
+Formats (one reader each in umind_core/importers/):
+  nnunet      an nnU-Net v2 raw dataset folder: dataset.json, imagesTr/<case>_0000<ending>, labelsTr/, imagesTs/
+              (2D PNG, NIfTI, NRRD). imagesTs cases without labels become unlabelled records of split "test".
+  coco        a COCO JSON file (bbox, polygon and RLE segmentations, categories); --images DIR holds the files
+              (default: the JSON's folder). Crowd regions (iscrowd) are not objects: left out and counted.
+  ultrabench  a folder written by the ultrabench package, <name>_v<version>/{train,validation,test}.json (or
+              train_val.json); *_mask keys become objects named after the key, scan_mask the scan area,
+              pathology the finding, other class fields (view, quality, ...) go to the record's "labels".
+  csv         per-image labels; alone (images relative to the CSV, or --images) or --merge DIR into an earlier
+              import (rows matched by image name; --out DIR updates it in place, another --out gets
+              manifests that point back at DIR's images and masks).
+  slicer      a folder of Slicer exports: images with <stem>.seg.nrrd and <stem>*.mrk.json beside them
+              (segments -> masks, fiducials -> keypoints, lines -> lines, ROIs -> boxes).
+
+Output layout (--out DIR, a new folder):
+  DIR/manifest.jsonl      every record, test split included; each keeps its source split in the key "split"
+  DIR/<split>.jsonl       one manifest per split where the source has splits (nnunet: train, test;
+                          ultrabench: train, validation / train_val, test; csv: its split column),
+                          same relative paths: train with `umind train --manifest DIR/train.jsonl`
+  DIR/images/, DIR/masks/ images hard-linked (copied across file systems; NIfTI/NRRD/DICOM converted to PNG)
+                          and one 0/255 PNG per object mask
+  DIR/import_report.json  every skipped row with its reason
+
+CSV columns (header row, case-insensitive; blank cells are "not given"):
+  image                   required: image path (or, with --merge, the image's name)
+  finding | diagnosis     the image's finding
+  view                    the view (kept in the record's "labels")
+  site, report, split     record site, report text, split
+  spacing                 mm per pixel (both axes), or spacing_x and spacing_y
+  <name>_mm | <name> mm   a measurement in millimetres, e.g. kidney_length_mm -> "kidney length mm"
+  anything else           kept verbatim in the record's "labels"
+
+Label maps split by value; lesion kinds (names with lesion, nodule, mass, cyst, tumour) give one object per
+connected blob, other labels one object per value; an empty mask is a negative. Spacing comes from NIfTI/NRRD/DICOM
+headers or the CSV. Bad rows are skipped with a reason and counted at the end; an unreadable source is one line on
+stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "import"
+HELP = "import a dataset (nnU-Net v2, COCO, UltraBench, CSV labels, Slicer exports) as a manifest"
+_FORMATS = ("nnunet", "coco", "ultrabench", "csv", "slicer")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("format", choices=_FORMATS, metavar="FORMAT", help=f"source layout: {', '.join(_FORMATS)}")
+    parser.add_argument("source", metavar="SOURCE", help="the dataset folder, or the COCO JSON / CSV file")
+    parser.add_argument("--out", required=True, help="output folder (new; or the --merge folder itself)")
+    parser.add_argument("--images", help="coco, csv: folder the image paths are relative to")
+    parser.add_argument("--merge", metavar="DIR", help="csv: add the CSV's fields to the records of the import in DIR")
+    parser.add_argument("--site", help="site of every record (e.g. thyroid), where the source does not say")
+    parser.add_argument("--tasks", help="comma-separated tasks to build conversations for (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the conversation wording (default: 0)")
+    parser.add_argument("--no-conversations", action="store_true", help="write the annotations only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..importers import import_dataset
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    summary = import_dataset(args.format, args.source, args.out, images=args.images, merge=args.merge,
+                             site=args.site, conversations=not args.no_conversations, tasks=tasks, seed=args.seed,
+                             progress=not args.no_progress and sys.stderr.isatty())
+    print("\n".join(summary.lines(args.format)))
+    return 0

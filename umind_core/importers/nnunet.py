@@ -1,0 +1,141 @@
+"""nnU-Net v2 raw dataset folder -> manifest records.
+
+Layout read: ``dataset.json`` (``labels`` {name: value or [values]}, ``file_ending``, ``channel_names``),
+``imagesTr/<case>_0000<ending>`` with ``labelsTr/<case><ending>``, and ``imagesTs/<case>_0000<ending>`` (with
+``labelsTs/`` when a dataset ships test labels). 2D PNG, NIfTI and NRRD (a NIfTI/NRRD of one slice counts as 2D).
+
+Edge cases, decided here so a user can predict the manifest:
+- Label values become label names (underscores read as spaces); a list value is an nnU-Net region (the union of
+  its values). Background (0) and the ``ignore`` label (pixels nobody annotated) are not objects.
+- A label whose name is a lesion kind (`common.is_lesion_kind`) gives one object per connected blob; any other
+  label gives one object per value. A label absent from an image's map is a negative: no object.
+- imagesTs cases without labels are imported as unlabelled records of split ``test`` (no objects, so no
+  segmentation conversations), so a model can be run on them; cases of imagesTr without a label file, label files
+  without an image and 3D volumes of several slices are skipped with a reason.
+- Only channel 0000 is imported (the model reads one image); other channels are counted as left out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..data.manifest import Annotations, ManifestRecord
+from .common import (ImportContext, RowSkipped, SourceError, label_name, load_json, read_label_png,
+                     split_label_map)
+
+DESCRIPTION = "nnU-Net v2 raw dataset folder (dataset.json, imagesTr/, labelsTr/, imagesTs/)"
+
+
+def _label_names(spec: dict, path: Path) -> tuple[dict, set[int]]:
+    """dataset.json `labels` -> ({value or tuple of values: name} without background, the ignore values)."""
+    labels = spec.get("labels")
+    if not isinstance(labels, dict) or not labels:
+        raise SourceError(f"{path}: 'labels' must be an object of name -> value")
+    names: dict = {}
+    ignore: set[int] = set()
+    for raw, value in labels.items():
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise SourceError(f"{path}: label {raw!r} has value {value!r}; expected a non-negative int or a list")
+        if str(raw).lower() == "ignore":
+            ignore.update(values)
+            continue
+        if str(raw).lower() == "background" or values == [0]:
+            continue
+        key = tuple(values) if isinstance(value, list) else values[0]
+        names[key] = label_name(raw)
+    return names, ignore
+
+
+def _spec(source: Path) -> tuple[dict, str]:
+    if not source.is_dir():
+        raise SourceError(f"{source}: not a folder (expected an nnU-Net raw dataset folder)")
+    path = source / "dataset.json"
+    spec = load_json(path, "dataset.json")
+    if not isinstance(spec, dict):
+        raise SourceError(f"{path}: expected a JSON object")
+    ending = spec.get("file_ending")
+    if not isinstance(ending, str) or not ending.startswith("."):
+        raise SourceError(f"{path}: 'file_ending' must be a file suffix such as \".png\" or \".nii.gz\"")
+    if not (source / "imagesTr").is_dir() and not (source / "imagesTs").is_dir():
+        raise SourceError(f"{source}: no imagesTr/ or imagesTs/ folder")
+    return spec, ending
+
+
+def _cases(folder: Path, ending: str) -> dict[str, Path]:
+    """case id -> channel-0000 file of an images folder (other channels are not cases)."""
+    tail = "_0000" + ending
+    if not folder.is_dir():
+        return {}
+    return {p.name[: -len(tail)]: p for p in sorted(folder.iterdir())
+            if p.is_file() and p.name.endswith(tail) and len(p.name) > len(tail)}
+
+
+def _label_map(path: Path, placed) -> np.ndarray:
+    """The case's label map at the image's (H, W): through imageio for NIfTI/NRRD (same axis order as the
+    image's PNG), through Pillow for 2D image formats."""
+    if placed.geometry is None:
+        return read_label_png(path, (placed.height, placed.width))
+    if not path.is_file():
+        raise RowSkipped("mask or label file missing", str(path))
+    from ..imageio import ImageReadError, read_label_map
+
+    try:
+        stack = read_label_map(path, placed.geometry)
+    except ImageReadError as exc:
+        raise RowSkipped("mask size differs from the image", str(exc)) from None
+    return stack[0]
+
+
+def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, split: str,
+            names: tuple[dict, set[int]], source: Path) -> ManifestRecord:
+    rid = ctx.new_id(case)
+    placed = ctx.place_image(image, rid)
+    objects = []
+    if label is not None:
+        lm = _label_map(label, placed)
+        if not np.issubdtype(lm.dtype, np.integer):
+            if not np.array_equal(lm, np.round(lm)):
+                raise RowSkipped("label map with non-integer values", str(label))
+            lm = lm.astype(np.int64)
+        objects = ctx.mask_objects(split_label_map(lm, names[0], ctx.log, ignore=names[1]), rid)
+    src = {"format": "nnunet", "path": image.relative_to(source).as_posix()}
+    if label is not None:
+        src["label"] = label.relative_to(source).as_posix()
+    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
+                          annotations=Annotations(objects=objects),
+                          extra={"split": split, "labelled": label is not None, "source": src}, root=ctx.out)
+
+
+def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+    """Every case of imagesTr (split train) and imagesTs (split test) as a record."""
+    spec, ending = _spec(source)
+    names = _label_names(spec, source / "dataset.json")
+    jobs = []
+    for split, images, labels in (("train", "imagesTr", "labelsTr"), ("test", "imagesTs", "labelsTs")):
+        cases = _cases(source / images, ending)
+        label_dir = source / labels
+        for case, image in cases.items():
+            label = label_dir / f"{case}{ending}"
+            if not label.is_file():
+                if split == "train":
+                    ctx.log.skip(image.relative_to(source).as_posix(), "no label file in labelsTr")
+                    continue
+                label = None
+            jobs.append((case, image, label, split))
+        if label_dir.is_dir():
+            for orphan in sorted(label_dir.glob(f"*{ending}")):
+                if orphan.name[: -len(ending)] not in cases:
+                    ctx.log.skip(orphan.relative_to(source).as_posix(), f"label file without an image in {images}")
+    channels = spec.get("channel_names") or spec.get("modality") or {}
+    if isinstance(channels, dict) and len(channels) > 1:
+        ctx.log.drop("image channel other than 0000 (the model reads one image)", (len(channels) - 1) * len(jobs))
+    records = []
+    for case, image, label, split in ctx.bar(jobs, "nnunet"):
+        rec = ctx.attempt(image.relative_to(source).as_posix(), _record, ctx, case, image, label, split, names,
+                          source)
+        if rec is not None:
+            records.append(rec)
+    return records
