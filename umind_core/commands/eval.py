@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlays", type=lambda t: _count(t, 0), default=4,
                         help="best and worst K overlays per spatial task (0: none)")
     parser.add_argument("--max-new-tokens", type=lambda t: _count(t, 1), default=256)
+    parser.add_argument("--benchmark", default="auto", choices=["auto", "none", "ultrabench"],
+                        help="also report a source benchmark's own metrics (auto: from the records' import marks)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
 
@@ -44,8 +46,25 @@ def _model_name(path: str | None) -> str:
     return "UMind demo" if demo.has_demo_model() else "untrained tiny"
 
 
+def _add_benchmark(paths: dict, bench: dict) -> None:
+    """Put the benchmark's metrics into metrics.json (key `benchmark`) and a section at the end of report.md,
+    metrics.json first so that report.md, written last, still means the output is complete."""
+    import json
+
+    from ..atomic import write_text
+    from ..evaluation.benchmarks import render_benchmark
+    from ..evaluation.report import to_jsonable
+
+    payload = json.loads(paths["metrics"].read_text(encoding="utf-8"))
+    payload["benchmark"] = to_jsonable(bench)
+    write_text(paths["metrics"], json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    text = paths["report"].read_text(encoding="utf-8")
+    write_text(paths["report"], text.rstrip("\n") + "\n\n" + render_benchmark(bench))
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import demo
+    from ..evaluation.benchmarks import benchmark_metrics
     from ..evaluation.runner import evaluate, write_eval
 
     manifest = Path(args.manifest)
@@ -57,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     report = evaluate(model, manifest, tasks=args.tasks, limit=args.limit, batch_size=args.batch_size,
                       progress=True, max_new_tokens=args.max_new_tokens, model_name=name)
     paths = write_eval(report, args.out, overlays=args.overlays)
+    bench = benchmark_metrics(report.samples, args.benchmark)
+    if bench is not None:
+        _add_benchmark(paths, bench)
     summary = report.metrics["summary"]
     shown = " ".join(f"{k}={v:.4g}" for k, v in summary.items() if v is not None)
     print(f"umind eval: {name}: {len(report.samples)} samples in {time.perf_counter() - t0:.1f} s; {shown}")
