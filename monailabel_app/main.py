@@ -17,7 +17,9 @@ request's temp files go with it and bodies are capped (lib/request_files.py); re
 (lib/reply_paths.py, lib/server_log.py).
 
 MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
-lib/model_holder.py does that on the first request that needs it.
+lib/model_holder.py does that on the first request that needs it. Stopping the server (SIGTERM, SIGINT, SIGHUP)
+stops those subprocesses first and records a training run it stopped as killed (lib/task_process.py); /info
+shows the running train's last progress line and whether the served version was a forced rollback.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from lib.request_files import install_body_cap, install_dataset_export, install_
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime
 from lib.server_log import install_server_log
-from lib.task_process import install_task_process
+from lib.task_process import install_shutdown, install_task_process
 from lib.task_requests import install_task_request_check
 from lib.trainers import UMindLoRATrain
 
@@ -60,10 +62,19 @@ TRAINER = "umind_lora"
 EXTRA_EXTENSIONS = ["*.dcm"]
 
 
+def base_search_paths(model: str | None) -> list[Path]:
+    """Where a version looks for its base when it is not where it was saved (lib/base_ref.py): the conf model
+    (a UMind folder's base, or a plain Qwen3-VL folder) and the bundled demo model, in the current checkout."""
+    from umind_core.demo import DEMO_MODEL_DIR
+
+    return ([Path(model)] if model else []) + [DEMO_MODEL_DIR]
+
+
 class UMindApp(MONAILabelApp):
     def __init__(self, app_dir: str, studies: str, conf: dict):
         self.umind_conf = parse_conf(conf or {}, studies)
         self.runtime = Runtime.create(self.umind_conf)
+        self.runtime.versions.search_paths = base_search_paths(self.umind_conf.model)
         super().__init__(
             app_dir=app_dir,
             studies=studies,
@@ -117,10 +128,21 @@ class UMindApp(MONAILabelApp):
 
     def on_init_complete(self):
         self._install_request_edge()
-        if self.umind_conf.version is not None and self.umind_conf.version != self.runtime.versions.current():
+        versions = self.runtime.versions
+        for run in versions.settle_killed("the training process ended without finishing (killed, crashed, or "
+                                          "stopped with the server)"):
+            logger.warning(f"umind: training run {run.get('version')} was killed before it finished: {run['error']}")
+        install_shutdown(self._on_shutdown)
+        if self.umind_conf.version is not None and self.umind_conf.version != versions.current():
+            # the conf names the version on purpose: a rejected one is served (as a forced rollback, which /info shows)
             logger.info(f"umind: conf version {self.umind_conf.version}: rolling back")
-            self.runtime.versions.rollback(self.umind_conf.version)
+            versions.rollback(self.umind_conf.version, force=True)
         super().on_init_complete()
+
+    def _on_shutdown(self, why: str, pids: list[int]) -> None:
+        """Record a training run the shutdown killed as killed (its labels count again for the next run)."""
+        for run in self.runtime.versions.settle_killed(why):
+            logger.warning(f"umind: training run {run.get('version')} killed: {why}")
 
     def _install_request_edge(self):
         """Error translation, threaded /infer, closed CORS, declared task keys, subprocesses without client

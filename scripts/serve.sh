@@ -5,6 +5,9 @@
 #   UMIND_STUDIES=/data/us PORT=8080 scripts/serve.sh --conf model /models/umind
 #   UMIND_STUDIES=http://pacs:8042/dicom-web scripts/serve.sh   # a PACS over DICOMweb (README "Studies from a PACS")
 # Extra arguments go to `monailabel start_server` (e.g. --conf retrain_every 5).
+# It prints the address clients should use: for a wildcard bind (--host 0.0.0.0 or ::) the machine's first
+# non-loopback IP and its hostname, since 127.0.0.1 reaches only this machine. UMIND_DRY_RUN=1 prints that and
+# the command, and exits without setting anything up.
 # Security: binds 127.0.0.1. `--host ADDR` for another address is refused unless MONAI Label's auth is on
 # (MONAI_LABEL_AUTH_ENABLE=true with MONAI_LABEL_AUTH_REALM_URI) or UMIND_ALLOW_OPEN=1 says so explicitly.
 # CORS allows no other origin unless --conf cors_origins lists some (the app sets it: lib/cors.py).
@@ -30,10 +33,37 @@ case "$HOST" in
       exit 2
     fi ;;
 esac
+# The host part of the URL clients use: the bind address, or for a wildcard bind the first non-loopback address
+# (IPv6 in brackets), else the hostname.
+client_host() {
+  case "$1" in
+    0.0.0.0|::|"[::]")
+      local ip
+      ip="$( { hostname -I 2>/dev/null || ip -o addr show scope global 2>/dev/null | awk '{sub(/\/.*/, "", $4); print $4}'; } \
+             | tr ' ' '\n' | grep -v -e '^$' -e '^127\.' -e '^::1$' -e '^fe80:' | head -n 1 || true)"
+      if [ -n "$ip" ]; then
+        case "$ip" in *:*) echo "[$ip]" ;; *) echo "$ip" ;; esac
+      else
+        hostname 2>/dev/null || echo localhost
+      fi ;;
+    *:*) case "$1" in \[*) echo "$1" ;; *) echo "[$1]" ;; esac ;;
+    *) echo "$1" ;;
+  esac
+}
+PORT="${PORT:-8000}"
+CLIENT_URL="http://$(client_host "$HOST"):$PORT"
+case "$HOST" in
+  0.0.0.0|::|"[::]") ALSO="  (or http://$(hostname 2>/dev/null || echo localhost):$PORT by name)" ;;
+  *) ALSO="" ;;
+esac
+if [ "${UMIND_DRY_RUN:-0}" = "1" ]; then
+  echo "umind: clients connect to $CLIENT_URL$ALSO"
+  echo "umind: would run: monailabel start_server --app $ROOT/monailabel_app --host $HOST --port $PORT ${ARGS[*]-}"
+  exit 0
+fi
 source "$ROOT/scripts/env.sh"
 # outside the source tree: the app keeps adapter versions under STUDIES/.umind and refuses the repository
 STUDIES="${UMIND_STUDIES:-${XDG_DATA_HOME:-$HOME/.local/share}/umind/sample-studies}"
-PORT="${PORT:-8000}"
 cd "$ROOT"
 case "$STUDIES" in
   http://*|https://*)  # a PACS: no studies folder to hold the workdir (versions, the PACS cache), so give it one
@@ -46,9 +76,10 @@ if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi
 cat <<MSG
-umind: serving $STUDIES at http://$HOST:$PORT
+umind: serving $STUDIES on $HOST port $PORT
+umind: clients connect to $CLIENT_URL$ALSO
   3D Slicer: add $ROOT/slicer_module/UMind under Edit > Application Settings > Modules > Additional module
-  paths, restart, open Ultrasound > UMind and connect to http://127.0.0.1:$PORT
+  paths, restart, open Ultrasound > UMind and connect to $CLIENT_URL
   The stock MONAILabel extension shows umind_segment (targets = the /info labels, --conf labels),
   umind_detect (ROIs) and umind_interactive (clicks, ROI); landmarks, measurements and diagnosis/report/
   questions need the UMind module. Details: README, "The stock MONAILabel extension".

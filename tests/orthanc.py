@@ -4,6 +4,9 @@ Not the system service: our own process on a free loopback port with its storage
 caller owns, no DICOM (DIMSE) port anyone else uses, remote access off. Stopping it ends the process group.
 
     .venv/bin/python tests/orthanc.py /tmp/pacs      # starts Orthanc, uploads the synthetic studies, waits
+
+Run so, it stops Orthanc on Ctrl-C, SIGTERM or SIGHUP (`serve_until_stopped`): Orthanc runs in its own session,
+so a signal that ended only this script used to leave it running.
 """
 
 from __future__ import annotations
@@ -92,20 +95,55 @@ def start_orthanc(root: Path, timeout: float = 60.0) -> Orthanc:
         except OSError:
             return False
 
-    wait_until_up(proc, answers, timeout, 0.3, "Orthanc", "Orthanc's DICOMweb", server.stop, server.log_tail)
+    try:
+        wait_until_up(proc, answers, timeout, 0.3, "Orthanc", "Orthanc's DICOMweb", server.stop, server.log_tail)
+    except BaseException:  # a signal or Ctrl-C while it starts: Orthanc is in its own session, it goes too
+        server.stop()
+        raise
     return server
 
 
-if __name__ == "__main__":
+def exit_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP into SystemExit, as Ctrl-C is KeyboardInterrupt, so that `finally` runs. Python's
+    default SIGTERM ends the process at once, without `finally`, and Orthanc is in another session where the
+    signal does not reach it: it stayed running."""
+    def on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+
+def serve_until_stopped(start, stop) -> None:
+    """`server = start()`, wait for SIGINT, SIGTERM or SIGHUP, then `stop(server)`; a signal while it starts stops it
+    too (whatever start() had made, once it returns)."""
+    exit_on_signals()
+    server = None
+    try:
+        server = start()
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            stop(server)
+
+
+def _start_with_studies(folder: Path) -> Orthanc:
     from pacs_studies import write_pacs_studies
 
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/umind-pacs")
     pacs = start_orthanc(folder)
-    studies = write_pacs_studies(folder / "upload")
-    pacs.stow([s.path for s in studies.values()])
-    print(f"Orthanc DICOMweb at {pacs.dicomweb} with {len(studies)} series; serve with:\n"
-          f"  UMIND_STUDIES={pacs.dicomweb} scripts/serve.sh\nCtrl-C stops it.")
     try:
-        signal.pause()
-    finally:
+        studies = write_pacs_studies(folder / "upload")
+        pacs.stow([s.path for s in studies.values()])
+    except BaseException:
         pacs.stop()
+        raise
+    print(f"Orthanc DICOMweb at {pacs.dicomweb} with {len(studies)} series; serve with:\n"
+          f"  UMIND_STUDIES={pacs.dicomweb} scripts/serve.sh\nCtrl-C (or SIGTERM) stops it.", flush=True)
+    return pacs
+
+
+if __name__ == "__main__":
+    serve_until_stopped(lambda: _start_with_studies(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/umind-pacs")),
+                        Orthanc.stop)

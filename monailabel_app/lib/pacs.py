@@ -7,7 +7,8 @@ from GitHub when the server starts (no network here), writes a final label back 
 training run, deletes local labels that have no SEG in the PACS. It also joins ids onto paths unchecked.
 
 Here the PACS is the list of studies and the source of pixels, and a guarded local cache is the datastore:
-- `list_images` is the PACS's ultrasound series (QIDO-RS, Modality=US), cached for a few seconds;
+- `list_images` is the PACS's ultrasound series (QIDO-RS, Modality=US), cached for a few seconds, and `json` (the
+  stock client's `datastore()`, `GET /datastore/?output=all`) lists them all, fetched or not;
 - the first use of a series fetches its one instance (WADO-RS) into the cache as `<SeriesInstanceUID>.dcm`,
   through the same content check as an upload, so the infer tasks read the original DICOM (frames, spacing
   from the US regions, colour) exactly as they read a file;
@@ -147,6 +148,24 @@ class PacsDatastore(GuardedDatastore):
             labeled = self.get_labeled_images()
             return {"total": None, "completed": len(labeled), "label_tags": {"final": len(labeled)},
                     "pacs_error": str(exc)}
+
+    def json(self) -> dict[str, Any]:
+        """The datastore as `GET /datastore/?output=all` gives it (the stock client's `datastore()`): every ultrasound
+        series of the PACS. The parent lists its local index, which holds only the series fetched so far, so a
+        client that had not yet opened one saw an empty datastore. A series not fetched yet has no labels, and its
+        info says `cached: false`; a PACS that cannot be reached leaves the cached ones and a `pacs_error`."""
+        out = super().json()
+        objects = out.setdefault("objects", {})
+        try:
+            series = self.list_images()
+        except UpstreamError as exc:
+            out["pacs_error"] = str(exc)
+            return out
+        for uid in series:
+            if uid not in objects:
+                objects[uid] = {"image": {"ext": ".dcm", "info": {"SeriesInstanceUID": uid, "cached": False}},
+                                "labels": {}}
+        return out
 
     def get_unlabeled_images(self, label_tag=None, labels=None) -> list[str]:
         labeled = set(self.get_labeled_images())

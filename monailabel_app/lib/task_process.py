@@ -10,7 +10,11 @@ one, after which the task stayed SUBMITTED and every later label answered "defer
 - marks the task ERROR with a one-line reason when the process cannot start or fails, so the retrain
   trigger goes on;
 - keeps in the task's `details` (what `/train/` and `/scoring/` show) log lines only, scrubbed of server
-  paths, never traceback frames; a failure's reason is its last exception line, also scrubbed.
+  paths, never traceback frames; a failure's reason is its last exception line, also scrubbed;
+- starts each child in its own process group (session), and `install_shutdown` makes SIGTERM, SIGINT and SIGHUP
+  to the server end those groups before the server itself goes: before, a stopped server left its training
+  running as an orphan that kept writing into the workdir (and, in its own group, a child no longer gets the
+  terminal's Ctrl-C, so the server must pass it on).
 
 The stock module looks `_task_func` up at call time, so replacing the attribute is enough. The child runs
 MONAI Label's own runner (`monailabel.interfaces.utils.app.run_main`) with the request read from the file.
@@ -18,13 +22,17 @@ MONAI Label's own runner (`monailabel.interfaces.utils.app.run_main`) with the r
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections import deque
 from datetime import datetime
@@ -32,7 +40,8 @@ from pathlib import Path
 
 from .edge import scrub
 
-__all__ = ["install_task_process", "run_task", "stop_task", "NEVER_FORWARDED", "CHILD_CODE"]
+__all__ = ["install_task_process", "install_shutdown", "run_task", "stop_task", "stop_all_tasks", "NEVER_FORWARDED",
+           "CHILD_CODE"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +143,7 @@ def run_task(task: dict, method: str, callback=None) -> None:
         path = _request_file(request)
         process = subprocess.Popen([sys.executable, "-c", CHILD_CODE, method, str(path)], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=_environment(method))
+                                   env=_environment(method), start_new_session=True)
     except Exception as exc:  # no process: the task fails now, with its reason, instead of staying SUBMITTED
         logger.error(f"umind: cannot start the {method} task: {exc}")
         if path is not None:
@@ -186,3 +195,93 @@ def install_task_process(workdir: str | os.PathLike) -> None:
     if _STOCK_STOP is None:
         _STOCK_STOP = stock.stop_background_task
     stock.stop_background_task = stock_task.stop_background_task = stop_task
+
+
+# ---------------------------------------------------------------------------------------------------- shutdown
+#: signals after which the server stops: its task process groups go first (uvicorn handles SIGINT and SIGTERM;
+#: SIGHUP, a closed terminal, would otherwise end the server alone)
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: how long a task's group gets to end on SIGTERM before SIGKILL
+TERM_GRACE_S = 3.0
+_shutdown_hooks: list = []
+
+
+def stop_all_tasks(grace: float = TERM_GRACE_S) -> list[int]:
+    """SIGTERM every task process group this server started, SIGKILL the groups still there after `grace`
+    seconds; wait for (reap) each leader, so its pid is gone when this returns. The pids of the leaders."""
+    from monailabel.utils.async_tasks import utils as stock
+
+    processes = [p for group in list(stock.background_processes.values()) for p in list(group.values())]
+    for process in processes:
+        _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for process in processes:  # members of a group may outlive its leader: the group goes whatever the leader did
+        _signal_group(process.pid, signal.SIGKILL)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            logger.error(f"umind: task process {process.pid} did not end after SIGKILL")
+    if processes:
+        logger.info(f"umind: stopped task process(es) {[p.pid for p in processes]} with the server")
+    return [p.pid for p in processes]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _shutdown(why: str) -> None:
+    """Stop the task processes, then run the hooks (recording a killed training run); never raises."""
+    try:
+        pids = stop_all_tasks()
+    except Exception:
+        logger.exception("umind: stopping the task processes failed")
+        pids = []
+    for hook in list(_shutdown_hooks):
+        try:
+            hook(why, pids)
+        except Exception:
+            logger.exception("umind: a shutdown hook failed")
+
+
+def _chain(previous, signum: int, frame) -> None:
+    """Hand the signal on to whoever handled it before (uvicorn's graceful exit), or to the default action."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def install_shutdown(hook=None) -> bool:
+    """On SHUTDOWN_SIGNALS (and at a normal exit) stop the task process groups, run `hook(why, pids)`, then let the
+    signal do what it did before. Installed on the main thread (signals are delivered there), after uvicorn has
+    set its handlers, which are chained; idempotent. False where it cannot be installed (not the main thread)."""
+    if hook is not None and hook not in _shutdown_hooks:
+        _shutdown_hooks.append(hook)
+    if threading.current_thread() is not threading.main_thread():
+        logger.warning("umind: not on the main thread: task processes are not stopped with the server")
+        return False
+    for sig in SHUTDOWN_SIGNALS:
+        previous = signal.getsignal(sig)
+        if getattr(previous, "_umind_shutdown", False):
+            continue
+
+        def handler(signum, frame, previous=previous):
+            _shutdown(f"the server stopped on {signal.Signals(signum).name}")
+            _chain(previous, signum, frame)
+
+        handler._umind_shutdown = True  # type: ignore[attr-defined]
+        signal.signal(sig, handler)
+    if not getattr(install_shutdown, "_atexit", False):
+        atexit.register(_shutdown, "the server exited")
+        install_shutdown._atexit = True  # type: ignore[attr-defined]
+    return True

@@ -36,7 +36,7 @@ _SERVER_KEYS = {"train": {"model", "local_rank"}, "scoring": {"method"}, "batch_
 def _train_keys() -> set[str]:
     from .conf import _TRAIN_ALIASES, TrainParams
 
-    return {f.name for f in fields(TrainParams)} | set(_TRAIN_ALIASES) | {"rollback"}
+    return {f.name for f in fields(TrainParams)} | set(_TRAIN_ALIASES) | {"rollback", "force"}
 
 
 #: infer options a batch run may pass to every image's inference (lib/params.py and lib/infer_guard.py read them)
@@ -70,13 +70,14 @@ def _check_keys(method: str, values: dict, task_names: set[str]) -> None:
 
 
 def _check_train_values(values: dict, app) -> None:
+    """The app's own parsers decide: train parameters (conf.parse_train_params) and rollbacks
+    (versions.check_rollback: the version exists, and a gate-rejected one only with "force")."""
     from .conf import ConfError, parse_train_params
+    from .versions import check_rollback
 
-    rollback = values.get("rollback")
-    if rollback not in (None, "") and (isinstance(rollback, bool) or not str(rollback).strip().lstrip("-").isdigit()):
-        raise _refuse("train", f"rollback must be a version number, got {rollback!r}")
     try:
         parse_train_params(values, base=app.umind_conf.train)
+        check_rollback(app.runtime.versions, values.get("rollback"), values.get("force"))
     except (ConfError, TypeError, ValueError) as exc:
         raise _refuse("train", str(exc)) from None
 

@@ -12,9 +12,15 @@ that subprocess writes versions.json; the serving process only reads it, keyed b
 it picks up a promoted version on its next request without a restart.
 
 Faults: a run is recorded as "running" (with its pid) before it does anything, so a run killed mid-way
-shows in /info as killed instead of vanishing; its work happens in a hidden staging folder renamed to
-versions/NNNN only when complete; a corrupt versions.json is rebuilt from the version folders' run.json
-records (with a warning) instead of failing every request.
+shows in /info as killed instead of vanishing (and `settle_killed` writes that into versions.json when the server
+stops or starts); its work happens in a hidden staging folder renamed to versions/NNNN only when complete; a
+corrupt versions.json is rebuilt from the version folders' run.json records (with a warning) instead of failing
+every request.
+
+Rollback refuses what it cannot do (`check_rollback`): a version that does not exist is an error naming the
+available ones, and a version the gate rejected is served only with an explicit force, which /info then shows
+(`current_forced`) until a run is promoted. A version refers to its base through base_ref.py, so `model_dir`
+finds the base after the checkout moved.
 """
 
 from __future__ import annotations
@@ -30,15 +36,48 @@ from pathlib import Path
 
 from umind_core.atomic import new_temp_dir, replace_dir, write_text
 
-__all__ = ["VersionStore", "VersionError"]
+from .base_ref import REF_FILE, BaseRefError, HashCache, read_ref, relink, weights_signature, write_ref
+from .booleans import as_bool
+
+__all__ = ["PROGRESS_FILE", "VersionError", "VersionStore", "check_rollback"]
 
 _STATE = "versions.json"
+#: the running train's last progress line ({"version", "line", "at"}), written by the train subprocess
+PROGRESS_FILE = "progress.json"
 _COMPLETED = ("promoted", "rejected")
 logger = logging.getLogger(__name__)
 
 
 class VersionError(ValueError):
     """A version that does not exist, or a corrupt versions.json; the message names it."""
+
+
+def check_rollback(versions: "VersionStore", rollback, force=None) -> int | None:
+    """The version a request's {"rollback": N, "force": F} asks for, or None when it asks for no rollback.
+
+    Raises VersionError (a ValueError) when the rollback cannot or may not happen: N is not a version number or
+    does not exist (the message lists those that do), or the gate rejected N and `force` is not true. The request
+    check calls it so that such a request is a 400 when it arrives, not a 200 whose task fails later under
+    /train/; the train task and `umind versions --rollback` call it again through `VersionStore.rollback`."""
+    if rollback is None or rollback == "":
+        return None
+    text = str(rollback).strip()
+    if isinstance(rollback, bool) or not text.lstrip("-").isdigit():
+        raise VersionError(f"rollback must be a version number, got {rollback!r}")
+    forced = as_bool(force, empty=False) if force is not None else False
+    if forced is None:
+        raise VersionError(f"force must be true or false, got {force!r}")
+    version = int(text)
+    available = versions.available()
+    rejected = [v for v in available if (versions.run_of(v) or {}).get("status") == "rejected"]
+    if version not in available:
+        shown = ", ".join(f"{v} (rejected)" if v in rejected else str(v) for v in available)
+        raise VersionError(f"version {version} does not exist; available versions: {shown}")
+    if version in rejected and not forced:
+        reason = (versions.run_of(version) or {}).get("reason") or "no reason recorded"
+        raise VersionError(f"version {version} was rejected by the gate ({reason}); to serve it anyway, roll back "
+                           'with "force": true')
+    return version
 
 
 @dataclass
@@ -48,11 +87,16 @@ class _Cache:
 
 
 class VersionStore:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, search_paths: list[Path] | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._cache = _Cache()
         self._lock = threading.Lock()
+        #: where a version's base is looked for when it is not where it was saved (main.py: conf model, demo model)
+        self.search_paths: list[Path] = list(search_paths) if search_paths is not None else _default_search()
+        self.hashes = HashCache(self.workdir / "base_hashes.json")
+        self._linked: dict[int, tuple] = {}  # version -> (config stat, base folder, its weights signature)
+        self._unlinkable: dict[int, str] = {}  # version -> why its base was not found (warned once)
 
     @property
     def state_path(self) -> Path:
@@ -62,8 +106,54 @@ class VersionStore:
         return self.workdir / "versions" / f"{int(version):04d}"
 
     def model_dir(self, version: int) -> Path | None:
-        """The folder to load for `version`; None for version 0 (the configured model)."""
-        return None if version == 0 else self.version_dir(version) / "model"
+        """The folder to load for `version`; None for version 0 (the configured model).
+
+        Its config is first pointed at its base wherever that now is (base_ref.py); called per request, so a
+        version whose base was found before costs a few stat calls. A base found nowhere leaves the folder as it
+        is: loading it then fails, and the runtime serves the last good version with a warning."""
+        if version == 0:
+            return None
+        folder = self.version_dir(version) / "model"
+        try:
+            self.link_base(version)
+        except (OSError, ValueError) as exc:
+            if self._unlinkable.get(version) != str(exc):
+                self._unlinkable[version] = str(exc)
+                logger.warning(f"umind: version {version}: {exc}")
+        return folder
+
+    def link_base(self, version: int) -> Path | None:
+        """The base folder of `version` after pointing its config there (None: no reference, read as saved).
+        Raises BaseRefError when the base is nowhere in the search path."""
+        folder = self.version_dir(version) / "model"
+        config = folder / "umind_config.json"
+        key = _stat_key(config)
+        known = self._linked.get(version)
+        if known and known[0] == key and known[2] == _signature_or_none(known[1]):
+            return known[1]
+        base = relink(folder, self.workdir, self.search_paths, self.hashes)
+        if base is not None:
+            self._linked[version] = (_stat_key(config), base, _signature_or_none(base))
+            self._unlinkable.pop(version, None)
+        return base
+
+    def base_status(self, version: int) -> str:
+        """One line on where `version`'s base is (for `umind versions`)."""
+        if version == 0:
+            return "the configured model"
+        try:
+            base = self.link_base(version)
+        except BaseRefError as exc:
+            return f"MISSING: {exc}"
+        except (OSError, ValueError) as exc:
+            return f"unreadable: {exc}"
+        if base is None:
+            try:
+                saved = json.loads((self.version_dir(version) / "model" / "umind_config.json").read_text())
+                return f"{saved.get('base_model')} (absolute path, saved before base references)"
+            except (OSError, ValueError) as exc:
+                return f"unreadable: {exc}"
+        return f"{base} (weights verified)"
 
     # ------------------------------------------------------------------ reading
     def state(self) -> dict:
@@ -124,6 +214,10 @@ class VersionStore:
                 out.append(v)
         return sorted(set(out))
 
+    def run_of(self, version: int) -> dict | None:
+        """The last run record that made `version` (None for version 0 or an unknown one)."""
+        return next((r for r in reversed(self.state()["runs"]) if r.get("version") == version), None)
+
     def metrics(self, version: int) -> dict | None:
         for run in self.state()["runs"]:
             if run.get("version") == version:
@@ -154,15 +248,54 @@ class VersionStore:
         state = self.state()
         current = int(state["current"])
         runs = self.runs()
+        warnings = list(state.get("warnings", []))
+        forced = bool(state.get("current_forced"))
+        if forced:
+            warnings.append(f"serving version {current}, which the gate rejected: a forced rollback")
         return {
             "current_version": current,
+            "current_forced": forced,
             "current_metrics": self.metrics(current) if current else state.get("base_metrics"),
             "available_versions": self.available(),
             "runs": runs,
             "last_error": next((r.get("error") for r in reversed(runs) if r.get("status") in ("failed", "killed")),
                                None),
-            "warnings": list(state.get("warnings", [])),
+            "train_progress": self.progress(runs),
+            "warnings": warnings,
         }
+
+    def progress(self, runs: list[dict] | None = None) -> dict | None:
+        """The running train's last progress line ({"version", "line", "at"}), None when no run is running."""
+        running = [r.get("version") for r in (self.runs() if runs is None else runs) if r.get("status") == "running"]
+        if not running:
+            return None
+        try:
+            data = json.loads((self.workdir / PROGRESS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"version": running[-1], "line": None, "at": None}
+        if not isinstance(data, dict) or data.get("version") != running[-1]:
+            return {"version": running[-1], "line": None, "at": None}
+        return data
+
+    def set_progress(self, version: int, line: str) -> None:
+        """Record the running train's last progress line (train subprocess only; /info reads it)."""
+        _atomic_json(self.workdir / PROGRESS_FILE,
+                     {"version": version, "line": line, "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+    def settle_killed(self, why: str) -> list[dict]:
+        """Write every "running" run whose process is gone into versions.json as killed (with `why`): called when the
+        server stops its task processes and when it starts, so the record says killed instead of guessing from a pid
+        (which a later process may reuse). The runs it settled."""
+        state = self.state()
+        settled = []
+        for run in state["runs"]:
+            if run.get("status") == "running" and not _alive(run.get("pid")):
+                run.update(status="killed", error=f"killed: {why} (training process {run.get('pid')}); its labels "
+                                                  "count for the next run", recorded=time.strftime("%Y-%m-%d %H:%M:%S"))
+                settled.append(run)
+        if settled:
+            self._write(state)
+        return settled
 
     # ------------------------------------------------------------------ writing (train subprocess only)
     def next_version(self) -> int:
@@ -201,6 +334,7 @@ class VersionStore:
         state["runs"].append(run)
         if promote:
             state["current"] = int(run["version"])
+            state.pop("current_forced", None)
         if run.get("version") and self.version_dir(run["version"]).is_dir():
             _atomic_json(self.version_dir(run["version"]) / "run.json", run)
         self._write(state)
@@ -211,20 +345,50 @@ class VersionStore:
         state["base_metrics"] = metrics
         self._write(state)
 
-    def rollback(self, version: int) -> dict:
-        """Serve `version` from now on (any available one, 0 included)."""
+    def rollback(self, version: int, force: bool = False) -> dict:
+        """Serve `version` from now on (any available one, 0 included; a rejected one only with `force`)."""
         if isinstance(version, bool) or not isinstance(version, int):
             raise VersionError(f"rollback version must be an integer, got {version!r}")
-        available = self.available()
-        if version not in available:
-            raise VersionError(f"version {version} does not exist; available: {available}")
+        check_rollback(self, version, force)
+        forced = (self.run_of(version) or {}).get("status") == "rejected"
         state = self.state()
         previous = int(state["current"])
         state["current"] = version
+        if forced:
+            state["current_forced"] = True
+        else:
+            state.pop("current_forced", None)
         state["runs"].append({"version": None, "status": "rollback", "from": previous, "to": version,
-                              "recorded": time.strftime("%Y-%m-%d %H:%M:%S")})
+                              "forced": forced, "recorded": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._write(state)
-        return {"rolled_back_from": previous, "current_version": version}
+        return {"rolled_back_from": previous, "current_version": version, "forced": forced}
+
+    def export(self, version: int, dest: Path) -> Path:
+        """Copy `version` into `dest` as one self-contained folder: adapter, decoder, processor, config (pointing at
+        the base where it is now) and base_ref.json (the base's weight hash; written here for a version saved before
+        references existed), plus the run record. The base's weights are referred to, not copied."""
+        if version == 0:
+            raise VersionError("version 0 is the configured model itself (conf model or the demo model), not a "
+                               "version folder: use that folder")
+        check_rollback(self, version, force=True)  # exists (the message lists those that do)
+        dest = Path(dest).expanduser()
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise FileExistsError(f"{dest} exists and is not an empty folder; choose a new one")
+        self.link_base(version)  # BaseRefError when the base is nowhere: the export would not load
+        tmp = new_temp_dir(dest)
+        try:
+            shutil.copytree(self.version_dir(version) / "model", tmp, dirs_exist_ok=True)
+            run = self.version_dir(version) / "run.json"
+            if run.is_file():
+                shutil.copy2(run, tmp / "run.json")
+            ref = read_ref(tmp) or write_ref(tmp, self.workdir, self.hashes)
+            if ref is not None:  # a path relative to this workdir means nothing beside the export
+                _atomic_json(tmp / REF_FILE, dict(ref, relative_to_workdir=None, exported_version=version))
+            replace_dir(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return dest
 
     def _write(self, state: dict) -> None:
         _atomic_json(self.state_path, state)
@@ -234,6 +398,27 @@ class VersionStore:
 
 def _atomic_json(path: Path, obj: dict) -> None:
     write_text(path, json.dumps(obj, indent=2, default=str))
+
+
+def _default_search() -> list[Path]:
+    from umind_core.demo import DEMO_MODEL_DIR
+
+    return [DEMO_MODEL_DIR]
+
+
+def _stat_key(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _signature_or_none(folder: Path) -> tuple | None:
+    try:
+        return weights_signature(folder)
+    except OSError:
+        return None
 
 
 def _alive(pid) -> bool:

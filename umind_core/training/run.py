@@ -27,6 +27,10 @@ from .metrics_log import MetricsLog, fmt
 __all__ = ["TrainRun", "RunParts", "evaluate_loss"]
 
 logger = logging.getLogger("umind_core.training.trainer")  # the name servers filter progress lines by
+#: without a bar (a server's train job) a progress line comes every `log_every` steps and also whenever this many
+#: seconds passed since the last one: with the 4B model on a CPU, 10 steps take minutes, and a job that says
+#: nothing for minutes looks hung
+PROGRESS_EVERY_S = 30.0
 
 
 @dataclass
@@ -56,6 +60,8 @@ class TrainRun:
         self.evaluated_at = self.saved_at = None  # the same on every process: decisions depend on the step only
         self.t_start = time.perf_counter() if t_start is None else t_start
         self.log: MetricsLog | None = None
+        self.fit_from = (self.t_start, 0)  # (time, step) where this process began stepping: the rate's origin
+        self.line_at = self.t_start  # when the last progress line was written
         # loss, lm loss, micro-batches, mask loss, micro-batches with a mask loss
         self.window = torch.zeros(5, dtype=torch.float64, device=parts.accelerator.device)
 
@@ -125,6 +131,8 @@ class TrainRun:
 
         if self.step == 0:
             self.evaluate(0)
+        self.fit_from = (time.perf_counter(), self.step)
+        self.line_at = self.fit_from[0]
         self.bar = tqdm(total=self.p.total, initial=self.step, disable=not (self.config.progress and self.main),
                         desc="train", unit="step", dynamic_ncols=True)
         epoch = self.step // self.p.steps_per_epoch
@@ -186,6 +194,9 @@ class TrainRun:
         step, epoch_end = self.step, self.step % self.p.steps_per_epoch == 0
         if step == 1 or step % config.log_every == 0 or step == self.p.total:
             self._log_window(lr)
+        elif self._line_due():  # a line only, from this process's window: no collective, no metrics row
+            sums = self.window.tolist()
+            self._progress_line(sums[0] / sums[2] if sums[2] else None, lr)
         if (config.eval_every and step % config.eval_every == 0) or (not config.eval_every and epoch_end):
             self.evaluate(step)
         if (config.save_every and step % config.save_every == 0) or (not config.save_every and epoch_end):
@@ -199,9 +210,24 @@ class TrainRun:
         self.log.record(self.step, values, {f"train/{k}": v for k, v in values.items()})
         if loss is not None:
             self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
-        if self.main and not self.config.progress:  # no bar (a server's train job): progress as log lines
-            logger.info("umind train: step %d/%d loss %s lr %.2e", self.step, self.p.total, fmt(loss), lr)
+        self._progress_line(loss, lr)
         self.window.zero_()
+
+    def _line_due(self) -> bool:
+        return self.main and not self.config.progress and time.perf_counter() - self.line_at >= PROGRESS_EVERY_S
+
+    def _progress_line(self, loss: float | None, lr: float) -> None:
+        """Without a bar (a server's train job), progress as a log line: step, loss, lr, elapsed and an estimate
+        of the time left from this process's step rate (the Slicer panel reads "step N/TOTAL")."""
+        if not self.main or self.config.progress:
+            return
+        now = time.perf_counter()
+        t0, step0 = self.fit_from
+        rate = (self.step - step0) / (now - t0) if now > t0 else 0.0
+        eta = _duration((self.p.total - self.step) / rate) if rate > 0 else "?"
+        logger.info("umind train: step %d/%d loss %s lr %.2e elapsed %s eta %s", self.step, self.p.total,
+                    fmt(loss), lr, _duration(now - self.t_start), eta)
+        self.line_at = now
 
     # --------------------------------------------------------------------------------------- summary
     def _finish(self) -> TrainSummary:
@@ -226,6 +252,16 @@ class TrainRun:
         if summary is None:  # other processes read what the main process wrote, so every caller gets one answer
             summary = TrainSummary(**json.loads((self.out / "summary.json").read_text()))
         return summary
+
+
+def _duration(seconds: float) -> str:
+    """12s, 3m05s, 2h01m: short enough for a status line."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _to_device(obj, device: torch.device):

@@ -12,12 +12,16 @@ One run (in MONAI Label's train subprocess):
 5. promote only when no task on any set got worse beyond the tolerance (gate.py); the per-task table is
    in the run record either way, and a rejection names the task that regressed.
 
-A version folder holds the adapter, decoder, processor and config only, and refers to its base by path.
-A failure leaves the served version untouched. A request with {"rollback": N} serves version N instead.
+A version folder holds the adapter, decoder, processor and config only, and refers to its base by path and by
+the hash of its weights (base_ref.json), so that it still loads after the base moved (lib/base_ref.py).
+A failure leaves the served version untouched. A request with {"rollback": N} serves version N instead (a
+version the gate rejected only with "force": true). Every "umind train:" line of the run (phases, and the
+trainer's step lines at least every 30 s) is also the run's progress in /info (`VersionStore.set_progress`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -33,9 +37,12 @@ from monailabel.interfaces.tasks.train import TrainTask
 from umind_core.atomic import write_text
 from umind_core.data.manifest import ManifestRecord, read_manifest
 
+from ..base_ref import write_ref
+from ..booleans import as_bool
 from ..conf import TrainParams, parse_train_params
 from ..model_holder import load_model
 from ..runtime import Runtime
+from ..versions import VersionStore, check_rollback
 from .dataset import export_datastore
 from .evaluate import score_sets
 from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table
@@ -49,6 +56,11 @@ SET_NEW, SET_EARLIER, SET_SYNTHETIC = "new labels", "earlier labels", "synthetic
 #: the version a workdir starts from (the model the server was started with); the synthetic regression set is
 #: judged against it
 START_VERSION = 0
+#: what a progress line starts with (the trainer's step lines and this run's phases); the Slicer panel and /info
+#: read them
+PROGRESS_PREFIX = "umind train:"
+#: the trainer's logger (umind_core.training.run), whose step lines are the run's progress
+TRAINER_LOGGER = "umind_core.training.trainer"
 
 
 def folder_bytes(folder: Path) -> int:
@@ -87,6 +99,36 @@ def _shown(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k != PER_SAMPLE}
 
 
+class _ProgressRecorder(logging.Handler):
+    """Each progress line of one run into the workdir, where the serving process's /info reads it: the task's own
+    `details` keep only the last 20 output lines, which a long scoring phase pushes the last step line out of."""
+
+    def __init__(self, versions: VersionStore, version: int):
+        super().__init__(logging.INFO)
+        self.versions, self.version = versions, version
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if message.startswith(PROGRESS_PREFIX):
+                self.versions.set_progress(self.version, message)
+        except Exception:  # progress is a courtesy: it never fails the run
+            pass
+
+
+@contextlib.contextmanager
+def _recording_progress(versions: VersionStore, version: int):
+    handler = _ProgressRecorder(versions, version)
+    loggers = [logging.getLogger(TRAINER_LOGGER), logger]
+    for log in loggers:
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        for log in loggers:
+            log.removeHandler(handler)
+
+
 @dataclass
 class _Work:
     """What one run trains and scores on."""
@@ -112,14 +154,12 @@ class UMindLoRATrain(TrainTask):
         return self.runtime.versions.summary()
 
     def __call__(self, request, datastore: Datastore):
-        rollback = request.get("rollback")
-        if rollback not in (None, ""):
-            try:
-                target = int(rollback)
-            except (TypeError, ValueError):
-                raise ValueError(f"rollback must be a version number, got {rollback!r}") from None
-            out = self.runtime.versions.rollback(target)
-            logger.info(f"umind: rolled back to version {target}")
+        # checked at the request too (lib/task_requests.py); again here, as the versions may have changed since
+        force = request.get("force")
+        target = check_rollback(self.runtime.versions, request.get("rollback"), force)
+        if target is not None:
+            out = self.runtime.versions.rollback(target, force=bool(as_bool(force, empty=False)))
+            logger.info(f"umind: rolled back to version {target}" + (" (forced)" if out.get("forced") else ""))
             return out
         return self._run(request, datastore)
 
@@ -133,8 +173,10 @@ class UMindLoRATrain(TrainTask):
         try:
             params = parse_train_params(request, base=self.runtime.conf.train)
             run["params"] = dataclasses.asdict(params)
-            work = self._prepare(datastore, params, staging, run)
-            self._train_and_score(current, work, params, staging, run)
+            with _recording_progress(versions, version):
+                logger.info(f"{PROGRESS_PREFIX} version {version}: exporting the labels")
+                work = self._prepare(datastore, params, staging, run)
+                self._train_and_score(current, work, params, staging, run)
             tol = _tolerance(params)
             promote, reason = decide(run["gate"], tol)
             run.update(status="promoted" if promote else "rejected", reason=reason,
@@ -199,6 +241,8 @@ class UMindLoRATrain(TrainTask):
         t = time.perf_counter()
         fixed = {SET_SYNTHETIC: cache.get(current, params.regression_size)} if SET_SYNTHETIC in work.sets else {}
         todo = {k: v for k, v in work.sets.items() if not fixed.get(k)}
+        logger.info(f"{PROGRESS_PREFIX} version {run['version']}: scoring the served version {current} on "
+                    f"{sum(len(v) for v in todo.values())} images")
         before = {**score_sets(load_model(spec), todo, max_new), **{k: v for k, v in fixed.items() if v}}
         start = self._start_scores(cache, current, before, work, params) if SET_SYNTHETIC in work.sets else None
         run["seconds_scoring_served"] = round(time.perf_counter() - t, 2)
@@ -207,6 +251,7 @@ class UMindLoRATrain(TrainTask):
         if model.config.lora is None:
             model.attach_lora()
         t = time.perf_counter()
+        logger.info(f"{PROGRESS_PREFIX} version {run['version']}: training on {work.manifest.name}")
         # always LoRA; our own held-out split replaces the trainer's
         config = params.trainer_config(staging / "trainer", val_fraction=0.0, full=False, progress=False,
                                        keep_checkpoints=1)
@@ -215,6 +260,8 @@ class UMindLoRATrain(TrainTask):
         run["train_summary"] = dataclasses.asdict(summary)
         model.eval()
         model.requires_grad_(False)
+        logger.info(f"{PROGRESS_PREFIX} version {run['version']}: scoring the candidate on "
+                    f"{sum(len(v) for v in work.sets.values())} images")
         after = score_sets(model, work.sets, max_new)
         if SET_SYNTHETIC in work.sets:
             cache.put(current, params.regression_size, before[SET_SYNTHETIC])
@@ -227,6 +274,9 @@ class UMindLoRATrain(TrainTask):
                          for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
         model.save_pretrained(staging / "model")
+        # the base by hash and (when in the workdir) relative path too: the absolute path breaks when it moves
+        versions = self.runtime.versions
+        run["base_ref"] = write_ref(staging / "model", versions.workdir, versions.hashes)
         # the version holds the model: the trainer's checkpoints (optimizer state, only for resuming) and its
         # own copy of the final weights would double the version's size (they used to stay: the glob here
         # looked for `checkpoint-*` while the trainer writes `checkpoints/step-N`)
