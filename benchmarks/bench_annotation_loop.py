@@ -65,14 +65,17 @@ def annotation(rec) -> tuple[bytes, dict]:
     """The ground truth of one pool record as an annotator's submission: label map PNG + label info."""
     from PIL import Image
 
+    from umind_core.findings import FINDINGS
+    from umind_core.painter import LabelPainter
+
     masks = rec.load_masks()
-    h, w = rec.load_image().shape[:2]  # a normal scan may have no object at all
-    label = np.zeros((h, w), np.uint8)
-    names: dict[str, int] = {}
+    painter = LabelPainter(rec.load_image().shape[:2])  # a normal scan may have no object at all
     markups, target = [], ""
     for obj, mask in zip(rec.annotations.objects, masks):
-        value = names.setdefault(obj.label, len(names) + 1)
-        label[mask] = value
+        if mask is not None:
+            painter.paint(obj.label, mask)
+        else:
+            painter.value(obj.label)
         for kp in obj.keypoints:  # a PNG's LPS is its pixel grid (spacing 1, origin 0)
             target = obj.label
             markups.append({"type": "Fiducial", "name": kp.name, "coordinateSystem": "LPS",
@@ -82,12 +85,12 @@ def annotation(rec) -> tuple[bytes, dict]:
             markups.append({"type": "Line", "name": line.name, "coordinateSystem": "LPS", "controlPoints": [
                 {"label": "1", "position": [x1, y1, 0.0]}, {"label": "2", "position": [x2, y2, 0.0]}]})
     buf = io.BytesIO()
-    Image.fromarray(label).save(buf, format="PNG")
-    info = {"label_names": names, "landmark_target": target}
+    Image.fromarray(painter.labels()).save(buf, format="PNG")
+    info = {"label_names": painter.values, "landmark_target": target}
     if markups:
         info["markups"] = {"@schema": "https://raw.githubusercontent.com/slicer/slicer/main/Modules/Loadable/"
                                       "Markups/Resources/Schema/markups-schema-v1.0.3.json#", "markups": markups}
-    if rec.annotations.diagnosis in ("normal", "benign", "malignant"):
+    if rec.annotations.diagnosis in FINDINGS:
         info["finding"] = rec.annotations.diagnosis
     return buf.getvalue(), info
 

@@ -54,10 +54,11 @@ from lib.server_log import install_server_log
 from lib.task_process import install_shutdown, install_task_process
 from lib.task_requests import install_task_request_check
 from lib.trainers import UMindLoRATrain
+from lib.wire import (DETECT_MODEL, INTERACTIVE_MODEL, INTERPRET_MODEL, LANDMARKS_MODEL, SEGMENT_MODEL,
+                      TRAINER)
 
 logger = logging.getLogger(__name__)
 
-TRAINER = "umind_lora"
 #: DICOM files (cine clips, single frames) are studies too; MONAI Label's default list has no *.dcm
 EXTRA_EXTENSIONS = ["*.dcm"]
 
@@ -104,11 +105,11 @@ class UMindApp(MONAILabelApp):
     def init_infers(self):
         rt = self.runtime
         return {
-            "umind_segment": UMindSegment(rt),
-            "umind_interactive": UMindInteractive(rt),
-            "umind_detect": UMindDetect(rt),
-            "umind_landmarks": UMindLandmarks(rt),
-            "umind_interpret": UMindInterpret(rt),
+            SEGMENT_MODEL: UMindSegment(rt),
+            INTERACTIVE_MODEL: UMindInteractive(rt),
+            DETECT_MODEL: UMindDetect(rt),
+            LANDMARKS_MODEL: UMindLandmarks(rt),
+            INTERPRET_MODEL: UMindInterpret(rt),
         }
 
     def init_trainers(self):

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -194,10 +193,11 @@ def test_ohif_monai_label_panel_on_a_pacs_study(server, pacs, tmp_path):
 def test_pacs_down_and_slow_are_5xx_not_hangs(server, pacs):
     pacs.proc.send_signal(signal.SIGSTOP)  # a PACS that accepts connections and never answers
     try:
-        t0 = time.monotonic()
+        # answered by the server's own read timeout (MONAI_LABEL_DICOMWEB_PROXY_TIMEOUT = 4), not after retries:
+        # that each call to the PACS is made once is counted in test_pacs_calls.py (no timing asserted here)
         resp = infer(server, "umind_segment", "1.2.3.4.5.6.8")
         assert resp.status_code == 504 and "1.2.3.4.5.6.8" in resp.text, resp.text
-        assert time.monotonic() - t0 < 60
+        assert "did not answer within 4 s" in resp.text, resp.text
     finally:
         pacs.proc.send_signal(signal.SIGCONT)
     pacs.stop()

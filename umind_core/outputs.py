@@ -6,7 +6,8 @@ the server cannot drift apart:
 
 * The label stack covers every frame of the input (frames without an answer stay 0). A label name keeps one
   value across all frames, so a cine clip's "lesion" is the same value in every frame; values are given in
-  order of first appearance and later objects paint over earlier ones, as `Result.label_map` does for one frame.
+  order of first appearance and later objects paint over earlier ones: `painter.LabelPainter`'s rule, which
+  `Result.label_map` paints one frame with.
 * A 2D image's label map is its one frame; a clip's or a volume's is the whole stack.
 * Markups of a multi-frame input carry "(frame N)" in their names, since Slicer shows them all at once.
 * The files lie in `Study.output_geometry`: where the viewer shows the image, with the calibrated spacing, so a
@@ -30,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from .imageio import Geometry, Study, frame_spacing, write_label_map, write_markups_json
+from .painter import LabelPainter
 from .results import Result
 
 __all__ = ["OutputError", "TooManyLabels", "LabelStack", "label_stack", "box_mask", "frame_markups", "ViewerFiles",
@@ -83,10 +85,12 @@ def label_stack(results: Sequence[Result], geometry: Geometry, names: Sequence[s
 
     A mask is named ``names[k]`` for the k-th result when given (the server's requested target), else by the
     object's label, else ``fallback`` or "object N" (its 1-based index in the result). ``fill_boxes`` paints a
-    box where an object has no mask (a label map from a detection). Values past 255 widen the stack to uint16.
+    box where an object has no mask (a label map from a detection). Values past 255 widen the stack to uint16
+    (`painter.LabelPainter` paints it).
     """
     out = LabelStack(geometry)
     h, w = geometry.frame_shape
+    painter = LabelPainter((geometry.n_frames, h, w))
     for k, res in enumerate(results):
         override = names[k] if names is not None else None
         painted: dict[int, int] = {}
@@ -99,21 +103,10 @@ def label_stack(results: Sequence[Result], geometry: Geometry, names: Sequence[s
             if mask.shape != (h, w):
                 raise OutputError(f"{res.source}: frame {res.frame_index} has masks of shape {mask.shape}, "
                                   f"the input's frames are {(h, w)}")
-            name = override or obj.label or fallback or f"object {i + 1}"
-            value = out.values.setdefault(name, len(out.values) + 1)
-            _paint(out, res.frame_index, mask, value)
-            painted[i] = value
+            painted[i] = painter.paint(override or obj.label or fallback or f"object {i + 1}", mask, res.frame_index)
         out.object_values.append(painted)
+    out.array, out.values = painter.array, painter.values
     return out
-
-
-def _paint(stack: LabelStack, frame: int, mask: np.ndarray, value: int) -> None:
-    """Paint one mask, allocating the stack on the first one and widening it when a value passes 255."""
-    if stack.array is None:
-        stack.volume()
-    if value > 255 and stack.array.dtype == np.uint8:
-        stack.array = stack.array.astype(np.uint16)
-    stack.array[frame][mask] = value
 
 
 def frame_markups(results: Sequence[Result], geometry: Geometry) -> list[dict]:

@@ -26,6 +26,7 @@ from PIL import Image
 
 from .atomic import atomic_path, write_text
 from .imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
+from .painter import LabelPainter
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
 
@@ -185,7 +186,8 @@ class Result:
 
     def label_map(self) -> tuple[np.ndarray, dict[int, str]]:
         """H x W uint8 map with one value per distinct label (in order of first appearance;
-        unlabelled objects get their own value); later objects paint over earlier ones."""
+        unlabelled objects get their own value); later objects paint over earlier ones (`painter.LabelPainter`,
+        the rule every label map follows; here at most 255 labels, so the map stays uint8)."""
         masked = [o for o in self.objects if o.mask is not None]
         if masked:
             shape = masked[0].mask.shape
@@ -193,9 +195,7 @@ class Result:
             shape = (self.image_size[1], self.image_size[0])
         else:
             raise ResultFormatError("label_map: no masks and no image_size to size an empty map")
-        out = np.zeros(shape, dtype=np.uint8)
-        names: dict[int, str] = {}
-        by_label: dict[str, int] = {}
+        painter = LabelPainter(shape)
         for i, obj in enumerate(self.objects):
             if obj.mask is None:
                 continue
@@ -203,13 +203,10 @@ class Result:
                 raise ResultFormatError(f"label_map: mask {i} has shape {obj.mask.shape}, "
                                         f"the first has {shape}")
             key = obj.label if obj.label else f"object {i + 1}"
-            if key not in by_label:
-                if len(names) >= 255:
-                    raise ResultFormatError("label_map: more than 255 labels do not fit uint8")
-                by_label[key] = len(names) + 1
-                names[by_label[key]] = key
-            out[obj.mask] = by_label[key]
-        return out, names
+            if key not in painter.values and len(painter.values) >= 255:
+                raise ResultFormatError("label_map: more than 255 labels do not fit uint8")
+            painter.paint(key, obj.mask)
+        return painter.labels(), {value: key for key, value in painter.values.items()}
 
     # serialisation ------------------------------------------------------------------------
 

@@ -85,6 +85,7 @@ class BatchScheduler:
         self._running = 0  # callers of the running batch not answered yet
         self._peak = 0  # the most callers in flight (running + queued) while the running batch ran
         self._regrouped = 0  # batches held for callers expected back (`regroup_ms`)
+        self._held_to_end = 0  # of those, the batches held the whole wait for callers who did not come
         self.max_jobs = int(max_jobs or predictor.batch_size)
         self.idle_s = float(idle_s)
         self._queue: list[_Ticket] = []
@@ -121,10 +122,14 @@ class BatchScheduler:
         return [callers for callers, _ in self._history]
 
     def reset_stats(self) -> None:
-        self._history, self._regrouped = [], 0
+        self._history, self._regrouped, self._held_to_end = [], 0, 0
 
     def stats(self) -> dict:
-        """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by."""
+        """How the recent batches were filled (the last 1000): what an operator tunes `window_ms` by.
+
+        ``regrouped`` counts the batches held for callers expected back, ``held_to_end`` those of them whose whole
+        regroup wait passed without those callers: a count that grows with every batch means the scheduler
+        expects callers that never come (each such batch costs `regroup_ms`)."""
         recent = list(self._history)
         n = len(recent)
         return {"window_ms": self.window_s * 1000.0, "regroup_ms": self.regroup_s * 1000.0,
@@ -132,7 +137,7 @@ class BatchScheduler:
                 "mean_callers": round(sum(c for c, _ in recent) / n, 3) if n else None,
                 "max_callers": max(c for c, _ in recent) if n else None,
                 "mean_batch_s": round(sum(s for _, s in recent) / n, 4) if n else None,
-                "regrouped": self._regrouped}
+                "regrouped": self._regrouped, "held_to_end": self._held_to_end}
 
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[_Ticket] | None:
@@ -150,8 +155,10 @@ class BatchScheduler:
             self._regrouped += len(self._queue) < expected
             while sum(len(t.jobs) for t in self._queue) < self.max_jobs:
                 now = time.monotonic()
-                left = (regroup_end if len(self._queue) < expected else window_end) - now
+                holding = len(self._queue) < expected
+                left = (regroup_end if holding else window_end) - now
                 if left <= 0:
+                    self._held_to_end += holding
                     break
                 self._cond.wait(left)
             taken, count = [], 0

@@ -2,16 +2,15 @@
 
 One small request could stall the server: 2,000 clicks took 24 s (and blocked every other request),
 10,000 tried to allocate 49.7 GB. The counts are checked on the raw request (lengths of lists, no parsing
-of their items) and the image size on its header (PIL, pydicom without pixels, SimpleITK image
-information), all before the image is decoded or the model runs. A request over a cap is a 400 that names
-the conf key, so an operator knows what to raise. The caps and their defaults are conf keys (lib/conf.py
+of their items) and the image size on its header (`umind_core.imageio.read_header`: PIL, pydicom without
+pixels, SimpleITK image information), all before the image is decoded or the model runs. A request over a
+cap is a 400 that names the conf key, so an operator knows what to raise. The caps and their defaults are conf keys (lib/conf.py
 AppConfig: max_clicks, max_targets, max_frames, max_pixels); `caps` below is that AppConfig.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from .errors import BadRequest
 
@@ -42,40 +41,14 @@ def image_header_shape(path: str) -> tuple[int, ...]:
 
 
 def image_header(path: str) -> tuple[tuple[int, ...], int]:
-    """(shape, bytes a decoded pixel takes with all its channels) from the header alone: compressed data
-    (gzip NIfTI, PNG, JPEG) is not inflated, so a decompression bomb costs nothing here."""
-    from umind_core.imageio import ImageReadError, _detect_format  # the reader's own format rule
+    """(shape, bytes a decoded pixel takes with all its channels) from the header alone, read the way the reader
+    will read the file (`umind_core.imageio.read_header`, the one owner): compressed data (gzip NIfTI, PNG, JPEG)
+    is not inflated, so a decompression bomb costs nothing here. ImageReadError (a 400) for a header no reader
+    understands."""
+    from umind_core.imageio import read_header
 
-    fmt = _detect_format(Path(path))
-    try:
-        return _header(path, fmt)
-    except Exception as exc:  # a header no reader understands: the same 400 the full read would give
-        raise ImageReadError(f"{path}: cannot read {fmt} data (header: {type(exc).__name__})") from None
-
-
-_PIL_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
-              "I": 4, "F": 4, "I;16": 2, "I;16B": 2, "I;16L": 2}
-
-
-def _header(path: str, fmt: str) -> tuple[tuple[int, ...], int]:
-    if fmt in ("png", "jpeg"):
-        from PIL import Image
-
-        with Image.open(path) as im:
-            return (im.height, im.width), _PIL_BYTES.get(im.mode, 4)
-    if fmt == "dicom":
-        import pydicom
-
-        ds = pydicom.dcmread(path, stop_before_pixels=True)
-        per = max(1, int(getattr(ds, "BitsAllocated", 8) or 8) // 8) * int(getattr(ds, "SamplesPerPixel", 1) or 1)
-        return (int(getattr(ds, "NumberOfFrames", 1) or 1), int(ds.Rows), int(ds.Columns)), per
-    import SimpleITK as sitk
-
-    reader = sitk.ImageFileReader()
-    reader.SetFileName(path)
-    reader.ReadImageInformation()
-    per = sitk.Image([1] * reader.GetDimension(), reader.GetPixelID(), 1).GetSizeOfPixelComponent()  # 1 voxel
-    return tuple(int(s) for s in reversed(reader.GetSize())), per * int(reader.GetNumberOfComponents())
+    shape, per_pixel, _ = read_header(path)
+    return shape, per_pixel
 
 
 def check_image_size(shape: tuple[int, ...], caps) -> None:

@@ -44,6 +44,7 @@ from .errors import BadRequest, Conflict, InsufficientStorage, NotFound
 from .names import check_name, is_name
 from .stock_extension import label_names_from_list
 from .uploads import check_image_upload, check_label_upload, scratch_dir
+from .wire import LABEL_NAMES
 
 __all__ = ["GuardedDatastore"]
 
@@ -362,7 +363,7 @@ def _same_bytes(path: str, stored: list) -> bool:
 def _with_label_names(info: Any) -> Any:
     """The stock MONAILabel extension names its label values in a `label_info` list; training reads the
     `label_names` dict, so the list is turned into one at the door (a `label_names` the client sent wins)."""
-    if not isinstance(info, dict) or isinstance(info.get("label_names"), dict):
+    if not isinstance(info, dict) or isinstance(info.get(LABEL_NAMES), dict):
         return info
     names = label_names_from_list(info.get("label_info"))
-    return info if names is None else {**info, "label_names": names}
+    return info if names is None else {**info, LABEL_NAMES: names}

@@ -23,8 +23,9 @@ FINAL = DefaultLabelTag.FINAL.value
 
 def _nothing_after_the_image(path: str) -> None:
     """The upload rule of the datastore door (lib/image_end.py) for an image uploaded to /infer as well."""
+    from umind_core.imageio import sniff_format
+
     from .image_end import trailing_bytes
-    from .uploads import sniff_format
 
     fmt = sniff_format(path)
     extra = trailing_bytes(path, fmt) if fmt else 0

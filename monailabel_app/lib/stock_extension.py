@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from umind_core.imageio import Geometry, pixel_to_physical
 
 from .errors import BadRequest
+from .wire import CLIENT_KEY
 
 __all__ = ["UMIND_CLIENT_KEY", "is_stock_extension", "map_targets", "view_offset_frame", "label_names_from_list"]
 
-#: params key the UMind Slicer module sets on every infer request
-UMIND_CLIENT_KEY = "umind_client"
+#: params key the UMind Slicer module sets on every infer request (the wire contract's, `wire.CLIENT_KEY`)
+UMIND_CLIENT_KEY = CLIENT_KEY
 
 
 def is_stock_extension(request: dict) -> bool:

@@ -2,21 +2,22 @@
 
 MONAI Label stores whatever arrives under the extension of the client's file name, so random bytes, a
 `.py` file or a 10x10 label for a 256x256 image were stored and counted for retraining, and failed only in
-the training run an hour later. Here the format is sniffed from the bytes (the stored extension follows the
-content, never the name), images are decoded with the same reader inference uses, and labels are read with
-`imageio.read_label_map`, the reader beside the label-map writer that training's export also uses, so what
-passes the door is what training can read.
+the training run an hour later. Here the format is sniffed from the bytes (`umind_core.imageio.sniff_format`,
+re-exported here; the stored extension follows the content, never the name), images are decoded with the same
+reader inference uses, and labels are read with `imageio.read_label_map`, the reader beside the label-map
+writer that training's export also uses, so what passes the door is what training can read.
 Every refusal is an `UploadError` (400) whose message names the id, not the temp file.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import tempfile
 
 import numpy as np
+
+from umind_core.imageio import sniff_format
 
 from .errors import BadRequest
 from .image_end import trailing_bytes
@@ -33,34 +34,6 @@ _LABEL_MAX = 65535
 
 class UploadError(BadRequest):
     """An uploaded image or label that cannot be used; answered 400."""
-
-
-def _nifti_header(head: bytes) -> bool:
-    return len(head) >= 348 and head[344:348] in (b"n+1\x00", b"ni1\x00", b"n+2\x00")
-
-
-def sniff_format(path: str | os.PathLike) -> str | None:
-    """'png', 'jpeg', 'dicom', 'nifti', 'nifti-gz' or 'nrrd' from the file's first bytes; None if none fits."""
-    with open(path, "rb") as fh:
-        head = fh.read(540)
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if len(head) >= 132 and head[128:132] == b"DICM":
-        return "dicom"
-    if head.startswith(b"NRRD000"):
-        return "nrrd"
-    if _nifti_header(head):
-        return "nifti"
-    if head.startswith(b"\x1f\x8b"):
-        try:
-            with gzip.open(path, "rb") as gz:
-                inner = gz.read(540)
-        except (OSError, EOFError):
-            return None
-        return "nifti-gz" if _nifti_header(inner) else None
-    return None
 
 
 def _renamed(path: str | os.PathLike, suffix: str, tmp_dir: str) -> str:

@@ -151,22 +151,35 @@ def _as_boxes(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def box_iou_matrix(a: Any, b: Any) -> np.ndarray:
-    """Pairwise IoU, shape (len(a), len(b)); zero-area boxes overlap nothing (IoU 0)."""
+def box_iou_matrix(a: Any, b: Any, inclusive: bool = False) -> np.ndarray:
+    """Pairwise IoU, shape (len(a), len(b)); zero-area boxes overlap nothing (IoU 0). The one box IoU of UMind
+    (scoring, the recipe sweep and the active-learning signal use it); see `box_iou` for the convention."""
     A, B = _as_boxes(a, "a"), _as_boxes(b, "b")
     if len(A) == 0 or len(B) == 0:
         return np.zeros((len(A), len(B)), dtype=np.float64)
+    if inclusive:  # the last row and column are pixels too: their far edges are one pixel on
+        A, B = A + (0.0, 0.0, 1.0, 1.0), B + (0.0, 0.0, 1.0, 1.0)
     from monai.data.box_utils import box_iou as monai_box_iou
 
     return np.asarray(monai_box_iou(A, B), dtype=np.float64)
 
 
-def box_iou(a: Any, b: Any) -> float:
-    """IoU of two single (x1, y1, x2, y2) boxes."""
+def box_iou(a: Any, b: Any, inclusive: bool = False) -> float:
+    """IoU of two single (x1, y1, x2, y2) boxes, in pixels.
+
+    How boxes are stored: the manifest's boxes are inclusive pixel indices (a mask's box is its first and last
+    column and row) and the model is trained on those numbers, so its boxes, read back from the 0..1000 grid, are
+    the same kind of number. The IoU nevertheless treats the four numbers as continuous corners by default, area
+    (x2 - x1) * (y2 - y1) (MONAI's `box_iou`), because every published detection figure (recall, F1 at IoU 0.5 in
+    benchmarks/README.md and the results' NOTES.md) was measured so, and the boxes they were measured on are not
+    kept to re-score: counting pixels instead raises the IoU of small boxes ([0, 0, 9, 9] against [5, 0, 14, 9]:
+    0.29 as corners, 0.33 as pixels) and would move which boxes match. ``inclusive=True`` counts pixels (one more
+    column and row each); the active-learning task signal uses it, as its published Spearman was measured so.
+    """
     A, B = _as_boxes(a, "a"), _as_boxes(b, "b")
     if len(A) != 1 or len(B) != 1:
         raise MetricInputError(f"box_iou: expected one box each, got {len(A)} and {len(B)} (use box_iou_matrix)")
-    return float(box_iou_matrix(A, B)[0, 0])
+    return float(box_iou_matrix(A, B, inclusive)[0, 0])
 
 
 def _as_labels(x: Any, n: int, name: str) -> list[Any]:

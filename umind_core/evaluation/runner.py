@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import new_temp_dir, replace_dir, write_text
+from ..findings import SCORED_FINDINGS
 from ..imageio import line_length
 from . import metrics as M
 
@@ -60,7 +61,7 @@ __all__ = [
 
 EVAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "refusal")
 SPATIAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
-DIAGNOSIS_LABELS: tuple[str, ...] = ("benign", "malignant")
+DIAGNOSIS_LABELS: tuple[str, ...] = SCORED_FINDINGS  # the finding list's scored classes (umind_core.findings)
 IOU_THRESHOLD = 0.5
 #: The headline numbers; `aggregate` always fills every key (None when the task was not run or had no data).
 SUMMARY_KEYS: tuple[str, ...] = (

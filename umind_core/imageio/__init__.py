@@ -26,7 +26,9 @@ Conventions (the single place where they are decided):
 * DICOM files without a suffix are accepted when they carry the ``DICM`` preamble marker,
   because clinics often export them that way.
 
-The package's modules, each the one owner of its part: `readers` (files -> frames + geometry), `geometry`
+The package's modules, each the one owner of its part: `formats` (which format a file is, by name as the readers
+decode it or by content, and its header's shape and pixel size before decoding: `detect_format`,
+`sniff_format`, `read_header`), `readers` (files -> frames + geometry), `geometry`
 (`Frame`, `Geometry`, `Study`, pixel <-> LPS, frame axes, and `line_length`: the one owner of every length
 UMind reports), `writers` (label maps and images out, and
 `read_label_map` beside `write_label_map`), `markups` (.mrk.json out and in), `overlays` (quick-look PNGs),
@@ -36,19 +38,20 @@ UMind reports), `writers` (label maps and images out, and
 from __future__ import annotations
 
 from .errors import ImageReadError, ImageWriteError, MarkupsError
+from .formats import CONTENT_FORMATS, detect_format, read_header, sniff_format  # noqa: F401
 from .geometry import (HEADER, ULTRASOUND_REGIONS, Frame, Geometry, Length, Study,  # noqa: F401
                        frame_axes_lps, frame_itk_axes, frame_normal_axis, frame_spacing, line_length,
                        physical_to_pixel, pixel_to_physical, ras_to_lps, stack_from_volume, with_frame_spacing)
 from .markups import MARKUPS_SCHEMA, parse_markups, read_markups_json, write_markups_json
 from .overlays import write_overlay_png
-from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _detect_format,  # noqa: F401
-                      _window, read_image, read_study)
+from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _window, read_image,  # noqa: F401
+                      read_study)
 from .writers import (LABEL_MAP_SUFFIXES, label_map_suffix, read_label_map, write_image,  # noqa: F401
                       write_label_map)
 
 # Beyond __all__, the names callers reach as umind_core.imageio.X stay here too: frame_itk_axes,
-# frame_normal_axis, stack_from_volume, the size caps, LABEL_MAP_SUFFIXES, and two private ones: _detect_format
-# (the reader's format rule, which the server's upload caps reuse) and _window (tests).
+# frame_normal_axis, stack_from_volume, the size caps, LABEL_MAP_SUFFIXES, CONTENT_FORMATS, and one private
+# one: _window (tests).
 
 __all__ = [
     "ImageReadError",
@@ -61,6 +64,9 @@ __all__ = [
     "line_length",
     "with_frame_spacing",
     "SUPPORTED_SUFFIXES",
+    "detect_format",
+    "sniff_format",
+    "read_header",
     "MARKUPS_SCHEMA",
     "read_study",
     "read_image",

@@ -12,22 +12,16 @@ import numpy as np
 from PIL import Image
 
 from .errors import ImageReadError
+from .formats import SUPPORTED_SUFFIXES, detect_format
 from .geometry import Frame, Geometry, Study, frame_spacing, stack_from_volume
 
 __all__ = ["SUPPORTED_SUFFIXES", "MIN_SIDE", "MAX_SIDE", "MAX_PIXELS", "read_study", "read_image"]
 
-SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd", ".nhdr",
-)
 
 MIN_SIDE = 8
 MAX_SIDE = 16384
 MAX_PIXELS = 100_000_000
 _DICOM_UNIT_MM = {3: 10.0}  # PhysicalUnits code 3 = cm; other codes (dB, s, Hz...) are not lengths
-_FORMAT_BY_SUFFIX = {
-    ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".dcm": "dicom", ".dicom": "dicom",
-    ".nii": "nifti", ".nii.gz": "nifti", ".nrrd": "nrrd", ".nhdr": "nrrd",
-}
 
 
 def read_study(path: str | os.PathLike, axis: int | None = None,
@@ -48,7 +42,7 @@ def read_study(path: str | os.PathLike, axis: int | None = None,
         raise ImageReadError(f"{name}: is a directory, not an image file")
     if p.stat().st_size == 0:
         raise ImageReadError(f"{name}: file is empty")
-    fmt = _detect_format(p)
+    fmt = detect_format(p)
     readers = {"png": _read_pil, "jpeg": _read_pil, "dicom": _read_dicom,
                "nifti": _read_sitk, "nrrd": _read_sitk}
     try:
@@ -73,22 +67,6 @@ def read_study(path: str | os.PathLike, axis: int | None = None,
 def read_image(path: str | os.PathLike) -> Frame:
     """The first (or only) frame of a file."""
     return read_study(path, frames=[0]).frames[0]
-
-
-def _detect_format(p: Path) -> str:
-    low = p.name.lower()
-    for suffix in sorted(_FORMAT_BY_SUFFIX, key=len, reverse=True):
-        if low.endswith(suffix):
-            return _FORMAT_BY_SUFFIX[suffix]
-    if "." not in low or p.suffix == "":
-        with open(p, "rb") as fh:
-            head = fh.read(132)
-        if len(head) == 132 and head[128:132] == b"DICM":
-            return "dicom"
-    raise ImageReadError(
-        f"{p}: unsupported file type {p.suffix or '(no suffix)'!r}; supported: "
-        f"{', '.join(SUPPORTED_SUFFIXES)} or DICOM with a DICM preamble"
-    )
 
 
 def _select(name: str, frames: Iterable[int] | None, n: int) -> list[int]:

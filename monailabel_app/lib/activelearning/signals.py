@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from umind_core.evaluation.metrics import mask_iou
+from umind_core.evaluation.metrics import box_iou, mask_iou
 from umind_core.results import Result
 
 from ..conf import SIGNALS
 
-__all__ = ["union_mask", "box_iou", "confidence_score", "flip_disagreement", "task_disagreement",
-           "SIGNALS"]
+__all__ = ["union_mask", "confidence_score", "flip_disagreement", "task_disagreement", "SIGNALS"]
 
 
 def union_mask(result: Result, shape: tuple[int, int]) -> np.ndarray:
@@ -31,15 +30,6 @@ def union_mask(result: Result, shape: tuple[int, int]) -> np.ndarray:
         if obj.mask is not None and obj.mask.shape == shape:
             out |= obj.mask
     return out
-
-
-def box_iou(a, b) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]) + 1)
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]) + 1)
-    inter = ix * iy
-    area = lambda r: max(0.0, r[2] - r[0] + 1) * max(0.0, r[3] - r[1] + 1)  # noqa: E731
-    union = area(a) + area(b) - inter
-    return 0.0 if union <= 0 else float(inter / union)
 
 
 def confidence_score(result: Result) -> float:
@@ -59,7 +49,10 @@ def flip_disagreement(mask: np.ndarray, mask_of_mirror: np.ndarray) -> float:
 
 
 def task_disagreement(mask: np.ndarray, detect: Result) -> float:
-    """1 - IoU of the mask's bounding box and the best-matching detected box (1 when only one is empty)."""
+    """1 - IoU of the mask's bounding box and the best-matching detected box (1 when only one is empty).
+
+    IoU is `metrics.box_iou` counting pixels (``inclusive``: the mask's box is its first and last pixel), the
+    convention the signal's published Spearman (benchmarks/README.md) was measured with."""
     boxes = [o.box for o in detect.objects if o.box is not None]
     if not mask.any():
         return 0.0 if not boxes else 1.0
@@ -67,4 +60,4 @@ def task_disagreement(mask: np.ndarray, detect: Result) -> float:
         return 1.0
     ys, xs = np.nonzero(mask)
     mbox = (float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))
-    return 1.0 - max(box_iou(mbox, b) for b in boxes)
+    return 1.0 - max(box_iou(mbox, b, inclusive=True) for b in boxes)

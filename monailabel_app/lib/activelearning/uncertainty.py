@@ -38,6 +38,7 @@ from ..caps import check_image_budget
 from ..errors import BadRequest
 from ..runtime import Runtime
 from ..trainers.corrections import info_fields
+from ..wire import LABEL_NAMES
 from .signals import confidence_score, flip_disagreement, task_disagreement, union_mask
 
 __all__ = ["UMindUncertainty", "MostUncertain", "UncertaintyStore", "uncertainty_score", "image_signals",
@@ -199,7 +200,7 @@ def labeled_groups(datastore: Datastore, scores: dict[str, dict]) -> list[str]:
             info = datastore.get_label_info(image_id, DefaultLabelTag.FINAL) or {}
         except Exception:  # a label without info still counts, by the model's guess
             info = {}
-        names = info_fields(info).get("label_names")
+        names = info_fields(info).get(LABEL_NAMES)
         if isinstance(names, dict) and names:
             out.extend(str(name).strip() for name in names)
         elif image_id in scores:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
+from umind_core.findings import answer_finding
 from umind_core.frames import parse_frames
 from umind_core.imageio import Geometry, Study, frame_spacing, label_map_suffix, line_length, read_study
 from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geometry_info, write_viewer_files
@@ -44,12 +45,11 @@ from ..errors import BadRequest, to_http
 from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import is_stock_extension, map_targets, view_offset_frame
+from ..wire import prompt_key
 
 __all__ = ["UMindInferTask"]
 
 logger = logging.getLogger(__name__)
-
-_CLASSES = ("malignant", "benign", "normal")
 
 
 class UMindInferTask(InferTask):
@@ -160,9 +160,8 @@ class UMindInferTask(InferTask):
         selected = [study.frames[i] for i in frames]
         asks = []
         for task in self._tasks(opts):
-            prompt_key = "question" if task == "ask" else "prompt"
-            for target in (targets if prompt_key == "prompt" else [parse_prompt("question", opts.get("question"),
-                                                                                required=True)]):
+            key = prompt_key(task)
+            for target in (targets if key == "prompt" else [parse_prompt(key, opts.get(key), required=True)]):
                 asks.append((task, target))
         jobs = [Job(frame, task, target, box, points, labels) for task, target in asks for frame in selected]
         answers = iter(scheduler.predict(jobs))  # every job of the request in one submission: one batch
@@ -245,8 +244,7 @@ class UMindInferTask(InferTask):
         task, target, results = runs[0]
         frames = []
         for r in results:
-            low = r.answer.lower()
-            cls = next((c for c in _CLASSES if c in low), None) if task == "diagnose" else None
+            cls = answer_finding(r.answer) if task == "diagnose" else None
             frames.append({"frame": r.frame_index, "answer": r.answer, "text": r.text, "class": cls,
                            "objects": [o.to_dict() for o in r.objects], "confidence": r.confidence,
                            "warnings": r.warnings})

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from umind_core.findings import normal_finding
 from umind_core.imageio import MarkupsError, Study, frame_spacing, line_length, parse_markups, physical_to_pixel
+
+from ..wire import FINDING, FINDINGS, LANDMARK_TARGET, MARKUPS, PARAMS, REPORT
 
 __all__ = ["FINDINGS", "FrameCorrections", "Corrections", "read_corrections", "info_fields"]
 
-#: what the finding of a submission may be; the diagnose task answers one of these
-FINDINGS = ("normal", "benign", "malignant")
 #: how far (pixels) a point may lie outside the frame and still count as on its edge (Slicer places
 #: control points on pixel centres; a point on the outer edge of the last pixel is half a pixel out)
 _EDGE_SLACK = 1.0
@@ -57,18 +58,18 @@ class Corrections:
 def info_fields(info: dict | None) -> dict:
     """The label info's keys, whether the client put them at the top level or under "params"."""
     info = info if isinstance(info, dict) else {}
-    params = info.get("params") if isinstance(info.get("params"), dict) else {}
-    return {**params, **{k: v for k, v in info.items() if k != "params"}}
+    params = info.get(PARAMS) if isinstance(info.get(PARAMS), dict) else {}
+    return {**params, **{k: v for k, v in info.items() if k != PARAMS}}
 
 
 def read_corrections(info: dict | None, study: Study) -> Corrections:
     """Markups, finding and report of one label's info, mapped onto `study`'s frames."""
     fields = info_fields(info)
     out = Corrections()
-    target = fields.get("landmark_target")
+    target = fields.get(LANDMARK_TARGET)
     out.landmark_target = target.strip() if isinstance(target, str) and target.strip() else None
     _read_finding(fields, out)
-    doc = fields.get("markups")
+    doc = fields.get(MARKUPS)
     if doc:
         try:
             markups = parse_markups(doc, "markups")
@@ -83,16 +84,14 @@ def read_corrections(info: dict | None, study: Study) -> Corrections:
 
 
 def _read_finding(fields: dict, out: Corrections) -> None:
-    finding = fields.get("finding")
+    finding = fields.get(FINDING)
     if isinstance(finding, str) and finding.strip():
-        value = finding.strip().lower()
-        if value in FINDINGS:
-            out.finding = value
-        else:
+        out.finding = normal_finding(finding)
+        if out.finding is None:
             out.skipped.append(f"finding {finding!r} is not one of {', '.join(FINDINGS)}")
     elif finding not in (None, ""):
         out.skipped.append(f"finding must be a string, got {type(finding).__name__}")
-    report = fields.get("report")
+    report = fields.get(REPORT)
     if isinstance(report, str) and report.strip():
         out.report = report.strip()
     elif report not in (None, ""):

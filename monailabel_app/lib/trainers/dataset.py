@@ -24,6 +24,7 @@ from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject
 from umind_core.data.split import hash_split
 from umind_core.imageio import Study, read_label_map, read_study
 
+from ..wire import LABEL_NAMES
 from .corrections import FrameCorrections, info_fields, read_corrections
 
 __all__ = ["ExportedData", "DatasetError", "export_datastore"]
@@ -49,7 +50,7 @@ class ExportedData:
 
 def _label_names(info: dict, conf_labels: tuple[str, ...]) -> dict[int, str]:
     names = {i + 1: name for i, name in enumerate(conf_labels)}
-    given = info_fields(info).get("label_names")
+    given = info_fields(info).get(LABEL_NAMES)
     if isinstance(given, dict):
         for name, value in given.items():
             if isinstance(value, int) and not isinstance(value, bool) and value > 0 and str(name).strip():

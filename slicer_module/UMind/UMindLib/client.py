@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .contract import TRAINER
 from .replies import ParsedReply, filename_from_disposition, parse_reply
 
 __all__ = ["UMindClient", "UMindServerError", "MultipartFile", "encode_multipart"]
@@ -201,7 +202,7 @@ class UMindClient:
         return resp.body, filename_from_disposition(
             resp.headers.get("content-disposition", "")) or image_id
 
-    def train_start(self, model: str = "umind_lora",
+    def train_start(self, model: str = TRAINER,
                     params: Mapping[str, Any] | None = None) -> dict:
         """POST /train/{model}: queue a LoRA fine-tuning run."""
         d = self._json("POST", f"/train/{urllib.parse.quote(model)}", body=dict(params or {}))

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .contract import CLIENT_MARKER, INTERACTIVE_MODEL, SEGMENT_MODEL
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
 __all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
@@ -49,6 +50,8 @@ class TaskPreset:
     needs_prompt: bool = False
 
 
+#: part of the wire contract: each model and prompt key is held to the app's `wire.TASK_MODELS` and
+#: `wire.prompt_key` by tests/test_one_owner.py (the contract's other names are in `contract`)
 TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
     TaskPreset("segment", "umind_segment", "segment", "what to segment, e.g. thyroid nodule, cyst", "all"),
     TaskPreset("detect", "umind_detect", "detect", "what to box, e.g. breast lesion", "all"),
@@ -59,10 +62,6 @@ TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
     TaskPreset("ask", "umind_interpret", "ask", "type your question", "json", prompt_key="question",
                needs_prompt=True),
 ]}
-INTERACTIVE_MODEL = "umind_interactive"
-#: params key (and value) that tells the server a request is this module's, not the stock MONAILabel
-#: extension's, whose requests it adapts (monailabel_app/lib/stock_extension.py UMIND_CLIENT_KEY, same key)
-CLIENT_MARKER = ("umind_client", "slicer-module")
 
 
 def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str] = ()) -> str:
@@ -74,7 +73,7 @@ def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str]
     if task == "segment" and has_visual_prompts:
         model = INTERACTIVE_MODEL
     if available and model not in available:
-        for alt in [TASK_PRESETS[task].model] + (["umind_segment"] if task == "segment" else []):
+        for alt in [TASK_PRESETS[task].model] + ([SEGMENT_MODEL] if task == "segment" else []):
             if alt in available:
                 return alt
         raise RequestError(f"the server offers no model for task {task!r} "

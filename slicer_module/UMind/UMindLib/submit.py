@@ -1,9 +1,10 @@
 """The way back: what the user corrected in Slicer -> what PUT /datastore/label stores.
 
 Segments become one label map on the image's own grid (value = position in the list + 1, later
-segments painting over earlier ones, as the server's `Result.label_map` does), markups become one
-Slicer mrk.json dict in LPS (written by Slicer's own storage nodes, so it reads back in Slicer and
-in umind_core.imageio alike), and the corrected answer travels in the label info.
+segments painting over earlier ones: `painter.LabelPainter`, the module's copy of the server's rule),
+markups become one Slicer mrk.json dict in LPS (written by Slicer's own storage nodes, so it reads back
+in Slicer and in umind_core.imageio alike), and the corrected answer travels in the label info under the
+keys of `contract`, the module's copy of the server's wire contract.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .client import MultipartFile
+from .contract import ANSWER, FINDING, FINDINGS, LABEL_NAMES, LANDMARK_TARGET, MARKUPS, REPORT
 from .labelfiles import encode_nrrd, encode_png
 from .mrml import (MRMLBuildError, ensure_node_classes, segment_array, volume_geometry)
+from .painter import LabelPainter
 
 __all__ = ["SubmitError", "LabelSubmission", "FINDINGS", "segmentation_to_label_map", "markups_to_json",
            "label_info", "label_file", "prepare_submission"]
@@ -39,23 +42,20 @@ def segmentation_to_label_map(scene: Any, segmentation_node: Any, volume_node: A
         seg.GetNthSegmentID(i) for i in range(seg.GetNumberOfSegments())]
     if len(ids) > 65535:
         raise SubmitError(f"{len(ids)} segments do not fit a 16-bit label map")
-    dims = volume_geometry(volume_node).dims
-    out = np.zeros(dims[::-1], dtype=np.uint8 if len(ids) <= 255 else np.uint16)
-    names: dict[str, int] = {}
-    for value, sid in enumerate(ids, start=1):
+    painter = LabelPainter(volume_geometry(volume_node).dims[::-1])
+    for sid in ids:
         segment = seg.GetSegment(sid)
         if segment is None:
             raise SubmitError(f"segment id {sid!r} is not in {segmentation_node.GetName()!r}")
         name = segment.GetName()
-        if name in names:
+        if name in painter.values:
             raise SubmitError(f"two segments are named {name!r}; rename one before submitting")
         try:
             mask = segment_array(scene, segmentation_node, sid, volume_node)
         except MRMLBuildError as exc:
             raise SubmitError(str(exc)) from exc
-        out[mask > 0] = value
-        names[name] = value
-    return out, names
+        painter.paint(name, mask)
+    return painter.labels(), dict(painter.values)
 
 
 def markups_to_json(scene: Any, nodes: Sequence[Any]) -> dict | None:
@@ -87,23 +87,19 @@ def markups_to_json(scene: Any, nodes: Sequence[Any]) -> dict | None:
     return merged
 
 
-#: what the finding of a submission may be (the server's trainer reads these, and skips anything else)
-FINDINGS = ("normal", "benign", "malignant")
-
-
 def label_info(label_names: dict[str, int], answer: str = "", markups: dict | None = None,
                finding: str = "", report: str = "", landmark_target: str = "", **extra: Any) -> dict:
     """The params of PUT /datastore/label: names, the (corrected) answer, markups, the finding, the report,
     the structure the landmarks belong to, extras. Empty values are left out."""
-    info: dict[str, Any] = {"label_names": {str(k): int(v) for k, v in label_names.items()}}
+    info: dict[str, Any] = {LABEL_NAMES: {str(k): int(v) for k, v in label_names.items()}}
     if finding and finding.strip().lower() not in FINDINGS:
         raise SubmitError(f"finding must be one of {', '.join(FINDINGS)}, got {finding!r}")
-    for key, value in (("answer", answer), ("finding", finding.strip().lower()), ("report", report),
-                       ("landmark_target", landmark_target)):
+    for key, value in ((ANSWER, answer), (FINDING, finding.strip().lower()), (REPORT, report),
+                       (LANDMARK_TARGET, landmark_target)):
         if value and value.strip():
             info[key] = value.strip()
     if markups:
-        info["markups"] = markups
+        info[MARKUPS] = markups
     info.update(extra)
     return info
 

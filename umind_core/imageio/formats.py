@@ -1,0 +1,126 @@
+"""Which format a file is and what its header says: the one public API for both, before any pixel is decoded.
+
+Two questions with two answers, both asked at the server's doors:
+
+* `detect_format(path)`: the format the readers will decode the file as. They pick their decoder by the file's
+  name (a suffix-less file is DICOM when it has the DICM preamble), so this is the rule `read_study` follows.
+* `sniff_format(path)`: the format the bytes are, whatever the name says. An upload is stored under the
+  extension of its content, never of the client's file name, so the datastore's door asks this one.
+
+`read_header(path)` answers (shape, bytes a decoded pixel takes, format) from the header alone, read the way
+the reader will read the file (`detect_format`): compressed data (gzip NIfTI, PNG, JPEG) is not inflated, so a
+decompression bomb costs nothing there. The server's caps check every image against their pixel and decode
+budget with it before anything is decoded.
+
+The server used to import the reader's private format rule and sniff content with a copy of its own; both now
+come from here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from .errors import ImageReadError
+
+__all__ = ["SUPPORTED_SUFFIXES", "CONTENT_FORMATS", "detect_format", "sniff_format", "read_header"]
+
+SUPPORTED_SUFFIXES: tuple[str, ...] = (
+    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd", ".nhdr",
+)
+_FORMAT_BY_SUFFIX = {
+    ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".dcm": "dicom", ".dicom": "dicom",
+    ".nii": "nifti", ".nii.gz": "nifti", ".nrrd": "nrrd", ".nhdr": "nrrd",
+}
+#: what `sniff_format` may answer (a gzip NIfTI is told apart from a plain one: it is stored as .nii.gz)
+CONTENT_FORMATS: tuple[str, ...] = ("png", "jpeg", "dicom", "nifti", "nifti-gz", "nrrd")
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: bytes a decoded pixel of a Pillow mode takes, all channels (modes not listed count as 4)
+_PIL_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
+              "I": 4, "F": 4, "I;16": 2, "I;16B": 2, "I;16L": 2}
+
+
+def _dicom_preamble(head: bytes) -> bool:
+    """The DICM marker after the 128-byte preamble of a DICOM part-10 file."""
+    return len(head) >= 132 and head[128:132] == b"DICM"
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """'png', 'jpeg', 'dicom', 'nifti' or 'nrrd' as the readers will decode the file: by its name; a file without
+    a suffix is DICOM when it carries the DICM preamble (clinics export them so). ImageReadError otherwise."""
+    p = Path(path)
+    low = p.name.lower()
+    for suffix in sorted(_FORMAT_BY_SUFFIX, key=len, reverse=True):
+        if low.endswith(suffix):
+            return _FORMAT_BY_SUFFIX[suffix]
+    if "." not in low or p.suffix == "":
+        with open(p, "rb") as fh:
+            head = fh.read(132)
+        if _dicom_preamble(head):
+            return "dicom"
+    raise ImageReadError(
+        f"{p}: unsupported file type {p.suffix or '(no suffix)'!r}; supported: "
+        f"{', '.join(SUPPORTED_SUFFIXES)} or DICOM with a DICM preamble"
+    )
+
+
+def _nifti_header(head: bytes) -> bool:
+    return len(head) >= 348 and head[344:348] in (b"n+1\x00", b"ni1\x00", b"n+2\x00")
+
+
+def sniff_format(path: str | os.PathLike) -> str | None:
+    """One of `CONTENT_FORMATS` from the file's first bytes, whatever its name; None if none fits."""
+    with open(path, "rb") as fh:
+        head = fh.read(540)
+    if head.startswith(_PNG_SIGNATURE):
+        return "png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if _dicom_preamble(head):
+        return "dicom"
+    if head.startswith(b"NRRD000"):
+        return "nrrd"
+    if _nifti_header(head):
+        return "nifti"
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            with gzip.open(path, "rb") as gz:
+                inner = gz.read(540)
+        except (OSError, EOFError):
+            return None
+        return "nifti-gz" if _nifti_header(inner) else None
+    return None
+
+
+def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], int, str]:
+    """(shape in numpy order with colour channels left out, bytes a decoded pixel takes with all its channels,
+    format) from the header alone, read as `detect_format` says the reader will. A file of no supported format,
+    or a header its reader does not understand, is the ImageReadError the full read would raise."""
+    fmt = detect_format(path)
+    try:
+        shape, per_pixel = _header(str(path), fmt)
+    except Exception as exc:  # a header no reader understands: the same refusal the full read would give
+        raise ImageReadError(f"{path}: cannot read {fmt} data (header: {type(exc).__name__})") from None
+    return shape, per_pixel, fmt
+
+
+def _header(path: str, fmt: str) -> tuple[tuple[int, ...], int]:
+    if fmt in ("png", "jpeg"):
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return (im.height, im.width), _PIL_BYTES.get(im.mode, 4)
+    if fmt == "dicom":
+        import pydicom
+
+        ds = pydicom.dcmread(path, stop_before_pixels=True)
+        per = max(1, int(getattr(ds, "BitsAllocated", 8) or 8) // 8) * int(getattr(ds, "SamplesPerPixel", 1) or 1)
+        return (int(getattr(ds, "NumberOfFrames", 1) or 1), int(ds.Rows), int(ds.Columns)), per
+    import SimpleITK as sitk
+
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(path)
+    reader.ReadImageInformation()
+    per = sitk.Image([1] * reader.GetDimension(), reader.GetPixelID(), 1).GetSizeOfPixelComponent()  # 1 voxel
+    return tuple(int(s) for s in reversed(reader.GetSize())), per * int(reader.GetNumberOfComponents())
