@@ -1,5 +1,10 @@
 """Fine-tune a UMind model on a manifest: LoRA by default, every weight with --full (a model trained from scratch).
 
+The manifest is checked first (`umind check`, umind_core/data/check.py): bad records are listed and skipped, empty
+masks become negatives and named label maps are split; with --strict any problem stops the run (exit 1). A UMind
+folder without an adapter (a fully trained model such as the demo) gets a fresh LoRA adapter, as the server's
+retraining does; --full trains every weight instead.
+
 Checkpoints are written atomically and a killed run resumes from the newest complete one in --out. Runs unchanged
 under `accelerate launch` on several processes or GPUs. One flag per TrainConfig field (its defaults).
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +51,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=None,
                         help="input resolution of a fresh model (default: the size's own, 512 for small)")
     parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop (exit 1) when the manifest check finds any problem, instead of skipping the "
+                             "bad records")
     parser.add_argument("--no-pack", action="store_true",
                         help="one sample per conversation instead of all of an image's conversations on one "
                              "shared image prefix (same losses; 2.45x slower on the small config at 256 px, "
@@ -85,9 +94,52 @@ def _manifest_with_conversations(manifest: Path, out: Path, seed: int, tasks) ->
     return Path(attach_conversations(manifest, target, seed=seed, tasks=tasks))
 
 
+def _checked_manifest(manifest: Path, out: Path, strict: bool) -> Path | None:
+    """Check the manifest as `umind check` does and print what it found (on stderr: stdout is the summary).
+
+    Returns the manifest to train on (bad records left out, empty masks dropped, label maps split), or None when
+    --strict met a problem. Under `accelerate launch` only the first process prints; every process writes the
+    same checked manifest, atomically.
+    """
+    from ..data.check import check_manifest, report_lines, training_manifest
+
+    result = check_manifest(manifest)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in report_lines(result, manifest):
+            print(f"umind train: {line}", file=sys.stderr)
+    if strict and result.errors:
+        print(f"umind train: --strict: {len(result.errors)} problems in {manifest}; nothing trained",
+              file=sys.stderr)
+        return None
+    if not result.kept:
+        raise TrainingError(f"no record of {manifest} passed the check; nothing to train on")
+    return training_manifest(result, out)
+
+
+def _model(args: argparse.Namespace, config: TrainConfig):
+    """The model to train. A UMind folder without an adapter gets a fresh one unless --full, as the server's
+    train task does (`model.attach_lora()`): retraining a handful of images then changes the adapter, the new
+    token rows and the decoder instead of every weight."""
+    from ..training.trainer import default_lora
+
+    lora = None if args.full else default_lora()
+    if not args.model:
+        from ..modeling.tiny import build_model
+
+        return build_model(args.size, seed=config.seed, lora=lora, image_size=args.image_size)
+    from ..modeling.umind import UMindVL
+
+    model = UMindVL.from_pretrained(args.model, dtype=args.dtype, trainable=True, lora=lora)
+    if lora is not None and model.config.lora is None:
+        print(f"umind train: {args.model} has no LoRA adapter; attaching a fresh one (--full trains every "
+              "weight instead)", file=sys.stderr)
+        model.attach_lora(lora)
+    return model
+
+
 def run_train(args: argparse.Namespace) -> int:
-    """`umind train`: build or load the model, train, print the summary as JSON."""
-    from ..training.trainer import default_lora, train
+    """`umind train`: check the manifest, build or load the model, train, print the summary as JSON."""
+    from ..training.trainer import train
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if getattr(args, "tasks", None) else None
     config = TrainConfig(output_dir=args.out, full=bool(args.full), pack=not args.no_pack,
@@ -98,18 +150,11 @@ def run_train(args: argparse.Namespace) -> int:
     if not manifest.is_file():
         raise TrainingError(f"manifest {manifest} does not exist")
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    manifest = _checked_manifest(manifest, Path(config.output_dir), bool(getattr(args, "strict", False)))
+    if manifest is None:
+        return 1
     manifest = _manifest_with_conversations(manifest, Path(config.output_dir), config.seed, tasks)
-    if args.model:
-        from ..modeling.umind import UMindVL
-
-        model = UMindVL.from_pretrained(args.model, dtype=args.dtype, trainable=True,
-                                        lora=None if args.full else default_lora())
-    else:
-        from ..modeling.tiny import build_model
-
-        model = build_model(args.size, seed=config.seed, lora=None if args.full else default_lora(),
-                            image_size=args.image_size)
-    summary = train(model, manifest, config, tasks=tasks)
+    summary = train(_model(args, config), manifest, config, tasks=tasks)
     from accelerate.state import PartialState
 
     if PartialState().is_main_process:
