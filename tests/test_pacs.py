@@ -132,10 +132,12 @@ def test_corrected_label_comes_back_and_umind_lora_trains_from_it(server, pacs):
                             data={"params": json.dumps({"label_names": {"breast lesion": 1}})}, timeout=60)
         assert resp.status_code == 200, resp.text
     assert server.get_json("/datastore/?output=stats")["completed"] == len(studies)
-    exported = {d["image"].rsplit("/", 1)[-1]: d for d in server.get_json("/datastore/?output=train")}
+    exported = {d["image"]: d for d in server.get_json("/datastore/?output=train")}  # file names, never paths
     for s in studies:
-        item = exported[f"{s.series_uid}.dcm"]
-        back = np.asarray(Image.open(item["label"])) > 0
+        assert exported[f"{s.series_uid}.dcm"]["label"] == f"{s.series_uid}.png"
+        label = requests.get(f"{server.url}/datastore/label", params={"label": s.series_uid, "tag": "final"},
+                             timeout=60)
+        back = np.asarray(Image.open(io.BytesIO(label.content))) > 0
         assert np.array_equal(back, s.lesion)
     # not written back to the PACS as DICOM SEG: the PACS holds exactly what was uploaded
     seg = requests.get(f"{pacs.dicomweb}/series", params={"Modality": "SEG"}, timeout=30).json()
