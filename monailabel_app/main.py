@@ -5,9 +5,9 @@ labels (comma-separated default targets), retrain_every (K new labels; 0 = off),
 default DIR/.umind), version (roll back to it at start), max_new_tokens, auto_retrain, and the training
 hyper-parameters of lib/conf.py TrainParams (epochs, max_steps, lr, batch_size, warmup_ratio, val_fraction,
 min_val, score_tolerance, error_tolerance, gate_min_samples, gate_noise_z, seed, refusal_rate, rehearsal,
-rehearsal_min, rehearsal_pool, regression_size), uncertainty_signal, scoring_sample, uncertainty_balance, and the request caps
-and server-file access of the security section (max_clicks, max_targets, max_frames, max_pixels, max_upload_mb,
-image_dirs).
+rehearsal_min, rehearsal_pool, regression_size), uncertainty_signal, scoring_sample, uncertainty_balance, and
+the request caps and server-file access of the security section (max_clicks, max_targets, max_frames,
+max_pixels, max_upload_mb, image_dirs; every key: docs/configuration.md).
 
 The studies folder is a wall (lib/datastore.py, lib/names.py, lib/image_ref.py), uploads are checked at the
 door (lib/uploads.py), stock endpoints answer 4xx JSON (lib/edge.py), inference runs off the event loop

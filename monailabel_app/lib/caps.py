@@ -4,8 +4,9 @@ One small request could stall the server: 2,000 clicks took 24 s (and blocked ev
 10,000 tried to allocate 49.7 GB. The counts are checked on the raw request (lengths of lists, no parsing
 of their items) and the image size on its header (`umind_core.imageio.read_header`: PIL, pydicom without
 pixels, SimpleITK image information), all before the image is decoded or the model runs. A request over a
-cap is a 400 that names the conf key, so an operator knows what to raise. The caps and their defaults are conf keys (lib/conf.py
-AppConfig: max_clicks, max_targets, max_frames, max_pixels); `caps` below is that AppConfig.
+cap is a 400 that names the conf key, so an operator knows what to raise. The caps and their defaults are
+conf keys (lib/conf.py AppConfig: max_clicks, max_targets, max_frames, max_pixels); `caps` below is that
+AppConfig.
 """
 
 from __future__ import annotations

@@ -59,6 +59,8 @@ CHILD_CODE = ("import os, sys\n"
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:?\s*(.*)$")
 _TRACEBACK_LINE = re.compile(r"^(Traceback \(most recent call last\)|\s+File \"|\s{2,}\S|\s+\^+\s*$)")
 _state: dict[str, Path] = {}
+#: held while a task is started and registered, and while a stop looks for what to stop
+_START_LOCK = threading.Lock()
 
 
 def _environment(method: str) -> dict[str, str]:
@@ -128,12 +130,8 @@ def _follow(process, task: dict) -> list[str]:
     return list(tail)
 
 
-def run_task(task: dict, method: str, callback=None) -> None:
-    """The stock `_task_func` without client input in env or argv (see the module docstring)."""
-    from monailabel.utils.async_tasks import utils as stock
-
-    if task.get("status") == "STOPPED":  # stopped while it waited in the queue: never started
-        return
+def _start(task: dict, method: str, callback):
+    """(process, request file), or (None, None) after marking the task ERROR with the reason it cannot start."""
     request = {k: v for k, v in task["request"].items() if k not in NEVER_FORWARDED}
     task["request"] = request
     task["method"] = method
@@ -149,9 +147,22 @@ def run_task(task: dict, method: str, callback=None) -> None:
         if path is not None:
             path.unlink(missing_ok=True)
         _finish(task, "ERROR", scrub(f"the {method} task could not start: {type(exc).__name__}: {exc}"), callback)
-        return
-    stock.background_processes.setdefault(method, {})[task["id"]] = process
-    task["status"] = "RUNNING"
+        return None, None
+    return process, path
+
+
+def run_task(task: dict, method: str, callback=None) -> None:
+    """The stock `_task_func` without client input in env or argv (see the module docstring)."""
+    from monailabel.utils.async_tasks import utils as stock
+
+    with _START_LOCK:  # a stop sees the task either not started (then it never starts) or registered
+        if task.get("status") == "STOPPED":  # stopped while it waited in the queue: never started
+            return
+        process, path = _start(task, method, callback)
+        if process is None:
+            return
+        stock.background_processes.setdefault(method, {})[task["id"]] = process
+        task["status"] = "RUNNING"
     try:
         lines = _follow(process, task)
     finally:
@@ -167,16 +178,17 @@ def stop_task(method: str):
     and `run_task` then never starts it (the stock stop answered null and the task started anyway)."""
     from monailabel.utils.async_tasks import utils as stock
 
-    stopped = _STOCK_STOP(method) if _STOCK_STOP else None
-    if stopped is not None:
-        return stopped
-    waiting = [t for t in stock.background_tasks.get(method) or [] if t.get("status") == "SUBMITTED"]
-    if not waiting:
-        return None
-    task = waiting[0]
-    task["status"] = "STOPPED"
-    task["end_ts"] = datetime.today().strftime("%Y-%m-%d %H:%M:%S")
-    return task
+    with _START_LOCK:  # never between run_task's last look at the status and its process being registered
+        stopped = _STOCK_STOP(method) if _STOCK_STOP else None
+        if stopped is not None:
+            return stopped
+        waiting = [t for t in stock.background_tasks.get(method) or [] if t.get("status") == "SUBMITTED"]
+        if not waiting:
+            return None
+        task = waiting[0]
+        task["status"] = "STOPPED"
+        task["end_ts"] = datetime.today().strftime("%Y-%m-%d %H:%M:%S")
+        return task
 
 
 _STOCK_STOP = None

@@ -66,7 +66,8 @@ def _check_keys(method: str, values: dict, task_names: set[str]) -> None:
             _check_keys(method, value, set())
             continue
         if key not in allowed:
-            raise _refuse(method, f"the parameter {key!r} is not accepted (accepted: {', '.join(sorted(DECLARED[method]))})")
+            accepted = ", ".join(sorted(DECLARED[method]))
+            raise _refuse(method, f"the parameter {key!r} is not accepted (accepted: {accepted})")
 
 
 def _check_train_values(values: dict, app) -> None:
