@@ -98,8 +98,18 @@ def evaluate(model: Path, work: Path, name: str) -> dict:
         if not (folder / "metrics.json").is_file():
             sh("eval", "--model", str(model), "--manifest", str(work / test / "manifest.jsonl"), "--out",
                str(folder), "--tasks", TASKS, "--overlays", "0")
-        out[test] = json.loads((folder / "metrics.json").read_text())
+        out[test] = compact(json.loads((folder / "metrics.json").read_text()))
     return out
+
+
+#: per-sample fields kept in the result file: enough for paired intervals over the same lesions and calipers
+_SAMPLE_KEYS = ("task", "id", "site", "prompt", "label", "iou", "rel_error")
+
+
+def compact(metrics: dict) -> dict:
+    """`umind eval`'s metrics.json without answer texts and geometry: the summary and each sample's score."""
+    return {"metrics": metrics["metrics"],
+            "samples": [{k: x[k] for k in _SAMPLE_KEYS if k in x} for x in metrics.get("samples", [])]}
 
 
 def main() -> None:
