@@ -14,7 +14,7 @@ import mmap
 import os
 import struct
 
-__all__ = ["trailing_bytes"]
+__all__ = ["trailing_bytes", "trailing_problem"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: JPEG markers without a length field
@@ -100,3 +100,13 @@ def trailing_bytes(path: str | os.PathLike, fmt: str) -> int:
             return _dicom_trailing(str(path), data)
         except Exception:  # a data set pydicom cannot walk: the full decode answers with its own message
             return 0
+
+
+def trailing_problem(path: str | os.PathLike, fmt: str | None) -> str | None:
+    """Why an uploaded image is refused for what follows its end (one sentence), or None when nothing does: the
+    one rule the datastore's upload door and /infer's upload share."""
+    extra = trailing_bytes(path, fmt) if fmt else 0
+    if not extra:
+        return None
+    return (f"the {fmt} upload carries {extra:,} bytes after the end of its image; such files are refused (they "
+            "can smuggle other content)")

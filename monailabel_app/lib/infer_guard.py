@@ -25,13 +25,11 @@ def _nothing_after_the_image(path: str) -> None:
     """The upload rule of the datastore door (lib/image_end.py) for an image uploaded to /infer as well."""
     from umind_core.imageio import sniff_format
 
-    from .image_end import trailing_bytes
+    from .image_end import trailing_problem
 
-    fmt = sniff_format(path)
-    extra = trailing_bytes(path, fmt) if fmt else 0
-    if extra:
-        raise BadRequest(f"the uploaded {fmt} image carries {extra:,} bytes after the end of its image; such files "
-                         "are refused (they can smuggle other content)")
+    problem = trailing_problem(path, sniff_format(path))
+    if problem:
+        raise BadRequest(problem)
 
 
 def check_infer_request(request: dict, datastore, conf: AppConfig, uploaded: bool) -> dict:

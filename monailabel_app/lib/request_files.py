@@ -95,14 +95,11 @@ def dataset_archive_response(datastore, limit_cases):
     with request_scratch(keep=True) as folder:
         try:
             path = datastore.get_dataset_archive(limit_cases)
-        except OSError as exc:
+        except BaseException as exc:  # nothing of a failed export stays
             shutil.rmtree(folder, ignore_errors=True)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise BadRequest("download dataset: the server's disk is full; the archive cannot be built") \
                     from None
-            raise
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
             raise
     return FileResponse(path, media_type="application/zip", filename="dataset.zip",
                         background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))

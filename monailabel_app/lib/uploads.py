@@ -20,7 +20,7 @@ import numpy as np
 from umind_core.imageio import sniff_format
 
 from .errors import BadRequest
-from .image_end import trailing_bytes
+from .image_end import trailing_problem
 
 __all__ = ["UploadError", "sniff_format", "check_image_upload", "check_label_upload", "IMAGE_FORMATS",
            "LABEL_FORMATS", "scratch_dir"]
@@ -75,10 +75,9 @@ def check_image_upload(path: str | os.PathLike, image_id: str, tmp_dir: str, cap
                           "(checked by content, not by file name)")
     copy = _renamed(path, IMAGE_FORMATS[fmt], tmp_dir)
     _within_budget(copy, caps, f"image {image_id!r}")
-    trailing = trailing_bytes(copy, fmt)
+    trailing = trailing_problem(copy, fmt)
     if trailing:
-        raise UploadError(f"image {image_id!r}: the {fmt} upload carries {trailing:,} bytes after the end of its "
-                          "image; such files are refused (they can smuggle other content)")
+        raise UploadError(f"image {image_id!r}: {trailing}")
     try:
         read_study(copy)
     except Exception as exc:  # any decoder failure is the upload's fault
