@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "'varied' draws a scanner per image (training-time augmentation, never scanner_b)")
     parser.add_argument("--conversations", action=argparse.BooleanOptionalAction, default=True,
                         help="fill the manifest's training conversations (default: yes)")
+    parser.add_argument("--augment", type=_fraction, default=0.0, metavar="P",
+                        help="photometric augmentation of the rendered images (gamma, contrast, depth attenuation, "
+                             "shadow, haze, blur, noise; umind_core/data/augment.py), each with probability P "
+                             "(default: 0, none)")
     parser.add_argument("--refusal-rate", type=_fraction, default=0.15,
                         help="share of images that also get an out-of-scope question answered with a refusal "
                              "(default: 0.15)")
@@ -78,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     sites = parse_sites(args.sites)
     t0 = time.perf_counter()
     manifest = write_synthetic_dataset(args.out, args.n, seed0=args.seed0, sites=sites, size=args.size,
-                                       appearance=args.appearance,
+                                       appearance=args.appearance, augment=args.augment,
                                        progress=True)
     extra = ""
     if args.conversations:

@@ -436,21 +436,27 @@ def write_manifest(records: Iterable[ManifestRecord], path: str | os.PathLike) -
 
 def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
                             sites: Sequence[str] | None = None, size: int = 256,
-                            progress: bool = True, appearance: str | None = None) -> Path:
+                            progress: bool = True, appearance: str | None = None,
+                            augment: float = 0.0) -> Path:
     """Write ``n`` synthetic samples (seeds ``seed0..``) as images/, masks/ and manifest.jsonl.
+
+    ``augment`` > 0 passes every image through `augment.photometric_hook` with that probability per transform.
 
     Conversations are left empty for the conversation builder. Returns the manifest path.
     """
     from PIL import Image
     from tqdm import tqdm
 
+    from umind_core.data.augment import photometric_hook
     from umind_core.data.synthetic import generate_many
 
+    hook = photometric_hook(augment) if augment > 0 else None
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "masks").mkdir(parents=True, exist_ok=True)
     records = []
-    for sample in tqdm(generate_many(n, seed0=seed0, sites=sites, size=size, appearance=appearance), total=n,
+    for sample in tqdm(generate_many(n, seed0=seed0, sites=sites, size=size, appearance=appearance,
+                                     augment=hook), total=n,
                        disable=not progress, desc="synthetic", unit="img"):
         sid = f"syn-{sample.seed:06d}"
         image_rel, scan_rel = f"images/{sid}.png", f"masks/{sid}_scan.png"
