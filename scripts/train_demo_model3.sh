@@ -23,4 +23,4 @@ case "$stage" in
 esac
 exec "$umind" train --manifest "$work/train/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
   --batch-size 8 --val-fraction 0.02 --lr "$lr" --warmup-ratio 0.03 --epochs 3 --max-steps "$steps" \
-  --save-every 200 --eval-every 200 --keep-checkpoints 2 --log-every 20 --no-progress
+  --save-every 200 --eval-every 400 --keep-checkpoints 2 --log-every 20 --no-progress

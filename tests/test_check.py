@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +186,6 @@ def test_train_checks_first_attaches_an_adapter_and_trains_on_the_good_records(f
     from umind_core.modeling.tiny import build_model
     from umind_core.modeling.umind import UMindVL
 
-    t0 = time.perf_counter()
     model_dir = tmp_path / "full-model"
     build_model("tiny", lora=None).save_pretrained(model_dir)
     parser = argparse.ArgumentParser()
@@ -207,4 +205,3 @@ def test_train_checks_first_attaches_an_adapter_and_trains_on_the_good_records(f
     assert {r.id for r in read_manifest(out / "train_manifest.jsonl")} == GOOD_IDS
     trained = UMindVL.from_pretrained(out / "final")
     assert trained.config.lora is not None
-    assert time.perf_counter() - t0 < 60

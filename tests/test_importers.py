@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +184,6 @@ def test_nnunet_manifest_trains_two_steps(tmp_path):
     from umind_core.modeling.tiny import build_model
     from umind_core.training.trainer import TrainConfig, train
 
-    t0 = time.perf_counter()
     out = tmp_path / "imp"
     import_dataset("nnunet", _nnunet_png(tmp_path), out, tasks=["segment", "detect"], progress=False)
     config = TrainConfig(output_dir=str(tmp_path / "run"), max_steps=2, batch_size=1, lr=1e-3, log_every=1,
@@ -193,7 +191,6 @@ def test_nnunet_manifest_trains_two_steps(tmp_path):
     summary = train(build_model("tiny"), out / "train.jsonl", config, tasks=("segment", "detect"))
     assert summary.steps == 2
     assert summary.train_loss_last is not None and math.isfinite(summary.train_loss_last)
-    assert time.perf_counter() - t0 < 60
 
 
 # ------------------------------------------------------------------------------------------------ COCO

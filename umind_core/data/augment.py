@@ -12,7 +12,7 @@ outside the scan stay black. A sample's draws come from its own seed, so a datas
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
