@@ -114,7 +114,7 @@ def dicom_mono(path: Path, arr: np.ndarray | None = None, pixel_spacing=(0.2, 0.
 def dicom_multiframe_rgb(path: Path, n: int = 3, regions=None) -> tuple[Path, np.ndarray]:
     arr = np.stack([colour(seed=i) for i in range(n)])
     ds = _dataset(path, US_MULTIFRAME_STORAGE)
-    _set_pixels(ds, arr, "RGB", frames=n)
+    _set_pixels(ds, arr if n > 1 else arr[0], "RGB", frames=n)  # one frame: no frame axis in the data
     from pydicom.sequence import Sequence
 
     ds.SequenceOfUltrasoundRegions = Sequence(

@@ -314,6 +314,37 @@ def test_coco_boxes_polygons_rle_crowd_and_skips(tmp_path):
     assert b3 == (cols.min(), rows.min(), cols.max(), rows.max())
 
 
+def test_coco_keypoints_named_by_category_unlabelled_left_out_and_bad_ones_skipped(tmp_path):
+    imgs = tmp_path / "imgs"
+    for name in ("f.png", "g.png", "h.png"):
+        _png(imgs / name, _speckle(64, 80, 3))
+    doc = {
+        "images": [{"id": 1, "file_name": "f.png", "width": 80, "height": 64},
+                   {"id": 2, "file_name": "g.png", "width": 80, "height": 64},
+                   {"id": 3, "file_name": "h.png", "width": 80, "height": 64}],
+        "categories": [{"id": 1, "name": "fetal_head", "keypoints": ["bpd_near", "bpd_far", "ofd_front"]}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 0, "bbox": [10, 8, 50, 40],
+             "keypoints": [12, 30, 2, 58.5, 31, 1, 0, 0, 0]},
+            {"id": 2, "image_id": 2, "category_id": 1, "iscrowd": 0, "keypoints": [20, 20, 2, 40, 22, 2, 30, 5, 2]},
+            {"id": 3, "image_id": 3, "category_id": 1, "iscrowd": 0, "keypoints": [20, 20, 2, 40, 22, 2]},
+            {"id": 4, "image_id": 3, "category_id": 1, "iscrowd": 0, "keypoints": [20, 20, 2, 99, 22, 2, 1, 1, 2]},
+        ]}
+    path = tmp_path / "kp.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "imp"
+    import_dataset("coco", path, out, images=imgs, progress=False)
+    recs = _by_id(out / "manifest.jsonl")
+    (f,) = recs["f"].annotations.objects
+    assert f.label == "fetal head" and f.box == (10.0, 8.0, 59.0, 47.0)
+    assert [(k.name, k.xy) for k in f.keypoints] == [("bpd near", (12.0, 30.0)), ("bpd far", (58.5, 31.0))]
+    (g,) = recs["g"].annotations.objects  # keypoints alone make an object, without a box
+    assert g.box is None and [k.name for k in g.keypoints] == ["bpd near", "bpd far", "ofd front"]
+    assert recs["h"].annotations.objects == []
+    assert _reasons(out) == {"keypoints do not match the category's names": 1, "keypoint outside the image": 1}
+    assert "keypoints" in {c.task for c in recs["f"].conversations}
+
+
 # ------------------------------------------------------------------------------------------------ UltraBench
 
 def _open_kidney(root: Path) -> Path:
@@ -428,6 +459,28 @@ def test_csv_standalone_fields_measurements_spacing_and_skips(tmp_path):
     assert {"diagnose", "ask"} <= tasks
     ask = next(c for c in x0.conversations if c.task == "ask")
     assert "mm" in ask.messages[1]["content"]
+
+
+def test_csv_of_dicom_files_carries_their_spacing_and_skips_cine(tmp_path):
+    from fixtures_imaging import dicom_mono, dicom_mono_multiframe, dicom_multiframe_rgb, ramp, region
+
+    d = tmp_path / "dcm"
+    d.mkdir()
+    dicom_mono(d / "mono.dcm", ramp(48, 64), pixel_spacing=(0.2, 0.3))  # DICOM order: row 0.2, column 0.3
+    _, rgb = dicom_multiframe_rgb(d / "rgb.dcm", n=1, regions=[region(0, 0, 63, 47, 0.015, 0.02)])
+    dicom_mono_multiframe(d / "cine.dcm", n=3)
+    (d / "labels.csv").write_text("image,finding\nmono.dcm,benign\nrgb.dcm,malignant\ncine.dcm,benign\n")
+    out = tmp_path / "imp"
+    summary = import_dataset("csv", d / "labels.csv", out, progress=False)
+    assert summary.imported == 2
+    assert _reasons(out) == {"multi-frame image (only single frames are imported)": 1}
+    recs = _by_id(out / "manifest.jsonl")
+    mono, colour = recs["mono"], recs["rgb"]
+    assert mono.spacing == pytest.approx((0.3, 0.2))  # manifest order (x, y): the row spacing is y
+    assert colour.spacing == pytest.approx((0.15, 0.2))  # the ultrasound region, cm -> mm
+    assert mono.image.endswith(".png") and np.array_equal(mono.load_image(), ramp(48, 64))
+    assert np.array_equal(np.asarray(Image.open(colour.image_path)), rgb[0])
+    assert mono.annotations.diagnosis == "benign" and colour.annotations.diagnosis == "malignant"
 
 
 def test_csv_merge_into_an_import_in_place_and_elsewhere(tmp_path):

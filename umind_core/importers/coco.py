@@ -6,6 +6,12 @@ label maps does not apply): label = its category's name, box = ``bbox`` [x, y, w
 ``segmentation`` polygons rasterised (pixel-border coordinates, as COCO draws them) or the RLE decoded (counts
 list or compressed string, decoded here so no pycocotools is needed).
 
+Keypoints (COCO's person-keypoint layout: the category's ``keypoints`` names, the annotation's flat
+``[x1, y1, v1, ...]``) become the object's named keypoints; a point with visibility 0 was not labelled and is left
+out, 1 (labelled, occluded) and 2 (visible) are kept. Their values are taken as pixel indices, our pixel-centre
+convention, as detectron2 reads COCO keypoints (it adds 0.5 to reach its continuous frame). An annotation with
+keypoints alone (no box, no mask) is an object of its keypoints.
+
 Crowd regions (``iscrowd`` 1) are not objects: they mark a group nobody outlined one by one, so they are left out
 of the record and counted in the summary; the image and its other objects are kept. An image without annotations
 is a negative (a record with no objects). Annotations naming an unknown image or category, and images whose file
@@ -20,10 +26,10 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..data.manifest import Annotations, ManifestObject, ManifestRecord
+from ..data.manifest import Annotations, Keypoint, ManifestObject, ManifestRecord
 from .common import ImportContext, RowSkipped, SourceError, label_name, load_json
 
-DESCRIPTION = "COCO JSON (images, annotations with bbox / polygons / RLE, categories) with --images DIR"
+DESCRIPTION = "COCO JSON (images, annotations with bbox / polygons / RLE / keypoints, categories) with --images DIR"
 
 
 # ------------------------------------------------------------------------------------------------ masks
@@ -126,9 +132,33 @@ def _box_of(ann: dict, width: int, height: int) -> tuple[float, float, float, fl
     return x1, y1, x2, y2
 
 
+def _keypoints_of(ann: dict, names: list[str], width: int, height: int) -> list[Keypoint]:
+    """COCO's flat [x, y, v, ...] -> the labelled points (v > 0), named by the category's list."""
+    flat = ann.get("keypoints")
+    if flat is None or flat == []:
+        return []
+    if not isinstance(flat, list) or len(flat) % 3 or not all(isinstance(v, (int, float)) for v in flat):
+        raise RowSkipped("malformed keypoints", "keypoints must be a flat list of x, y, visibility triples")
+    if names and len(flat) // 3 != len(names):
+        raise RowSkipped("keypoints do not match the category's names",
+                         f"{len(flat) // 3} points, category names {len(names)}")
+    out = []
+    for i in range(len(flat) // 3):
+        x, y, v = (float(c) for c in flat[3 * i: 3 * i + 3])
+        if v <= 0:
+            continue
+        if not (0.0 <= x <= width - 1.0 and 0.0 <= y <= height - 1.0):
+            raise RowSkipped("keypoint outside the image", f"point {i + 1} at ({x:g}, {y:g}), image {width}x{height}")
+        out.append(Keypoint(names[i] if names else f"keypoint {i + 1}", (x, y)))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ records
 
-def _object(ctx: ImportContext, ann: dict, label: str, rid: str, k: int, width: int, height: int) -> ManifestObject:
+def _object(ctx: ImportContext, ann: dict, category: tuple[str, list[str]], rid: str, k: int, width: int,
+            height: int) -> ManifestObject:
+    label, point_names = category
+    keypoints = _keypoints_of(ann, point_names, width, height)
     mask = _mask_of(ann, height, width)
     if mask is not None and not mask.any():
         ctx.log.drop("segmentation with no pixels inside the image (box kept)")
@@ -137,9 +167,9 @@ def _object(ctx: ImportContext, ann: dict, label: str, rid: str, k: int, width: 
     if box is None and mask is not None:
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
         box = (float(cols[0]), float(rows[0]), float(cols[-1]), float(rows[-1]))
-    if box is None:
-        raise RowSkipped("annotation without a box or a mask")
-    return ManifestObject(label=label, box=box,
+    if box is None and not keypoints:
+        raise RowSkipped("annotation without a box, a mask or keypoints")
+    return ManifestObject(label=label, box=box, keypoints=keypoints,
                           mask=None if mask is None else ctx.write_mask(mask, rid, str(k)))
 
 
@@ -179,11 +209,14 @@ def _load(source: Path) -> tuple[list, list, dict]:
     anns, cats = doc.get("annotations", []), doc.get("categories", [])
     if not isinstance(anns, list) or not isinstance(cats, list):
         raise SourceError(f"{source}: 'annotations' and 'categories' must be lists")
-    names: dict[Any, str] = {}
+    names: dict[Any, tuple[str, list[str]]] = {}
     for c in cats:
         if not isinstance(c, dict) or not _is_key(c.get("id")) or not str(c.get("name", "")).strip():
             raise SourceError(f"{source}: every category needs an id and a name, got {c!r}")
-        names[c["id"]] = label_name(c["name"])
+        points = c.get("keypoints") or []
+        if not isinstance(points, list) or not all(isinstance(n, str) and n.strip() for n in points):
+            raise SourceError(f"{source}: category {c['name']!r}: 'keypoints' must be a list of names")
+        names[c["id"]] = (label_name(c["name"]), [label_name(n) for n in points])
     return doc["images"], anns, names
 
 
