@@ -185,6 +185,38 @@ def dicom_jpeg_ybr(path: Path) -> tuple[Path, np.ndarray]:
     return path, rgb
 
 
+def dicom_jpeg2000(path: Path) -> tuple[Path, np.ndarray]:
+    """JPEG 2000 lossless (grey) encoded by Pillow as a raw codestream and encapsulated."""
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEG2000Lossless
+
+    grey = ramp()
+    buf = io.BytesIO()
+    Image.fromarray(grey).save(buf, format="JPEG2000", irreversible=False, no_jp2=True)
+    ds = _dataset(path, US_IMAGE_STORAGE, JPEG2000Lossless)
+    _set_pixels(ds, grey, "MONOCHROME2")
+    ds.PixelData = encapsulate([buf.getvalue()])
+    ds["PixelData"].is_undefined_length = True
+    ds["PixelData"].VR = "OB"
+    ds.save_as(str(path), write_like_original=False)
+    return path, grey
+
+
+def with_regions(path: Path, col_mm: float, row_mm: float) -> Path:
+    """The file's only calibration becomes one ultrasound region over the whole image (mm given, cm stored)."""
+    import pydicom
+    from pydicom.sequence import Sequence
+
+    ds = pydicom.dcmread(str(path))
+    for key in ("PixelSpacing", "ImagerPixelSpacing"):
+        if key in ds:
+            delattr(ds, key)
+    ds.SequenceOfUltrasoundRegions = Sequence([region(0, 0, int(ds.Columns) - 1, int(ds.Rows) - 1,
+                                                      col_mm / 10, row_mm / 10)])
+    ds.save_as(str(path), write_like_original=False)
+    return path
+
+
 def palette_lut() -> np.ndarray:
     """256 x 3 uint16 palette (16-bit entries, as most vendors write)."""
     i = np.arange(256)
