@@ -32,11 +32,9 @@ from pathlib import Path
 import numpy as np
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "monailabel_app"))
+from umind_core.testing.server import start_server
 
-from server_utils import start_server  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 POOL_SEED0, TEST_SEED0, DEFAULT_TEST_SEED0 = 6_000_000, 7_000_000, 1_000_000
 TARGETS = ("breast lesion", "thyroid nodule", "kidney", "fetal head")
@@ -155,8 +153,8 @@ def signal_study(manifest: Path, n: int) -> dict:
     """Spearman of each uncertainty signal of the start model against 1 - true segmentation IoU."""
     from scipy.stats import spearmanr
 
-    from lib.activelearning.signals import union_mask
-    from lib.activelearning.uncertainty import image_signals
+    from monailabel_app.lib.activelearning.signals import union_mask
+    from monailabel_app.lib.activelearning.uncertainty import image_signals
     from umind_core import demo
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_iou
@@ -263,7 +261,7 @@ def served_regression(rows: list[dict]) -> list[dict]:
 def regression_vs_start(start: dict, now: dict) -> str:
     """'held', or the tasks worse than at the start beyond the default tolerance, by the point values alone (the
     issue's goal; the gate also weighs each change against its paired noise, which the run record's table shows)."""
-    from lib.trainers.gate import Tolerance, compare, decide
+    from monailabel_app.lib.trainers.gate import Tolerance, compare, decide
 
     if not start or not now:
         return "-"

@@ -48,9 +48,9 @@ def step_runner(pred: Predictor, steps: int):
 
     def run():
         start = state.prefix_len
-        pred._forward(state, ids, start)
+        pred._engine.forward(state, ids, start)
         for i in range(steps):
-            pred._forward(state, one, start + len(tok) + i)
+            pred._engine.forward(state, one, start + len(tok) + i)
         state.cache.crop(-(state.cache.get_seq_length() - state.prefix_len))
 
     return run
@@ -104,7 +104,7 @@ def main() -> None:
         pred.set_image(image)
         pred.predict(args.task, args.prompt)
     warm_s = time.perf_counter() - t0
-    compile_error = preds["compiled"]._fast.compile_error
+    compile_error = preds["compiled"]._engine.fast.compile_error
     texts = {m: p.predict(args.task, args.prompt).text for m, p in preds.items()}
     figures = measure(preds, image, args.task, args.prompt, args.rounds, args.steps)
     eager = figures["eager"]

@@ -7,17 +7,13 @@ demo model from scratch), with the parameter counts that go with them.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import mask_sample  # noqa: E402
-
-from umind_core.modeling.config import LoraSettings  # noqa: E402
-from umind_core.modeling.tiny import build_model  # noqa: E402
+from umind_core.modeling.config import LoraSettings
+from umind_core.modeling.tiny import build_model
+from umind_core.testing.samples import mask_sample
 
 
 def time_steps(model, repeats: int = 5) -> tuple[float, float]:

@@ -47,7 +47,7 @@ def bench_mask_tokens(pred: Predictor, repeats: int) -> tuple[float, float]:
     model = pred.model
     state = pred._state
     suffix = model.tokenizer("Segment the lesion.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    pred._forward(state, torch.tensor([suffix["input_ids"]]), state.prefix_len)
+    pred._engine.forward(state, torch.tensor([suffix["input_ids"]]), state.prefix_len)
     start = state.prefix_len + len(suffix["input_ids"])
     n, seg = model.num_mask_tokens, model.seg_mask_id
 
@@ -57,12 +57,12 @@ def bench_mask_tokens(pred: Predictor, repeats: int) -> tuple[float, float]:
             state.cache.crop(-extra)
 
     def one_forward():
-        pred._forward(state, torch.full((1, n), seg), start)
+        pred._engine.forward(state, torch.full((1, n), seg), start)
         rollback()
 
     def one_by_one():
         for i in range(n):
-            pred._forward(state, torch.full((1, 1), seg), start + i)
+            pred._engine.forward(state, torch.full((1, 1), seg), start + i)
         rollback()
 
     t_one = median_time(one_forward, repeats)

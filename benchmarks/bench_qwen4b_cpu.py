@@ -25,12 +25,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# a sibling module: benchmarks/ is sys.path[0] when this script runs; umind_core is the installed package
+from qwen_timing import PeakRSS, answer_script, install_script_head, lora_step, speckle_frame, step_times
 
-from qwen_timing import PeakRSS, answer_script, install_script_head, lora_step, speckle_frame, step_times  # noqa: E402
-
-from umind_core.atomic import write_text  # noqa: E402
+from umind_core.atomic import write_text
 
 GiB = 2**30
 

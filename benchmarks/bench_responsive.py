@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -22,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from server_utils import start_server  # noqa: E402
+from umind_core.testing.server import start_server
 
 
 def _write_study(path: Path, size: int) -> None:

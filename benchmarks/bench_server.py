@@ -30,10 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from server_utils import same_reply, start_server  # noqa: E402
-
-from umind_core.modeling.fast_decode import GRAPH_MODES  # noqa: E402
+from umind_core.modeling.fast_decode import GRAPH_MODES
+from umind_core.testing.server import same_reply, start_server
 
 PROMPT = "lesion"
 

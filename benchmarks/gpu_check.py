@@ -22,10 +22,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from qwen_timing import answer_script, install_script_head, lora_step, step_times, speckle_frame  # noqa: E402
+# a sibling module: benchmarks/ is sys.path[0] when this script runs; umind_core is the installed package
+from qwen_timing import answer_script, install_script_head, lora_step, step_times, speckle_frame
 
 H200_PREFILL_S = 0.011  # 4B, one 512x512 frame (issue 15)
 H200_BANDWIDTH = 4.8e12  # bytes/s of HBM3e

@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "monailabel_app"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_annotation_loop import POOL_SEED0, annotation  # a sibling script: benchmarks/ is sys.path[0] when run
 
-from bench_annotation_loop import POOL_SEED0, annotation  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_SEED0 = 1_200_000
 KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error_rel_width",
@@ -76,9 +74,9 @@ def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str
     `umind_lora` runs it; `rehearsal` and `look` are the recipe's ratio and rehearsal pool look."""
     from monailabel.datastore.local import LocalDatastore
 
-    from lib.conf import TrainParams
-    from lib.trainers.dataset import export_datastore
-    from lib.trainers.rehearsal import training_set
+    from monailabel_app.lib.conf import TrainParams
+    from monailabel_app.lib.trainers.dataset import export_datastore
+    from monailabel_app.lib.trainers.rehearsal import training_set
 
     p = dataclasses.replace(TrainParams(), rehearsal=rehearsal)
     studies = out / f"studies_{rehearsal}"
@@ -128,7 +126,7 @@ def _best_iou(gt, preds) -> float:
 
 
 def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
-    from lib.conf import TrainParams
+    from monailabel_app.lib.conf import TrainParams
     from umind_core import demo
     from umind_core.modeling.config import DEFAULT_LORA_TARGETS, LoraSettings
     from umind_core.training.trainer import train
@@ -154,7 +152,7 @@ def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    from lib.conf import TrainParams
+    from monailabel_app.lib.conf import TrainParams
     from umind_core import demo
     from umind_core.atomic import write_text
 

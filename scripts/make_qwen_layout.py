@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from umind_core.modeling.qwen_layout import VARIANTS, LayoutError, write_layout  # noqa: E402
-from umind_core.modeling.qwen_vocab import QwenVocabError  # noqa: E402
+from umind_core.tools.qwen_layout import VARIANTS, LayoutError, write_layout  # noqa: E402
+from umind_core.tools.qwen_vocab import QwenVocabError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

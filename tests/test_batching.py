@@ -97,12 +97,12 @@ def test_compiled_step_on_a_stacked_batch_equals_static(trained_tiny, mode, n, r
     static = Predictor(trained_tiny, max_new_tokens=64, decode="static").predict_many(jobs)
     compiled_p = Predictor(trained_tiny, max_new_tokens=64, decode=mode)
     compiled = compiled_p.predict_many(jobs)
-    if compiled_p._fast.compile_error:
-        pytest.skip(f"torch.compile unavailable here: {compiled_p._fast.compile_error}")
+    if compiled_p._engine.fast.compile_error:
+        pytest.skip(f"torch.compile unavailable here: {compiled_p._engine.fast.compile_error}")
     assert len(compiled) == n
     for a, b in zip(compiled, static):
         _assert_same(a, b)
-    built = {key[0] for key in compiled_p._fast._compiled}
+    built = {key[0] for key in compiled_p._engine.fast._compiled}
     # a tuned batch narrows to smaller buckets as its answers end (narrowing is tested below)
     assert rows in built and built <= ({1, 2, rows} if mode == "tuned" else {rows}), built
 
@@ -125,8 +125,8 @@ def test_a_batch_narrows_to_its_live_rows_and_answers_as_each_alone(trained_tiny
     jobs = _mixed_jobs(_frames())[:8]
     predictor = Predictor(trained_tiny, max_new_tokens=64, decode=mode)
     batched = predictor.predict_many(jobs)
-    if predictor._fast.compile_error:
-        pytest.skip(f"torch.compile unavailable here: {predictor._fast.compile_error}")
+    if predictor._engine.fast.compile_error:
+        pytest.skip(f"torch.compile unavailable here: {predictor._engine.fast.compile_error}")
     assert narrowed and all(2 * after <= before and live <= after for before, after, live in narrowed), narrowed
     for job, res in zip(jobs, batched):
         _assert_same(res, _alone(trained_tiny, job))
@@ -347,13 +347,13 @@ def test_a_short_answer_is_handed_on_while_the_batch_decodes_on(trained_tiny):
     jobs = [Job(frame, "report", prompts["report"]), Job(frame, "diagnose", prompts["diagnose"])]
     predictor = Predictor(trained_tiny, max_new_tokens=64, decode="static")
     forwards = []
-    real_forward = predictor._forward
+    real_forward = predictor._engine.forward
 
     def counting_forward(*args, **kwargs):
         forwards.append(1)
         return real_forward(*args, **kwargs)
 
-    predictor._forward = counting_forward
+    predictor._engine.forward = counting_forward
     handed: list[tuple[int, object, int]] = []
     answers = predictor.predict_many(jobs, on_answer=lambda i, res: handed.append((i, res, len(forwards))))
     assert [i for i, _, _ in handed] == [1, 0]  # the diagnosis first
@@ -416,7 +416,7 @@ def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_
 
 def test_prompt_split_feeds_the_long_rows_first_columns_apart_where_that_pays():
     from umind_core.modeling.fast_decode import StaticKVCache
-    from umind_core.predictor import PROMPT_PART_POSITIONS, _prompt_split
+    from umind_core.decode_batch import PROMPT_PART_POSITIONS, _prompt_split
 
     def cache(rows):
         return StaticKVCache([torch.zeros(rows, 1, 128, 2)], [torch.zeros(rows, 1, 128, 2)], 10)
@@ -436,16 +436,16 @@ def test_prompt_split_feeds_the_long_rows_first_columns_apart_where_that_pays():
 
 def test_a_split_prompt_feed_answers_as_each_alone(trained_tiny, monkeypatch):
     """The mixed batch (clicks, a box and plain prompts) is fed in two parts, and every job still answers as alone."""
-    from umind_core import predictor as predictor_module
+    from umind_core import decode_batch
 
     splits = []
-    real = predictor_module._prompt_split
+    real = decode_batch._prompt_split
 
     def spy(pad, cache, batch):
         splits.append(real(pad, cache, batch))
         return splits[-1]
 
-    monkeypatch.setattr(predictor_module, "_prompt_split", spy)
+    monkeypatch.setattr(decode_batch, "_prompt_split", spy)
     frames = _frames()
     jobs = _mixed_jobs(frames)
     batched = Predictor(trained_tiny, max_new_tokens=64, decode="static", batch_size=9).predict_many(jobs)

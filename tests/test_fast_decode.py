@@ -98,8 +98,8 @@ def test_compiled_step_equals_eager_for_every_task(trained_tiny, mode):
     calls = _task_calls()
     eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
     fast = _answers(trained_tiny, mode, make_image(0), calls, max_new_tokens=64)
-    assert fast[3]._fast.compile_error is None, fast[3]._fast.compile_error
-    assert fast[3]._fast._compiled, "the single-token step was never compiled"
+    assert fast[3]._engine.fast.compile_error is None, fast[3]._engine.fast.compile_error
+    assert fast[3]._engine.fast._compiled, "the single-token step was never compiled"
     _assert_same(eager, fast)
 
 
@@ -155,7 +155,7 @@ def test_an_answer_longer_than_its_room_grows_the_cache_and_equals_eager(trained
     assert stats["processed_tokens"] - stats["prompt_tokens"] > 8  # the answer ran past the prompt's capacity
     assert pred._state.cache.capacity >= prefix + stats["processed_tokens"] > after_prompt
     if mode == "compiled":
-        capacities = {key[1] for key in pred._fast._compiled}
+        capacities = {key[1] for key in pred._engine.fast._compiled}
         assert len(capacities) >= 3, capacities  # a step per capacity met while answering
     _assert_same(eager, fast)
 
@@ -199,14 +199,14 @@ def test_adapters_are_merged_once_and_match_the_wrapped_forward(tiny_model_facto
     added = model.config.added_token_ids
     ids = torch.tensor([[*added, 100, 7, added[-1], 3, 200]])  # new rows among ordinary ones
     start = eager._state.prefix_len
-    a = eager._forward(eager._state, ids, start)
-    b = fast._forward(fast._state, ids, start)
+    a = eager._engine.forward(eager._state, ids, start)
+    b = fast._engine.forward(fast._state, ids, start)
     torch.testing.assert_close(b.hidden_states, a.hidden_states, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b.logits, a.logits[:, -1:], atol=1e-5, rtol=1e-5)
     for i, tok in enumerate([added[0], 9, added[2]]):  # single-token steps after the block
         one = torch.tensor([[tok]])
-        a = eager._forward(eager._state, one, start + ids.shape[1] + i)
-        b = fast._forward(fast._state, one, start + ids.shape[1] + i)
+        a = eager._engine.forward(eager._state, one, start + ids.shape[1] + i)
+        b = fast._engine.forward(fast._state, one, start + ids.shape[1] + i)
         torch.testing.assert_close(b.logits, a.logits[:, -1:], atol=1e-5, rtol=1e-5)
     # the merge is the fast path's copy: the model keeps its PEFT modules for training
     assert "TrainableTokensWrapper" in {type(m).__name__ for m in model.qwen.modules()}
@@ -256,7 +256,7 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(trained_tiny, mo
     _assert_same(eager, fast)
     warnings = [r for r in caplog.records if "torch.compile" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0].getMessage(), [r.getMessage() for r in warnings]
-    assert fast[3]._fast.compile_error.startswith("RuntimeError: inductor: no C++ compiler")
+    assert fast[3]._engine.fast.compile_error.startswith("RuntimeError: inductor: no C++ compiler")
 
 
 def test_training_mode_keeps_the_eager_cache(trained_tiny):
@@ -271,16 +271,16 @@ def test_decode_mode_is_checked_and_read_from_the_environment(trained_tiny, monk
     with pytest.raises(PredictorError, match="decode must be one of static, compiled, tuned, eager"):
         Predictor(trained_tiny, decode="fastest")
     monkeypatch.setenv(fast_decode.DECODE_ENV, "eager")
-    assert Predictor(trained_tiny)._fast is None
+    assert Predictor(trained_tiny)._engine.fast is None
     monkeypatch.setenv(fast_decode.DECODE_ENV, "compiled")
-    assert Predictor(trained_tiny)._fast.compile is True
+    assert Predictor(trained_tiny)._engine.fast.compile is True
     monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
-    assert Predictor(trained_tiny)._fast.tune is True
+    assert Predictor(trained_tiny)._engine.fast.tune is True
     monkeypatch.setenv(fast_decode.DECODE_ENV, "bogus")
     with pytest.raises(PredictorError, match="UMIND_DECODE"):
         Predictor(trained_tiny)
     monkeypatch.delenv(fast_decode.DECODE_ENV)
-    assert Predictor(trained_tiny)._fast.compile is False
+    assert Predictor(trained_tiny)._engine.fast.compile is False
 
 
 def test_static_cache_crop_and_length_follow_dynamic_cache_semantics():

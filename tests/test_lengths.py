@@ -46,12 +46,13 @@ def _regions_cine(path: Path, n: int = 30) -> Path:
 def _force_answer(monkeypatch, text: str, mask: np.ndarray | None = None) -> None:
     """Every answer the Predictor builds is ``text`` (and its mask groups decode to ``mask``)."""
     from umind_core import predictor as P
+    from umind_core.decode_batch import Decoded
 
     original = P.Predictor._result
 
     def _result(self, state, b, dec, task, prompt, warnings):
         ids = self.model.tokenizer.encode(text, add_special_tokens=False)
-        forced = P._Decoded(token_ids=ids, token_probs=[1.0] * len(ids), forced=[False] * len(ids))
+        forced = Decoded(token_ids=ids, token_probs=[1.0] * len(ids), forced=[False] * len(ids))
         return original(self, state, b, forced, task, prompt, warnings)
 
     monkeypatch.setattr(P.Predictor, "_result", _result)
@@ -156,6 +157,31 @@ def test_cine_calibrated_only_in_ultrasound_regions_states_one_length_everywhere
     assert img.GetSpacing()[:2] == pytest.approx((COL_MM, ROW_MM)) and img.GetSize() == (W, H, 30)
     idx = img.TransformPhysicalPointToContinuousIndex(markups[1]["points_lps"][1])
     assert idx == pytest.approx((x2, y2, 4), abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["palette", "ybr422", "jpeg_ybr", "jpeg2000"])
+def test_every_kind_of_clinic_dicom_states_one_length_in_text_results_and_markups(tmp_path, capsys, monkeypatch,
+                                                                                  kind):
+    """Palette colour, uncompressed YBR 4:2:2, JPEG (YBR) and JPEG 2000, each calibrated only in its ultrasound
+    region with non-square pixels: the answer text, results.json, the markups' measurement and the distance
+    between its points all state the length of the drawn line at that spacing."""
+    makers = {"palette": fx.dicom_palette, "ybr422": fx.dicom_ybr422, "jpeg_ybr": fx.dicom_jpeg_ybr,
+              "jpeg2000": fx.dicom_jpeg2000}
+    path = fx.with_regions(makers[kind](tmp_path / f"{kind}.dcm")[0], COL_MM, ROW_MM)
+    _force_answer(monkeypatch, MEASURE)
+    doc = _infer(capsys, path, "--out", tmp_path / "out", "--task", "measure", "--prompt", "kidney length")
+    out = tmp_path / "out" / _stem(path)
+    h, w = read_study(path).frames[0].pixels.shape[:2]
+    x1, y1, x2, y2 = grounding.line_from_grid(LINE_GRID, w, h)
+    truth = math.hypot((x2 - x1) * COL_MM, (y2 - y1) * ROW_MM)
+    assert doc["output_geometry"]["spacing_source"] == "ultrasound_regions"
+    (res,) = doc["results"]
+    (obj,) = res["objects"]
+    raw = json.loads((out / doc["outputs"]["markups"]).read_text())["markups"]
+    a, b = (np.array(p) for p in read_markups_json(out / doc["outputs"]["markups"])[0]["points_lps"])
+    stated = (_stated_mm(res["answer"]), obj["physical"]["length_mm"], raw[0]["measurements"][0]["value"],
+              float(np.linalg.norm(b - a)))
+    assert stated == pytest.approx((truth,) * 4, abs=0.01), stated
 
 
 def test_the_slicer_volume_gets_the_servers_calibration_and_its_line_measures_the_stated_length(tmp_path):

@@ -126,8 +126,8 @@ def test_one_forward_masks_equal_token_by_token(trained_tiny):
         suffix_ids = trained_tiny.tokenizer(
             "Segment the lesion in this ultrasound image.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
         )["input_ids"]
-        out = p._forward(state, torch.tensor([suffix_ids]), state.prefix_len)
-        decoded, _ = p._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
+        out = p._engine.forward(state, torch.tensor([suffix_ids]), state.prefix_len)
+        decoded, _ = p._engine._decode(state, out.logits[:, -1], state.prefix_len + len(suffix_ids))
         extra = state.cache.get_seq_length() - state.prefix_len
         state.cache.crop(-extra)
         queries[mode] = torch.stack(decoded[0].mask_queries)

@@ -19,7 +19,7 @@ import torch
 from conftest import make_image
 from qwen_small import plant_answer
 from umind_core import grounding, prompts
-from umind_core.modeling import qwen_layout, qwen_published, qwen_vocab
+from umind_core.tools import qwen_layout, qwen_published, qwen_vocab
 from umind_core.modeling.base_folder import safetensors_names
 from umind_core.modeling.umind import UMindModelError, UMindVL
 

@@ -112,7 +112,7 @@ def test_decode_conf_reaches_the_served_predictor(tmp_path):
     conf = parse_conf({"decode": "Eager"}, str(tmp_path))
     spec = Runtime.create(conf).spec()
     assert spec.decode == "eager" and spec.key != ModelSpec(*spec.key[:-1]).key
-    assert _load(spec)._fast is None  # eager: transformers' own forward, no fast decoder
+    assert _load(spec)._engine.fast is None  # eager: transformers' own forward, no fast decoder
 
 
 def test_caps_name_their_conf_key(tmp_path):

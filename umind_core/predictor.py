@@ -22,6 +22,10 @@ How the work is split:
   transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`, or one with frozen
   weights and autotuned products: `"tuned"`); `decode="eager"` is transformers' own forward, the reference the
   fast path is tested against.
+
+What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
+decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
+encodes and stacks the image prefixes, feeds the prompts and decodes, narrowing the cache as rows end.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ import itertools
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from . import grounding, prompts
+from .decode_batch import BatchDecoder, Decoded, ImageState, Row
 from .imageio import Frame
 from .modeling import fast_decode
 from .results import GroundedObject, Result
@@ -65,45 +70,10 @@ class Job:
     labels: Sequence[int] | None = None
 
 
-@dataclass
-class _Row:
-    """What one row of a batch asks: the task, the user's words and the built user text (with its warnings)."""
-
-    task: str
-    prompt: str | None
-    user_text: str
-    warnings: list[str]
-    suffix_ids: list[int]  # the tokens of the turn after the image prefix: what this row feeds
-
-
-@dataclass
-class _ImageState:
-    """What `set_image` keeps: the cache after the image prefix and the decoder's image features."""
-
-    frames: list[Frame]
-    cache: object
-    prefix_len: int  # the slot after the image prefix (the longest one when rows were stacked)
-    rope_delta: torch.Tensor  # (B, 1): M-RoPE position of slot 0 for the text after the image, per row
-    image_states: list[torch.Tensor]  # per frame (H, W, D)
-    encode_s: float
-
-    @property
-    def batch(self) -> int:
-        return len(self.frames)
-
-
-@dataclass
-class _Decoded:
-    """Greedy decoding output of one sequence."""
-
-    token_ids: list[int] = field(default_factory=list)
-    token_probs: list[float] = field(default_factory=list)  # probability of each chosen token (1.0 when forced)
-    forced: list[bool] = field(default_factory=list)  # True for the N-1 mask tokens appended without choosing
-    mask_queries: list[torch.Tensor] = field(default_factory=list)  # one (N, D) per mask group
-    truncated: bool = False
-
-
 class Predictor:
+    """One model's prompts answered on frames: `set_image` + `predict`, or batches (`predict_batch`,
+    `predict_many`). Thread-safe: one call runs at a time."""
+
     def __init__(
         self,
         model,
@@ -118,20 +88,28 @@ class Predictor:
         if batch_size < 1:
             raise PredictorError(f"batch_size must be at least 1, got {batch_size}")
         self.model = model
-        self.max_new_tokens = int(max_new_tokens)
         self.mask_threshold = float(mask_threshold)
-        self.one_forward_masks = bool(one_forward_masks)
-        self.batch_size = int(batch_size)
-        tok = model.tokenizer
-        self._eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
-        self._pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        self._state: _ImageState | None = None
+        self._state: ImageState | None = None
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
         try:
-            self._fast = fast_decode.for_predictor(model, decode)
+            fast = fast_decode.for_predictor(model, decode)
         except ValueError as exc:
             raise PredictorError(str(exc)) from None
+        self._engine = BatchDecoder(model, fast, max_new_tokens, one_forward_masks, batch_size)
+
+    # The decoding settings are the batch decoder's (one owner); read here as before.
+    @property
+    def max_new_tokens(self) -> int:
+        return self._engine.max_new_tokens
+
+    @property
+    def one_forward_masks(self) -> bool:
+        return self._engine.one_forward_masks
+
+    @property
+    def batch_size(self) -> int:
+        return self._engine.batch_size
 
     # ------------------------------------------------------------------ image
     @property
@@ -143,7 +121,7 @@ class Predictor:
         frame = _as_frame(image)
         with self._lock:
             self._state = None
-            self._state = self._encode([frame])
+            self._state = self._engine.encode([frame])
             self.last_stats = {"prefix_tokens": self._state.prefix_len}
 
     def reset_image(self) -> None:
@@ -216,7 +194,7 @@ class Predictor:
         return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
-    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame, _Row]], dict[int, PredictorError]]:
+    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame, Row]], dict[int, PredictorError]]:
         """(index, frame, row) of every job the Predictor accepts, and the error of each one it refuses.
         Jobs on one image object share one Frame, so that the image is encoded once."""
         ready, failed, frames = [], {}, {}
@@ -232,25 +210,25 @@ class Predictor:
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
-    def _answer(self, ready: list[tuple[int, Frame, _Row]], on_chunk=None, on_answer=None) -> list[Result]:
+    def _answer(self, ready: list[tuple[int, Frame, Row]], on_chunk=None, on_answer=None) -> list[Result]:
         """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index)."""
         order = {i: k for k, (i, _, _) in enumerate(ready)}
         results: list[Result | None] = [None] * len(ready)
         with self._lock:
-            for chunk in self._chunks(ready):
+            for chunk in self._engine.chunks(ready):
                 def on_row(b: int, res: Result, chunk=chunk) -> None:
                     i = chunk[b][0]
                     results[order[i]] = res
                     if on_answer is not None:
                         on_answer(i, res)
 
-                state = self._encode_rows([frame for _, frame, _ in chunk])
+                state = self._engine.encode_rows([frame for _, frame, _ in chunk])
                 self._run(state, [row for _, _, row in chunk], on_row)
                 if on_chunk is not None:
                     on_chunk(len(chunk))
         return results  # type: ignore[return-value]
 
-    def _row(self, task, prompt, box, points, labels, frame: Frame) -> _Row:
+    def _row(self, task, prompt, box, points, labels, frame: Frame) -> Row:
         """The user text for one frame; the visual prompt is checked and placed by `prompts.VisualPrompt`."""
         width, height = frame.size
         try:
@@ -262,277 +240,29 @@ class Predictor:
             task, prompt, box=grid_box, points=grid_points, labels=None if vp.labels is None else list(vp.labels)
         )
         suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
-        return _Row(task, prompt, user_text, list(warnings), suffix_ids)
+        return Row(task, prompt, user_text, list(warnings), suffix_ids)
 
-    def _stacks(self) -> bool:
-        """Whether rows of different prefixes and prompts can share a batch (the fast decoder's stacked cache)."""
-        return self._fast is not None and not self.model.training
-
-    def _chunks(self, ready: list) -> list[list]:
-        """Batches of at most `batch_size` jobs: same-size frames together (they encode as one batch); without
-        stacking, only jobs with one frame size and one user text share a batch."""
-        stacks = self._stacks()
-        groups: dict[tuple, list] = {}
-        for item in ready:
-            _, frame, row = item
-            groups.setdefault((frame.size,) if stacks else (frame.size, row.user_text), []).append(item)
-        runs = [[item for group in groups.values() for item in group]] if stacks else list(groups.values())
-        chunks = [run[s: s + self.batch_size] for run in runs for s in range(0, len(run), self.batch_size)]
-        # each batch's rows longest prompt first (see _feed_prompts); which jobs share a batch stays as it was
-        return [sorted(chunk, key=lambda item: -len(item[2].suffix_ids)) for chunk in chunks]
-
-    def _encode_rows(self, frames: list[Frame]) -> _ImageState:
-        """The state whose row i is frames[i]: each distinct frame encoded once, frames of one size together, and
-        rows of different prefixes stacked into one cache (right-aligned, the holes shifted out of RoPE)."""
-        distinct: dict[int, Frame] = {}
-        for frame in frames:
-            distinct.setdefault(id(frame), frame)
-        if not self._stacks() or (len(distinct) == len(frames) and len({f.size for f in frames}) == 1):
-            return self._encode(frames)
-        by_size: dict[tuple[int, int], list[Frame]] = {}
-        for frame in distinct.values():
-            by_size.setdefault(frame.size, []).append(frame)
-        where: dict[int, tuple[_ImageState, int]] = {}
-        for group in by_size.values():
-            state = self._encode(group)
-            for r, frame in enumerate(group):
-                where[id(frame)] = (state, r)
-        rows = [where[id(f)] for f in frames]
-        cache = self._fast.stack([(st.cache, r) for st, r in rows], self._answer_room())
-        length = cache.get_seq_length()
-        delta = torch.cat([st.rope_delta[r: r + 1] - (length - st.prefix_len) for st, r in rows])
-        states = {id(st): st for st, _ in rows}
-        return _ImageState(
-            frames=list(frames),
-            cache=cache,
-            prefix_len=length,
-            rope_delta=delta,
-            image_states=[st.image_states[r] for st, r in rows],
-            encode_s=sum(st.encode_s for st in states.values()),
-        )
-
-    def _answer_room(self) -> int:
-        return self.max_new_tokens + self.model.num_mask_tokens
-
-    def _encode(self, frames: list[Frame]) -> _ImageState:
-        model = self.model
-        t0 = time.perf_counter()
-        enc = model.processor(
-            images=[f.pixels for f in frames], text=[prompts.IMAGE_PREFIX] * len(frames), return_tensors="pt"
-        )
-        enc = _to_device(enc, model.device, model.dtype)
-        position_ids, delta = model.qwen.model.get_rope_index(
-            enc["input_ids"], enc["mm_token_type_ids"], image_grid_thw=enc["image_grid_thw"]
-        )
-        with torch.no_grad():
-            out = model(
-                input_ids=enc["input_ids"],
-                pixel_values=enc["pixel_values"],
-                image_grid_thw=enc["image_grid_thw"],
-                mm_token_type_ids=enc["mm_token_type_ids"],
-                position_ids=position_ids,
-                use_cache=True,
-                decode_masks=False,
-            )
-        spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
-        image_states = [model.image_states(out.hidden_states[b], spans[b][0]) for b in range(len(frames))]
-        cache = out.cache
-        if self._fast is not None:  # room for a prompt, the answer and a mask group; grows if a prompt needs more
-            cache = self._fast.adopt(cache, answer_tokens=self._answer_room())
-        return _ImageState(
-            frames=frames,
-            cache=cache,
-            prefix_len=int(enc["input_ids"].shape[1]),
-            rope_delta=delta.to(model.device),
-            image_states=image_states,
-            encode_s=time.perf_counter() - t0,
-        )
-
-    def _forward(self, state: _ImageState, ids: torch.Tensor, start: int, delta: torch.Tensor | None = None,
-                 pad: torch.Tensor | None = None):
-        """Feed `ids` (B, k) at cache slots start..start+k-1, slot s of row b at text position s + delta[b]
-        (default: the state's); `pad` (B, k) marks left padding of a shorter prompt (stacked caches only)."""
-        k = ids.shape[1]
-        delta = state.rope_delta if delta is None else delta
-        pos = torch.arange(start, start + k, device=ids.device)[None, :] + delta
-        if isinstance(state.cache, fast_decode.StaticKVCache):
-            return self._fast.forward(state.cache, ids, pos, start, pad)
-        if pad is not None:
-            raise RuntimeError("prompts of different lengths in one batch need the fast decoder's cache")
-        position_ids = pos[None].expand(3, -1, -1)
-        with torch.no_grad():
-            return self.model(
-                input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
-            )
-
-    def _run(self, state: _ImageState, rows: list[_Row], on_row=None) -> list[Result]:
-        """Answer row b's prompt on row b of `state`; the cache goes back to the image prefix afterwards.
-
-        Each row's Result is built the moment its answer ends (`on_row(b, result)` then), not when the batch's
-        longest answer does: a caller whose segment is done need not wait for another's report.
-        """
-        model = self.model
-        t0 = time.perf_counter()
-        ids, pad, shift = self._prompt_ids(rows, model.device)
-        delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
+    def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
+        """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
+        its answer ends (`on_row(b, result)` then), so a caller whose segment is done need not wait for another's
+        report."""
         batch = state.batch
         results: list[Result | None] = [None] * batch
-        t1 = t0
 
-        def finish(b: int, dec: _Decoded) -> None:
-            decode_s = time.perf_counter() - t1
+        def finish(b: int, dec: Decoded, prompt_s: float, decode_s: float) -> None:
             res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
-            res.timings.update(encode_s=state.encode_s / batch, prompt_s=(t1 - t0) / batch, decode_s=decode_s / batch)
+            res.timings.update(encode_s=state.encode_s / batch, prompt_s=prompt_s / batch, decode_s=decode_s / batch)
             results[b] = res
             if on_row is not None:
                 on_row(b, res)
 
-        try:
-            out = self._feed_prompts(state, ids, delta, pad)
-            t1 = time.perf_counter()
-            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta, finish)
-        finally:
-            extra = state.cache.get_seq_length() - state.prefix_len
-            if extra > 0:  # back to the image prefix for the next prompt
-                state.cache.crop(-extra)
-        self.last_stats = {
-            "prefix_tokens": state.prefix_len,
-            "prompt_tokens": int(ids.shape[1]),
-            "generated_tokens": max(len(d.token_ids) for d in decoded),
-            "processed_tokens": int(ids.shape[1]) + fed,
-        }
+        self.last_stats = self._engine.run(state, [row.suffix_ids for row in rows], finish)
         return results  # type: ignore[return-value]
 
-    def _prompt_ids(self, rows: list[_Row], device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k."""
-        per_row = [row.suffix_ids for row in rows]
-        width = max(len(ids) for ids in per_row)
-        shift = torch.tensor([width - len(ids) for ids in per_row], device=device)
-        ids = torch.tensor([[self._pad_id] * (width - len(r)) + r for r in per_row], device=device)
-        if not bool(shift.any()):
-            return ids, None, shift
-        pad = torch.arange(width, device=device)[None, :] < shift[:, None]
-        return ids, pad, shift
-
-    def _feed_prompts(self, state: _ImageState, ids: torch.Tensor, delta: torch.Tensor, pad: torch.Tensor | None):
-        """Feed the rows' prompts (left-padded to one width) after the image prefix; the forward of the last part.
-
-        Why in two parts where it pays: padding costs what real tokens do, and prompts differ in length (62 tokens
-        with clicks, 17-32 without: in a batch of 8 mixed requests 270 of 496 positions were real). Rows come
-        longest first (`_chunks`), so the first part feeds only the leading rows' first columns, through a view
-        of their cache rows, and the second part every row from there (`_prompt_split` picks the column).
-        """
-        start = state.prefix_len
-        split = _prompt_split(pad, state.cache, state.batch)
-        if split is None:
-            return self._forward(state, ids, start, delta, pad)
-        n, p = split
-        state.cache.ensure(start + ids.shape[1])
-        state.cache.mark(start, pad)  # every row's holes, the columns of the first part included
-        self._forward(replace(state, cache=state.cache.leading(n)), ids[:n, :p], start, delta[:n], pad[:n, :p])
-        return self._forward(state, ids[:, p:], start + p, delta, pad[:, p:])
-
-    def _decode(self, state: _ImageState, logits: torch.Tensor, start: int,
-                delta: torch.Tensor | None = None, on_done=None) -> tuple[list[_Decoded], int]:
-        """Greedy decoding on the cache; returns per-sequence output and the number of positions fed.
-        `on_done(b, decoded)` is called as sequence b ends, before the others go on.
-
-        `lanes[r]` is the sequence that row r of the cache (and of `logits`) decodes: all of them at first, then,
-        once enough have finished, only the live ones on a smaller cache (`_narrowed`).
-        """
-        model = self.model
-        n_mask, seg_id = model.num_mask_tokens, model.seg_mask_id
-        batch = state.batch
-        decoded = [_Decoded() for _ in range(batch)]
-        pending: list[list[int]] = [[] for _ in range(batch)]  # tokens chosen but not yet fed
-        groups: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # states of the mask group being fed
-        done = [False] * batch
-        lanes = list(range(batch))
-        cursor, fed = start, 0
-        while True:
-            for b in self._choose(decoded, pending, done, lanes, logits):
-                if on_done is not None:
-                    on_done(b, decoded[b])
-            if all(done):
-                break
-            state, delta, lanes = self._narrowed(state, delta, lanes, done)
-            k = min(len(pending[b]) for b in lanes if not done[b])
-            if not self.one_forward_masks:
-                k = 1
-            rows = [pending[b][:k] if not done[b] else [self._pad_id] * k for b in lanes]
-            out = self._forward(state, torch.tensor(rows, device=model.device), cursor, delta)
-            cursor += k
-            fed += k
-            for r, b in enumerate(lanes):
-                if done[b]:
-                    continue
-                for j, tok in enumerate(pending[b][:k]):
-                    if tok == seg_id:
-                        groups[b].append(out.hidden_states[r, j])
-                        if len(groups[b]) == n_mask:
-                            decoded[b].mask_queries.append(torch.stack(groups[b]))
-                            groups[b] = []
-                pending[b] = pending[b][k:]
-            logits = out.logits[:, -1]
-        return decoded, fed
-
-    def _choose(self, decoded: list[_Decoded], pending: list[list[int]], done: list[bool], lanes: list[int],
-                logits: torch.Tensor) -> list[int]:
-        """Pick the next token of every sequence that has nothing left to feed, all rows in one softmax: set what
-        to feed next (`pending`), or mark it done. A mask token forces the other N-1 of its group. Returns the
-        sequences that ended here."""
-        rows, ended = [], []
-        for r, b in enumerate(lanes):
-            if done[b] or pending[b]:
-                continue
-            if len(decoded[b].token_ids) >= self.max_new_tokens:
-                decoded[b].truncated, done[b] = True, True
-                ended.append(b)
-            else:
-                rows.append(r)
-        if not rows:
-            return ended
-        probs = torch.softmax(logits[rows].float(), dim=-1)
-        tokens = torch.argmax(probs, dim=-1)
-        chosen = probs.gather(1, tokens[:, None])[:, 0]
-        seg_id, extra = self.model.seg_mask_id, self.model.num_mask_tokens - 1
-        for r, tok, prob in zip(rows, tokens.tolist(), chosen.tolist()):
-            dec, b = decoded[lanes[r]], lanes[r]
-            dec.token_ids.append(tok)
-            dec.token_probs.append(prob)
-            dec.forced.append(False)
-            if tok in self._eos_ids:
-                done[b] = True
-                ended.append(b)
-            elif tok != seg_id:
-                pending[b] = [tok]
-            else:
-                dec.token_ids.extend([seg_id] * extra)
-                dec.token_probs.extend([1.0] * extra)
-                dec.forced.extend([True] * extra)
-                pending[b] = [seg_id] * (extra + 1)
-        return ended
-
-    def _narrowed(self, state: _ImageState, delta, lanes: list[int], done: list[bool]):
-        """(state, delta, lanes) to decode the next step with: the same, or, once the live sequences fit half the
-        cache's rows (see `FastDecoder.narrowed`), a copy holding only them.
-
-        Why: a batch decodes until its longest answer (a 77-token diagnosis beside 20-token segments), and a
-        step of 8 rows costs 2-3.5 times one of 1. The caller's state keeps its own cache.
-        """
-        if not isinstance(state.cache, fast_decode.StaticKVCache):
-            return state, delta, lanes
-        delta = state.rope_delta if delta is None else delta
-        live = [r for r, b in enumerate(lanes) if not done[b]]
-        cache = self._fast.narrowed(state.cache, live)
-        if cache is None:
-            return state, delta, lanes
-        return replace(state, cache=cache), delta[live], [lanes[r] for r in live]
-
-    def _result(self, state: _ImageState, b: int, dec: _Decoded, task, prompt, warnings) -> Result:
+    def _result(self, state: ImageState, b: int, dec: Decoded, task, prompt, warnings) -> Result:
         model, frame = self.model, state.frames[b]
         width, height = frame.size
-        ids = [t for t in dec.token_ids if t not in self._eos_ids]
+        ids = [t for t in dec.token_ids if t not in self._engine.eos_ids]
         text = model.tokenizer.decode(ids, skip_special_tokens=False)
         parsed = grounding.parse(text)
         warnings.extend(parsed.warnings)
@@ -583,7 +313,7 @@ class Predictor:
         result.attach_geometry(frame)
         return result
 
-    def _masks(self, state: _ImageState, b: int, dec: _Decoded, size: tuple[int, int]):
+    def _masks(self, state: ImageState, b: int, dec: Decoded, size: tuple[int, int]):
         if not dec.mask_queries:
             return [], [], None
         with torch.no_grad():
@@ -634,31 +364,7 @@ def _as_frame(image: Frame | np.ndarray) -> Frame:
     return Frame(pixels=pixels, spacing=None, index=0, source=source)
 
 
-# What one more forward costs, in prompt positions. On the demo model a prompt forward cost 0.8-1.8 ms beside
-# about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
-PROMPT_PART_POSITIONS = 32
-
-
-def _prompt_split(pad: torch.Tensor | None, cache, batch: int) -> tuple[int, int] | None:
-    """(n, p): feed the first p columns of the first n rows apart, then columns p.. of every row, where that costs
-    fewer positions (counting PROMPT_PART_POSITIONS for the extra forward) than one padded forward; else None.
-    Only on a static cache whose rows are the batch's (no bucket rows) and whose rows come longest first."""
-    if pad is None or not isinstance(cache, fast_decode.StaticKVCache) or cache.rows != batch:
-        return None
-    shift = pad.sum(dim=1).tolist()  # each row's left padding
-    if shift != sorted(shift):
-        return None
-    rows, width = pad.shape
-    best, split = rows * width, None
-    for p in sorted(set(shift) - {0}):
-        n = sum(s < p for s in shift)
-        cost = PROMPT_PART_POSITIONS + n * p + rows * (width - p)
-        if cost < best:
-            best, split = cost, (n, p)
-    return split
-
-
-def _confidence(dec: _Decoded, mask_entropy: float | None) -> dict[str, float]:
+def _confidence(dec: Decoded, mask_entropy: float | None) -> dict[str, float]:
     """Uncertainty signals of one answer: chosen-token probabilities (forced mask tokens excluded) and the
     mean binary entropy of its mask pixels."""
     chosen = [p for p, forced in zip(dec.token_probs, dec.forced) if not forced]
@@ -668,15 +374,6 @@ def _confidence(dec: _Decoded, mask_entropy: float | None) -> dict[str, float]:
         out["token_prob_min"] = float(np.min(chosen))
     if mask_entropy is not None:
         out["mask_entropy"] = mask_entropy
-    return out
-
-
-def _to_device(enc, device, dtype) -> dict:
-    out = {}
-    for key, value in dict(enc).items():
-        if torch.is_tensor(value):
-            value = value.to(device, dtype) if value.is_floating_point() else value.to(device)
-        out[key] = value
     return out
 
 

@@ -303,9 +303,7 @@ class UMindVL(nn.Module):
         """
         if segment_ids is not None:
             if position_ids is None:
-                position_ids, _ = self.qwen.model.get_rope_index(
-                    input_ids, mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask
-                )
+                position_ids, _ = self.rope_index(input_ids, mm_token_type_ids, image_grid_thw, attention_mask)
             position_ids = packed_position_ids(position_ids, segment_ids)
             attention_mask = packed_attention_mask(segment_ids)
         out = self.qwen.model(
@@ -334,6 +332,15 @@ class UMindVL(nn.Module):
         if losses:
             result.loss = torch.stack(losses).sum()
         return result
+
+    def rope_index(self, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, image_grid_thw: torch.Tensor,
+                   attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(position_ids (3, B, L), delta (B, 1)): Qwen3-VL's M-RoPE positions of sequences with images, and the
+        offset that places text after them (slot s at position s + delta). Here so that decoding on a cached image
+        prefix (`decode_batch`) reads it from this model's interface, not from inside transformers' model."""
+        return self.qwen.model.get_rope_index(
+            input_ids, mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask
+        )
 
     def mask_loss(
         self, mask_logits: Sequence[torch.Tensor], mask_targets: Sequence[torch.Tensor | None]
