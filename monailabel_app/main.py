@@ -139,6 +139,9 @@ class UMindApp(MONAILabelApp):
             logger.info(f"umind: conf version {self.umind_conf.version}: rolling back")
             versions.rollback(self.umind_conf.version, force=True)
         super().on_init_complete()
+        # the newest run was killed (by the last server's stop, settled then, or found dead now): its labels are
+        # still due, so train again now rather than at the next label save
+        self.trigger.after_killed_runs([r for r in versions.runs()[-1:] if r.get("status") == "killed"])
 
     def _on_shutdown(self, why: str, pids: list[int]) -> None:
         """Record a training run the shutdown killed as killed (its labels count again for the next run)."""

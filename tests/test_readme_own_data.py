@@ -88,7 +88,7 @@ def test_the_guide_is_five_commands_in_the_documented_order():
 def test_commands_one_to_four_import_train_and_evaluate(user):
     for command in readme_commands()[:4]:
         done = subprocess.run(["bash", "-c", _substitute(command, user["studies"])], cwd=user["work"],
-                              env=user["env"], capture_output=True, text=True, timeout=1200)
+                              env=user["env"], capture_output=True, text=True, timeout=1200, check=False)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     work = user["work"]
     train = [json.loads(line) for line in (work / "data/thyroid/manifest.jsonl").read_text().splitlines()]
@@ -97,8 +97,9 @@ def test_commands_one_to_four_import_train_and_evaluate(user):
     assert (final / "umind_config.json").is_file() and any(final.rglob("adapter_model.safetensors"))
     metrics = json.loads((work / "eval/thyroid/metrics.json").read_text())
     assert (work / "eval/thyroid/report.md").is_file()
-    flat = json.dumps(metrics)
-    assert "thyroid" in flat and "segment" in flat, flat[:500]
+    seg = metrics["metrics"]["segmentation"]
+    assert seg["n"] >= 3 and 0.0 <= seg["mean"] <= 1.0, seg  # the three held-out glands, scored
+    assert {s["id"] for s in metrics["samples"]} == {"case40", "case41", "case42"}
 
 
 def test_command_five_serves_the_fine_tuned_model(user):

@@ -1,7 +1,7 @@
 """Operations that refuse what they cannot do, against the real server: a rollback to a missing version is a 400
 when it arrives, a rejected version is served only when forced (and /info says so), a version whose base moved
 still loads, /info shows the running train's progress, and SIGTERM to the server ends its training subprocess,
-which the next start reports as killed.
+which the next start reports as killed and, with the retrain trigger on, trains again.
 
 One server for the file, tests in order; the workdir starts with version 1, rejected, made offline on a base
 folder that was then moved to where conf `model` now points.
@@ -135,5 +135,18 @@ def test_sigterm_stops_the_training_subprocess_and_the_next_start_reports_it(ser
         last = next(r for r in reversed(info["runs"]) if r.get("version") == version)
         assert last["status"] == "killed" and "SIGTERM" in info["last_error"]
         assert info["train_progress"] is None and info["trigger"]["since_last_run"] == 3  # its labels count again
+        assert info["trigger"]["runs_started"] == 0  # retrain_every 0: nothing starts on its own
     finally:
         again.stop()
+
+    # with the trigger on, the killed run's labels are due at start: the server trains again without a new save
+    rerun = start_server(server.studies, {**server.conf, "retrain_every": "3"}, server.root / "server3.log",
+                         env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
+    try:
+        assert umind_info(rerun)["trigger"]["runs_started"] == 1
+        assert rerun.wait_train(600)["status"] == "DONE"
+        runs = umind_info(rerun)["runs"]
+        assert runs[-1]["status"] in ("promoted", "rejected"), runs[-1]
+        assert umind_info(rerun)["trigger"]["since_last_run"] == 0
+    finally:
+        rerun.stop()

@@ -45,6 +45,17 @@ class RetrainTrigger:
 
     def on_label(self, image_id: str) -> dict:
         """Count one saved label; start a run when K are due. Never raises: the save already succeeded."""
+        return self._maybe_start(f"label of {image_id}")
+
+    def after_killed_runs(self, killed: list[dict]) -> dict | None:
+        """At server start: a run the last server's stop (or a crash) killed is started again when its labels
+        are still due, instead of waiting for the next label save. Failed runs are not retried here (a run that
+        fails on its data would fail on every start)."""
+        if not killed:
+            return None
+        return self._maybe_start(f"start: run {', '.join(str(r.get('version')) for r in killed)} was killed")
+
+    def _maybe_start(self, why: str) -> dict:
         if self.every <= 0:
             return {"retrain": "disabled"}
         with self._lock:
@@ -57,7 +68,7 @@ class RetrainTrigger:
                     self._start()
                     self._runs_started += 1
                     status = "started"
-                logger.info(f"umind retrain trigger after label of {image_id}: {status} ({since} new labels)")
+                logger.info(f"umind retrain trigger after {why}: {status} ({since} new labels)")
                 return {"retrain": status, "labels_since_last_run": since, "retrain_every": self.every}
             except Exception as exc:
                 logger.exception("umind retrain trigger failed")
