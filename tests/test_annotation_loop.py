@@ -321,6 +321,19 @@ def test_trigger_counts_labels_beyond_the_last_completed_run():
     assert RetrainTrigger(0, start, lambda: 9, lambda: 0).on_label("x") == {"retrain": "disabled"}
 
 
+def test_trigger_restarts_a_killed_run_at_server_start_only_when_its_labels_are_due():
+    from lib.retrain import RetrainTrigger
+
+    started = []
+    due = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: 5, consumed=lambda: 0, busy=lambda: False)
+    assert due.after_killed_runs([]) is None and started == []  # nothing was killed: wait for label saves
+    assert due.after_killed_runs([{"version": 4, "status": "killed"}])["retrain"] == "started" and started == [1]
+    few = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: 2, consumed=lambda: 0, busy=lambda: False)
+    assert few.after_killed_runs([{"version": 4, "status": "killed"}])["retrain"] == "counting" and len(started) == 1
+    off = RetrainTrigger(0, lambda: started.append(1), labeled=lambda: 9, consumed=lambda: 0)
+    assert off.after_killed_runs([{"version": 4}]) == {"retrain": "disabled"} and len(started) == 1
+
+
 def test_random_strategy_serves_only_unlabeled_images_even_when_asked_twice_a_second():
     """MONAI Label's stock Random weighted images by seconds since last served: 0 for all -> a bare 500."""
     from lib.activelearning import RandomUnlabeled
@@ -368,11 +381,13 @@ def test_labelled_images_count_for_the_names_their_labels_give():
 
 
 def test_the_app_builds_the_trainers_config_and_the_trainer_validates_it(tmp_path):
-    from lib.conf import ConfError, TrainParams, parse_train_params
+    from lib.conf import ConfError, parse_train_params
+    from umind_core.training.config import TrainConfig
 
     params = parse_train_params({"lr": "3e-4", "max_steps": "40", "batch_size": "4"})
     config = params.trainer_config(tmp_path, val_fraction=0.0, full=False)
-    assert (config.lr, config.max_steps, config.batch_size, config.epochs) == (3e-4, 40, 4, TrainParams.epochs)
+    assert (config.lr, config.max_steps, config.batch_size, config.epochs) == (3e-4, 40, 4,
+                                                                              TrainConfig(output_dir="x").epochs)
     assert (config.val_fraction, config.full, config.output_dir) == (0.0, False, str(tmp_path))
     # the app's parser let warmup_ratio 1 through and the run failed; the trainer's own rule now refuses it here
     with pytest.raises(ConfError, match="warmup_ratio"):

@@ -1,20 +1,13 @@
-"""umind_core.frames: one frame-spec grammar and one "current" for the CLI and the server, and the Slicer
-module's mirror of the grammar (it cannot import umind_core inside Slicer) held to the same cases."""
+"""umind_core.frames: one frame-spec grammar and one "current" for the CLI and the server (the Slicer module's
+copy of "current" is held to it in tests/test_one_owner.py; the module sends no other spec than current or all)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from umind_core.frames import FrameSpecError, current_frame, parse_frames
 from umind_core.imageio import Geometry
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"))
-from UMindLib import requests as slicer_requests  # noqa: E402
-from UMindLib.requests import RequestError  # noqa: E402
 
 EYE = tuple(float(v) for v in np.eye(3).ravel())
 
@@ -60,25 +53,3 @@ def test_past_the_end_is_clipped_or_refused_as_the_caller_says():
             parse_frames("9").select(cine, "c", past_end=past_end)
     with pytest.raises(FrameSpecError, match="frame 8 is out of range"):
         parse_frames([1, 8]).select(cine)
-
-
-MIRROR_CASES = ["current", "all", " ALL ", "0", "4", " 3 - 10 ", "2:5", "3-", "6-6", "0-4", "2-7", "5-2", "x",
-                "-3", "1.5", "1,2", "a-b", "7", "4-"]
-
-
-@pytest.mark.parametrize("text", MIRROR_CASES)
-@pytest.mark.parametrize("n", [1, 5, 20])
-def test_slicer_mirror_accepts_and_means_what_core_does(text, n):
-    """What the Slicer module sends is what the server reads: accepted alike, and the same frames."""
-    cine = _geo("cine", n)
-    try:
-        want = parse_frames(text).select(cine, current=0, past_end="refuse")
-    except FrameSpecError:
-        want = None
-    try:
-        sent = slicer_requests.parse_frames(text, n)
-    except RequestError:
-        sent = None
-    assert (sent is None) == (want is None), (text, n, sent, want)
-    if sent is not None:
-        assert parse_frames(sent).select(cine, current=0, past_end="refuse") == want

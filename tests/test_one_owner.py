@@ -7,7 +7,12 @@ the app) are held to the owner here, on tables of cases.
   `requests.TASK_PRESETS`);
 - label painting: `umind_core.painter.LabelPainter` (Slicer: `UMindLib.painter`);
 - box IoU: `umind_core.evaluation.metrics.box_iou`;
-- format sniffing and header reading: `umind_core.imageio` (`sniff_format`, `detect_format`, `read_header`).
+- format sniffing and header reading: `umind_core.imageio` (`sniff_format`, `detect_format`, `read_header`);
+- the current frame: `umind_core.frames.current_frame` (the server's frame specs and interactive requests;
+  Slicer: `UMindLib.requests.current_frame`, used by the session and the panel);
+- training settings: `umind_core.training.config.TrainConfig` (names, types, ranges, defaults) and its one
+  validator `check_setting` (the CLI's flags, the app's recipe `lib/conf.py SERVER_RECIPE`, conf keys and train
+  requests; the app's loop settings are declared with the same `setting`).
 """
 
 from __future__ import annotations
@@ -243,3 +248,173 @@ def test_the_server_sniffs_and_reads_headers_with_imageio(tmp_path):
     bad.write_bytes(b"not a png")
     with pytest.raises(imageio.ImageReadError, match=r"e\.png: cannot read png data \(header: "):
         imageio.read_header(bad)
+
+
+# ------------------------------------------------------------------------------------------ training settings
+
+def test_the_servers_training_defaults_are_trainconfigs_but_the_declared_recipe():
+    """The app states no trainer default of its own: TrainConfig's, except the SERVER_RECIPE table."""
+    import dataclasses
+
+    from lib.conf import SERVER_RECIPE, TrainParams, parse_conf, server_recipe
+    from umind_core.training.config import TrainConfig
+
+    defaults = TrainConfig(output_dir="x")
+    for params in (TrainParams(), parse_conf({}, "/nonexistent/studies").train):
+        run = params.trainer_config("out")
+        for f in dataclasses.fields(TrainConfig):
+            want = "out" if f.name == "output_dir" else SERVER_RECIPE.get(f.name, getattr(defaults, f.name))
+            assert getattr(run, f.name) == want, f.name
+    assert set(SERVER_RECIPE) < {f.name for f in dataclasses.fields(TrainConfig)}
+    # the values the server has trained with (the loop benchmark's recipe, docs/configuration.md)
+    run = server_recipe()
+    assert (run.epochs, run.max_steps, run.lr, run.batch_size, run.warmup_ratio, run.seed) == (5, 40, 3e-4, 4, 0.05, 0)
+    assert (run.val_fraction, run.full, run.progress, run.keep_checkpoints) == (0.0, False, False, 1)
+
+
+def test_conf_keeps_no_validator_table_of_its_own():
+    """lib/conf.py reads train keys through TrainConfig's validator; its own parsers serve the other conf keys."""
+    import ast
+
+    import lib.conf as conf
+
+    tree = ast.parse((ROOT / "monailabel_app" / "lib" / "conf.py").read_text(encoding="utf-8"))
+    called = [node.args[0].value for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("_int", "_float", "_bool", "_choice")
+              and node.args and isinstance(node.args[0], ast.Constant)]
+    assert called and not set(called) & set(conf.train_keys()), set(called) & set(conf.train_keys())
+    tables = [name for name, value in vars(conf).items() if isinstance(value, dict) and value
+              and all(callable(v) for v in value.values())]
+    assert tables == [], tables
+
+
+@pytest.mark.parametrize("values,words", [
+    ({"lr": "fast"}, "lr must be a number"), ({"lr": True}, "lr must be a number"),
+    ({"warmup_ratio": "1"}, "warmup_ratio"),
+    ({"batch_size": "1.5"}, "batch_size must be an integer"), ({"batch_size": 2.0}, "batch_size must be an integer"),
+    ({"max_steps": "-1"}, "max_steps"), ({"seed": "-1"}, "seed"), ({"epochs": "0"}, "epochs"),
+    ({"val_fraction": "0.95"}, "val_fraction"), ({"promote_tolerance": "2"}, "promote_tolerance"),
+    ({"gate_noise_z": "11"}, "gate_noise_z"), ({"rehearsal_pool": "-1"}, "rehearsal_pool"),
+])
+def test_every_door_refuses_a_bad_train_value_by_its_name(values, words):
+    """The conf and a train request (lib/task_requests.py calls parse_train_params) read with one validator."""
+    from lib.conf import ConfError, parse_conf, parse_train_params
+
+    with pytest.raises(ConfError, match=words):
+        parse_train_params(values)
+    with pytest.raises(ConfError, match=words):
+        parse_conf({k: str(v) for k, v in values.items()}, "/nonexistent/studies")
+
+
+def test_conf_strings_and_request_values_mean_the_same_setting():
+    from lib.conf import TrainParams, parse_train_params
+
+    sent = {"max_steps": "0", "lr": " 1e-3 ", "epochs": "2", "promote_tolerance": "0.05", "seed": "3",
+            "rehearsal_pool": "4"}
+    p = parse_train_params(sent)
+    assert (p.trainer.max_steps, p.trainer.lr, p.trainer.epochs, p.score_tolerance, p.seed) == (
+        None, 1e-3, 2.0, 0.05, 3)
+    assert parse_train_params({"max_steps": 0, "lr": 1e-3, "epochs": 2, "score_tolerance": 0.05, "seed": 3,
+                               "rehearsal_pool": 4}) == p
+    assert parse_train_params({"score_tolerance": "0.1", "promote_tolerance": "0.3"}).score_tolerance == 0.1
+    assert parse_train_params({}, base=p) == p and parse_train_params({"lr": None, "seed": ""}) == TrainParams()
+
+
+def test_the_train_keys_are_declared_once():
+    """The request check, the task's /info config and the run record all name conf.train_keys()."""
+    from lib.conf import TRAIN_ALIASES, TrainParams, train_keys
+    from lib.task_requests import DECLARED
+
+    assert DECLARED["train"] == set(train_keys()) | {"rollback", "force"}
+    record = TrainParams().record()
+    assert set(record) == set(train_keys()) - set(TRAIN_ALIASES)
+
+
+def test_every_trainconfig_field_is_a_cli_flag():
+    import argparse
+    import dataclasses
+
+    from umind_core.commands.train import add_train_arguments
+    from umind_core.training.config import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    flags = {a.dest for a in parser._actions}
+    own = {"output_dir": "out", "full": "full", "pack": "no_pack", "progress": "no_progress"}
+    for f in dataclasses.fields(TrainConfig):
+        assert own.get(f.name, f.name) in flags, f.name
+    args = parser.parse_args(["--manifest", "m", "--out", "o"])
+    defaults = TrainConfig(output_dir="o")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in own and f.name != "mixed_precision":  # its flag adds "auto"
+            assert getattr(args, f.name) == getattr(defaults, f.name), f.name
+
+
+def test_mask_loss_weight_has_one_owner_the_training_run(caplog):
+    """TrainConfig owns it; the trainer writes it into the model config and says so when it replaces another."""
+    import logging
+
+    from umind_core.training.config import TrainConfig
+    from umind_core.training.trainer import _apply_mask_loss_weight
+
+    model = types.SimpleNamespace(config=types.SimpleNamespace(mask_loss_weight=1.0))
+    with caplog.at_level(logging.INFO, logger="umind_core.training.trainer"):
+        _apply_mask_loss_weight(model, TrainConfig(output_dir="x"))
+        assert model.config.mask_loss_weight == 1.0 and "mask_loss_weight" not in caplog.text
+        _apply_mask_loss_weight(model, TrainConfig(output_dir="x", mask_loss_weight=0.5))
+    assert model.config.mask_loss_weight == 0.5 and "replaces the model's stored 1.0" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------- current frame
+
+FRAME_CASES = [(kind, n, current) for kind in ("2d", "cine", "volume") for n in (1, 2, 3, 7, 8)
+               for current in (None, 0, n - 1, n // 2)]
+
+
+@pytest.mark.parametrize("kind,n,current", FRAME_CASES)
+def test_the_slicer_current_frame_is_the_core_rule(kind, n, current):
+    from UMindLib.requests import current_frame as slicer_current_frame
+
+    from umind_core.frames import current_frame
+
+    assert slicer_current_frame(kind, n, current) == current_frame(kind, n, current)
+
+
+def _frames_geometry(kind: str, n: int):
+    from umind_core.imageio import Geometry
+
+    eye = tuple(float(v) for v in np.eye(3).ravel())
+    if kind == "2d":
+        return Geometry("2d", (20, 20), (1.0, 1.0), (0.0, 0.0), (1.0, 0.0, 0.0, 1.0))
+    return Geometry(kind, (n, 20, 20), (1.0,) * 3, (0.0,) * 3, eye, format="nrrd")
+
+
+@pytest.mark.parametrize("kind,n", [("2d", 1), ("cine", 7), ("volume", 7), ("volume", 8)])
+def test_the_servers_frame_choices_take_the_core_rule(kind, n):
+    """Without a `slice` or prompts, an interactive request and frames=current land where the core rule says;
+    the Slicer session, given no view, picks the same frame of the same image."""
+    from lib.params import visual_prompt
+    from UMindLib.requests import current_frame as slicer_current_frame
+
+    from umind_core.frames import current_frame, parse_frames
+
+    geometry = _frames_geometry(kind, n)
+    want = current_frame(kind, n)
+    assert visual_prompt({}, geometry)[0] == want == parse_frames("current").select(geometry)[0]
+    assert slicer_current_frame(kind, n) == want
+    last = n - 1
+    assert visual_prompt({"slice": last}, geometry)[0] == last
+    assert parse_frames("current").select(geometry, current=last) == [last]
+    if kind != "2d":  # a click names its frame when no slice is sent
+        assert visual_prompt({"foreground": [[3, 4, last]]}, geometry)[0] == last
+
+
+def test_what_the_slicer_module_sends_as_frames_the_server_reads():
+    from UMindLib.requests import ImageTarget, RunRequest, build_infer_request
+
+    from umind_core.frames import parse_frames
+
+    target = ImageTarget("im", np.eye(4), (20, 20, 7), 7, 5)
+    for all_frames, want in ((False, [5]), (True, list(range(7)))):
+        params = build_infer_request(RunRequest("segment", prompt="lesion", all_frames=all_frames), target).params
+        assert parse_frames(params["frames"]).select(_frames_geometry("volume", 7), current=params["slice"]) == want

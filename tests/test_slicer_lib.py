@@ -29,7 +29,7 @@ from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa
 from UMindLib.replies import (InferReply, ParsedReply, ReplyError, ServerResult, parse_reply,  # noqa: E402
                               train_progress)
 from UMindLib.requests import (ImageTarget, RequestError, RoiBox, RunRequest,  # noqa: E402
-                               build_infer_request, model_for_task, parse_frames)
+                               build_infer_request, model_for_task)
 from UMindLib.workflow import UMindSession, markup_positions, roi_box  # noqa: E402
 
 SPACING = (0.5, 0.25, 2.0)
@@ -286,9 +286,6 @@ def test_request_presets_and_errors(volume):
     outside = geo.ijk_to_ras(g.ijk_to_ras, (70, 1, 0))
     with pytest.raises(RequestError, match="positive point .* outside"):
         build_infer_request(RunRequest(task="segment", foreground=[outside]), target)
-    assert parse_frames(" 3 - 10 ", 20) == "3-10" and parse_frames("4") == "4-4"
-    with pytest.raises(RequestError, match="0..4"):
-        parse_frames("2-7", 5)
     assert model_for_task("segment", True, ["umind_segment"]) == "umind_segment"
     with pytest.raises(RequestError, match="no model"):
         model_for_task("detect", False, ["umind_segment"])

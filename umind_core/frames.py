@@ -13,8 +13,10 @@ answer the same spec the same way:
   one spec to inputs of different lengths, so the CLI clips; a server request is about one image, so it
   refuses. A start past the last frame is an error either way.
 
-The Slicer module cannot import this package (it is not installed inside Slicer); its `requests.parse_frames`
-mirrors this grammar and `tests/test_frames.py` holds both to the same cases.
+`current_frame` is the one owner of "current" in the CLI and the server (`FrameSpec.select` here, the app's
+`lib/params.visual_prompt` for an interactive request). The Slicer module cannot import this package (it is not
+installed inside Slicer): its one copy is `UMindLib.requests.current_frame`, which `tests/test_one_owner.py`
+holds to this one, and it sends only "current" or "all" as the frame spec.
 """
 
 from __future__ import annotations

@@ -7,16 +7,17 @@ failing the first request (or, worse, the first training run an hour later).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from umind_core.modeling.fast_decode import DECODE_MODES
 from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
-from umind_core.training.config import TrainConfig, TrainingError
+from umind_core.training.config import TrainConfig, TrainingError, check_settings, read_setting, setting
 
 from .booleans import as_bool
 
-__all__ = ["AppConfig", "ConfError", "TrainParams", "parse_conf", "parse_train_params", "WORKDIR_NAME"]
+__all__ = ["AppConfig", "ConfError", "TrainParams", "parse_conf", "parse_train_params", "WORKDIR_NAME",
+           "SERVER_RECIPE", "TRAINER_KEYS", "TRAIN_ALIASES", "server_recipe", "train_keys"]
 
 WORKDIR_NAME = ".umind"
 _DTYPES = ("float32", "float16", "bfloat16")
@@ -28,46 +29,83 @@ class ConfError(ValueError):
     """A conf key or train parameter has a value that cannot be used; the message names key and value."""
 
 
-@dataclass(frozen=True)
-class TrainParams:
-    """Hyper-parameters of one `umind_lora` run (conf keys of the same name set the defaults).
-
-    epochs, max_steps, lr, batch_size, warmup_ratio and seed are the trainer's own settings
-    (`umind_core.training.config.TrainConfig` validates them: `trainer_config`); the values here are the app's
-    defaults for them, stated here only. The rest belong to the loop: the held-out split, the gate, rehearsal
-    and the regression suite.
-    """
-
+#: Where the server's retraining differs from `umind train`'s defaults (TrainConfig's fields), applied with
+#: dataclasses.replace (`server_recipe`); every other trainer setting is TrainConfig's default.
+SERVER_RECIPE = {
     # measured on the loop benchmark (README "Annotation loop"): lr 1e-4 barely moved new-domain segmentation,
     # 1e-3 broke calipers within two steps; 40 steps of 4 retrain 20 labels in about two minutes on 2 cores
-    epochs: int = 5
-    max_steps: int = 40  # 0 = no cap beyond epochs
-    lr: float = 3e-4
-    batch_size: int = 4
-    warmup_ratio: float = 0.05
-    val_fraction: float = 0.2
-    min_val: int = 1
-    score_tolerance: float = 0.02  # gate: a score (mIoU, F1, accuracy) may drop this much (absolute)
-    error_tolerance: float = 0.05  # gate: an error (keypoint, caliper) may grow this much (relative)
-    gate_min_samples: int = 10  # gate: a task with fewer scored samples on a set does not gate there
+    "lr": 3e-4,
+    "batch_size": 4,
+    "max_steps": 40,
+    # fixed by the loop, not settable: its own held-out split replaces the trainer's, always LoRA, a job's log
+    # lines instead of a bar, and one checkpoint (the version folder keeps the model, umind_lora)
+    "val_fraction": 0.0,
+    "full": False,
+    "progress": False,
+    "keep_checkpoints": 1,
+}
+#: the TrainConfig fields a conf key or a train request may set (by the field's name); the rest stay the recipe's
+TRAINER_KEYS = ("epochs", "max_steps", "lr", "batch_size", "warmup_ratio", "seed")
+#: the recipe's output folder until a run names its own (`TrainParams.trainer_config`)
+_NO_OUTPUT_YET = "(the run's)"
+
+
+def server_recipe() -> TrainConfig:
+    """TrainConfig's defaults with `SERVER_RECIPE` applied: the trainer settings of the server's retraining."""
+    return replace(TrainConfig(output_dir=_NO_OUTPUT_YET), **SERVER_RECIPE)
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """The settings of one `umind_lora` run (conf keys of the same names set the defaults, a request overrides).
+
+    `trainer` is the trainer's settings (`server_recipe`, with the conf's and the request's `TRAINER_KEYS`);
+    TrainConfig owns their names, types, ranges and defaults. The fields here are the loop's own: the held-out
+    split, the gate, rehearsal and the regression suite, declared with the same `setting` and checked by the
+    same validator (`umind_core.training.config.check_settings`). `val_fraction` is the loop's held-out split,
+    not the trainer's (the recipe sets that to 0).
+    """
+
+    trainer: TrainConfig = field(default_factory=server_recipe)
+    val_fraction: float = setting(0.2, 0.0, 0.9)
+    min_val: int = setting(1, 1)
+    score_tolerance: float = setting(0.02, 0.0, 1.0)  # gate: a score (mIoU, F1, accuracy) may drop this much
+    error_tolerance: float = setting(0.05, 0.0)  # gate: an error (keypoint, caliper) may grow this much (relative)
+    gate_min_samples: int = setting(10, 1)  # gate: a task with fewer scored samples on a set does not gate there
     #: gate: a change beyond the tolerance must also exceed this many paired standard errors (0 = tolerance only);
     #: at 150 suite images caliper error's is 0.008 against a 0.0047 tolerance (gate.py)
-    gate_noise_z: float = 1.28
-    seed: int = 0
-    refusal_rate: float = 0.15
-    rehearsal: float = 2.0  # rehearsal samples per new training sample (0 = none)
-    rehearsal_min: int = 96  # at least this many distinct rehearsal images; the new ones repeat to keep the ratio
-    rehearsal_pool: int = 200  # seeded synthetic images the rehearsal draws from (made once per workdir)
+    gate_noise_z: float = setting(1.28, 0.0, 10.0)
+    refusal_rate: float = setting(0.15, 0.0, 1.0)
+    rehearsal: float = setting(2.0, 0.0, 20.0)  # rehearsal samples per new training sample (0 = none)
+    #: at least this many distinct rehearsal images; the new ones repeat to keep the ratio
+    rehearsal_min: int = setting(96, 0)
+    rehearsal_pool: int = setting(200, 0)  # seeded synthetic images the rehearsal draws from (once per workdir)
     #: seeded synthetic images of the regression suite (made once per workdir). 150 gives ~65 diagnosis and ~75
     #: caliper samples, so that one answer moves a score by less than the 0.02 tolerance; at 60 (26 diagnosis
     #: samples, 0.038 each) one flipped answer rejected runs in the loop benchmark
-    regression_size: int = 150
+    regression_size: int = setting(150, 0)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trainer, TrainConfig):
+            raise ConfError(f"trainer must be a TrainConfig, got {type(self.trainer).__name__}")
+        try:
+            check_settings(self)
+        except TrainingError as exc:
+            raise ConfError(str(exc)) from None
+
+    @property
+    def seed(self) -> int:
+        """The run's seed: the trainer's, which also draws the held-out split, conversations and rehearsal."""
+        return self.trainer.seed
 
     def trainer_config(self, output_dir, **fixed) -> TrainConfig:
-        """The trainer's config for one run of these settings (`fixed`: what the run itself decides)."""
-        return TrainConfig(output_dir=str(output_dir), epochs=float(self.epochs), batch_size=self.batch_size,
-                           lr=self.lr, warmup_ratio=self.warmup_ratio, seed=self.seed,
-                           max_steps=self.max_steps or None, **fixed)
+        """The trainer's config for one run of these settings in `output_dir` (`fixed`: what the caller changes)."""
+        return replace(self.trainer, output_dir=str(output_dir), **fixed)
+
+    def record(self) -> dict:
+        """The settings by the names a conf key or a request uses (the run record, the task's /info config)."""
+        return {**{k: getattr(self.trainer, k) for k in TRAINER_KEYS},
+                **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "trainer"}}
 
 
 @dataclass(frozen=True)
@@ -141,45 +179,37 @@ def _bool(key: str, value: object) -> bool:
     return out
 
 
-_TRAIN_PARSERS = {
-    "epochs": lambda k, v: _int(k, v, 1),
-    "max_steps": lambda k, v: _int(k, v, 0),
-    "lr": lambda k, v: _float(k, v, 0.0),
-    "batch_size": lambda k, v: _int(k, v, 1),
-    "warmup_ratio": lambda k, v: _float(k, v, 0.0, 1.0),
-    "val_fraction": lambda k, v: _float(k, v, 0.0, 0.9),
-    "min_val": lambda k, v: _int(k, v, 1),
-    "score_tolerance": lambda k, v: _float(k, v, 0.0, 1.0),
-    "error_tolerance": lambda k, v: _float(k, v, 0.0),
-    "gate_min_samples": lambda k, v: _int(k, v, 1),
-    "gate_noise_z": lambda k, v: _float(k, v, 0.0, 10.0),
-    "seed": lambda k, v: _int(k, v),
-    "refusal_rate": lambda k, v: _float(k, v, 0.0, 1.0),
-    "rehearsal": lambda k, v: _float(k, v, 0.0, 20.0),
-    "rehearsal_pool": lambda k, v: _int(k, v, 0),
-    "rehearsal_min": lambda k, v: _int(k, v, 0),
-    "regression_size": lambda k, v: _int(k, v, 0),
-}
 #: older names still accepted: key -> the parameter it sets
-_TRAIN_ALIASES = {"promote_tolerance": "score_tolerance"}
+TRAIN_ALIASES = {"promote_tolerance": "score_tolerance"}
+
+
+def train_keys() -> tuple[str, ...]:
+    """Every key that sets a train parameter (conf keys and train requests alike), older names included."""
+    loop = tuple(f.name for f in fields(TrainParams) if f.name != "trainer")
+    return TRAINER_KEYS + loop + tuple(TRAIN_ALIASES)
 
 
 def parse_train_params(values: dict, base: TrainParams | None = None) -> TrainParams:
-    """Override `base` with the train keys present in `values` (conf strings or request JSON values)."""
+    """Override `base` with the train keys present in `values` (conf strings or request JSON values).
+
+    Each value is read and checked by TrainConfig's one validator (`read_setting`), for the trainer's keys
+    against TrainConfig's fields and for the loop's against TrainParams'; a bad one is a ConfError naming the
+    key as it was sent."""
     base = base or TrainParams()
-    out = {f.name: getattr(base, f.name) for f in fields(TrainParams)}
-    for alias, key in _TRAIN_ALIASES.items():
-        if alias in values and values[alias] is not None and values[alias] != "":
-            out[key] = _TRAIN_PARSERS[key](alias, values[alias])
-    for key, parse in _TRAIN_PARSERS.items():
-        if key in values and values[key] is not None and values[key] != "":
-            out[key] = parse(key, values[key])
-    params = TrainParams(**out)
+    trainer, loop = {}, {}
+    given = [*TRAIN_ALIASES.items(), *((key, key) for key in train_keys() if key not in TRAIN_ALIASES)]
+    for sent, key in given:  # an older name first, so that the current one wins when both are sent
+        if values.get(sent) is None or values[sent] == "":
+            continue
+        cls, out = (TrainConfig, trainer) if key in TRAINER_KEYS else (TrainParams, loop)
+        try:
+            out[key] = read_setting(cls, key, values[sent], shown=sent)
+        except TrainingError as exc:
+            raise ConfError(str(exc)) from None
     try:
-        params.trainer_config("-")  # the trainer's own validators, one owner of its rules
+        return replace(base, trainer=replace(base.trainer, **trainer), **loop)
     except TrainingError as exc:
         raise ConfError(str(exc)) from None
-    return params
 
 
 def _image_dirs(value: object) -> tuple[Path, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from umind_core.frames import current_frame
 from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
@@ -99,7 +100,8 @@ def _clicks(name: str, value: object) -> list[list[float]]:
 def visual_prompt(request: dict, geometry: Geometry) -> tuple[int, VisualPrompt]:
     """`foreground`/`background` clicks, `roi` [i0,i1,j0,j1,k0,k1] and `slice` -> (frame, its visual prompt).
 
-    Here only the request's IJK form is read and the frame decided; the box and clicks in that frame's pixels
+    Here only the request's IJK form is read and the frame decided (`umind_core.frames.current_frame`, with the
+    frame the prompts lie on as the client's when it sent no `slice`); the box and clicks in that frame's pixels
     are judged by `umind_core.prompts.VisualPrompt`, as the CLI's and the Predictor's are."""
     fg = _clicks("foreground", request.get("foreground"))
     bg = _clicks("background", request.get("background"))
@@ -124,15 +126,15 @@ def visual_prompt(request: dict, geometry: Geometry) -> tuple[int, VisualPrompt]
         if not points:  # an ROI without clicks: its middle frame
             frames.add((lo[0] + hi[0]) // 2)
     slice_ = request.get("slice")
-    if slice_ is not None:
-        if isinstance(slice_, bool) or not isinstance(slice_, int):
-            raise BadRequest(f"slice must be a frame index (integer), got {slice_!r}")
-        frame = slice_
-    elif len(frames) > 1:
+    if slice_ is not None and (isinstance(slice_, bool) or not isinstance(slice_, int)):
+        raise BadRequest(f"slice must be a frame index (integer), got {slice_!r}")
+    if slice_ is None and len(frames) > 1:
         raise BadRequest(f"clicks lie on different frames {sorted(frames)}; an interactive request works on one "
                          "frame (give 'slice' to choose it)")
-    else:
-        frame = frames.pop() if frames else 0
+    # the client's frame is its slice, else the one its clicks or ROI lie on; without either, the frame the
+    # current-frame rule's default names (umind_core.frames, the one owner)
+    frame = current_frame(geometry.kind, geometry.n_frames, slice_ if slice_ is not None else
+                          (frames.pop() if frames else None))
     if not 0 <= frame < geometry.n_frames:
         raise BadRequest(f"the clicks or slice point at frame {frame}, the image has {geometry.n_frames}")
     try:

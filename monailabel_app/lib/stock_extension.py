@@ -24,7 +24,8 @@ from umind_core.imageio import Geometry, pixel_to_physical
 from .errors import BadRequest
 from .wire import CLIENT_KEY
 
-__all__ = ["UMIND_CLIENT_KEY", "is_stock_extension", "map_targets", "view_offset_frame", "label_names_from_list"]
+__all__ = ["UMIND_CLIENT_KEY", "is_stock_extension", "map_targets", "view_offset_frame", "frame_of_view",
+           "label_names_from_list"]
 
 #: params key the UMind Slicer module sets on every infer request (the wire contract's, `wire.CLIENT_KEY`)
 UMIND_CLIENT_KEY = CLIENT_KEY
@@ -78,6 +79,15 @@ def view_offset_frame(slice_mm: object, roi: object, geometry: Geometry) -> int:
         raise BadRequest(f"slice {slice_mm} from the MONAILabel extension is the view's offset in mm, which "
                          f"frames {hits} all round to: {fix}")
     return hits[0]
+
+
+def frame_of_view(request: dict, viewer_geometry: Geometry) -> dict:
+    """The request with its `slice` as the frame index it means: the extension's ROI-without-clicks `slice` is a
+    view offset in mm (`view_offset_frame`); every other request's `slice` already is an index (unchanged)."""
+    if not (is_stock_extension(request) and request.get("slice") is not None and request.get("roi")
+            and not request.get("foreground") and not request.get("background")):
+        return request
+    return dict(request, slice=view_offset_frame(request["slice"], request["roi"], viewer_geometry))
 
 
 def label_names_from_list(label_info: object) -> dict[str, int] | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from dataclasses import fields
 
 from fastapi import HTTPException
 
@@ -34,9 +33,9 @@ _SERVER_KEYS = {"train": {"model", "local_rank"}, "scoring": {"method"}, "batch_
 
 
 def _train_keys() -> set[str]:
-    from .conf import _TRAIN_ALIASES, TrainParams
+    from .conf import train_keys
 
-    return {f.name for f in fields(TrainParams)} | set(_TRAIN_ALIASES) | {"rollback", "force"}
+    return set(train_keys()) | {"rollback", "force"}
 
 
 #: infer options a batch run may pass to every image's inference (lib/params.py and lib/infer_guard.py read them)

@@ -16,7 +16,7 @@ from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
 from UMindLib.replies import ReplyError, run_summary, train_progress
-from UMindLib.requests import RequestError, RunRequest
+from UMindLib.requests import RequestError, RunRequest, current_frame
 
 SETTINGS_URLS = "UMind/ServerUrlHistory"
 SETTINGS_PROMPTS = "UMind/PromptHistory"
@@ -146,15 +146,18 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         return volume, browser
 
     def _currentSlice(self, volume):
-        """k of the red view's slice through the volume (the 'current frame' of a volume)."""
-        sliceNode = slicer.app.layoutManager().sliceWidget("Red").mrmlSliceNode()
-        m = sliceNode.GetSliceToRAS()
+        """The volume's current frame (UMindLib.requests.current_frame): k of the red view's slice through it,
+        the nearest slice when the view lies off the volume; without a red view, the rule's default."""
+        dims = volume.GetImageData().GetDimensions()
+        sliceWidget = slicer.app.layoutManager().sliceWidget("Red")
+        if sliceWidget is None:  # a layout without the red view
+            return current_frame("volume", dims[2])
+        m = sliceWidget.mrmlSliceNode().GetSliceToRAS()
         ras = [m.GetElement(0, 3), m.GetElement(1, 3), m.GetElement(2, 3), 1.0]
         rasToIjk = vtk.vtkMatrix4x4()
         volume.GetRASToIJKMatrix(rasToIjk)
         k = int(round(rasToIjk.MultiplyPoint(ras)[2]))
-        dims = volume.GetImageData().GetDimensions()
-        return min(max(k, 0), dims[2] - 1)
+        return current_frame("volume", dims[2], min(max(k, 0), dims[2] - 1))
 
     # slots -----------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ..training.config import MIXED_PRECISION, TrainConfig, TrainingError
+from ..training.config import MIXED_PRECISION, TrainConfig, TrainingError, setting_type
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "add_train_arguments", "run_train"]
 
@@ -35,9 +35,10 @@ def run(args) -> int:
     return run_train(args)
 
 
-_CLI_FIELDS = ("epochs", "batch_size", "grad_accum", "lr", "decoder_lr", "warmup_ratio", "weight_decay",
-               "max_grad_norm", "mask_loss_weight", "val_fraction", "eval_every", "save_every", "seed", "num_workers",
-               "max_steps", "log_every", "keep_checkpoints")
+#: TrainConfig fields with a flag of their own below (--out, --full, --no-pack, --no-progress, --mixed-precision
+#: with "auto"); every other field gets the generic flag, so a new setting is a new flag without an edit here
+_OWN_FLAGS = ("output_dir", "full", "pack", "progress", "mixed_precision")
+_CLI_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in _OWN_FLAGS)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,12 +65,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mixed-precision", default="auto", choices=["auto", *MIXED_PRECISION],
                         help="auto: bf16 (or fp16) on a GPU, no on the CPU")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    types = {"max_steps": int, "epochs": float, "decoder_lr": float}
-    for name in _CLI_FIELDS:
+    for name in _CLI_FIELDS:  # type and default from the field; TrainConfig checks the value when the run starts
         default = defaults[name]
-        kind = types.get(name, type(default))
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
-                            help=f"default: {default}")
+        parser.add_argument(f"--{name.replace('_', '-')}", type=setting_type(TrainConfig, name)[0],
+                            default=default, help=f"default: {default}")
 
 
 def _resolve_mixed_precision(value: str) -> str:

@@ -167,11 +167,23 @@ def train(model_or_path, manifest: str | os.PathLike, config: TrainConfig,
     model = _load_model(model_or_path, config.full)
     names = _set_trainable(model, config.full)
     frozen = frozen_fingerprint(model)
-    model.config.mask_loss_weight = float(config.mask_loss_weight)
+    _apply_mask_loss_weight(model, config)
     model.train()
     run = TrainRun(config, _parts(accelerator, model, names, frozen, manifest, config, tasks), t_start)
     run.resume()
     return run.fit()
+
+
+def _apply_mask_loss_weight(model, config: TrainConfig) -> None:
+    """The run's mask loss weight into the model config, where the forward pass reads it.
+
+    TrainConfig owns the weight (its docstring says why); the model's stored value is the last run's record.
+    A different stored value is replaced, and said so, rather than silently."""
+    stored = getattr(model.config, "mask_loss_weight", None)
+    if stored is not None and float(stored) != float(config.mask_loss_weight):
+        logger.info("mask_loss_weight %s of this run replaces the model's stored %s (the last run's)",
+                    config.mask_loss_weight, stored)
+    model.config.mask_loss_weight = float(config.mask_loss_weight)
 
 
 def _parts(accelerator, model, names: list[str], frozen: dict, manifest: Path, config: TrainConfig,

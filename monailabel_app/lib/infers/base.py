@@ -44,7 +44,7 @@ from ..caps import check_frame_count, check_image_budget, check_request_counts
 from ..errors import BadRequest, to_http
 from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
-from ..stock_extension import is_stock_extension, map_targets, view_offset_frame
+from ..stock_extension import frame_of_view, is_stock_extension, map_targets
 from ..wire import prompt_key
 
 __all__ = ["UMindInferTask"]
@@ -146,7 +146,7 @@ class UMindInferTask(InferTask):
         box = points = labels = None
         current = opts.get("slice")
         if self.interactive:
-            frame, vp = visual_prompt(_frame_of_view(opts, study), geometry)
+            frame, vp = visual_prompt(frame_of_view(opts, study.viewer_geometry), geometry)
             if vp.empty:
                 raise BadRequest("interactive segmentation needs foreground/background clicks or an roi")
             box, points, labels = vp.box, vp.points, vp.labels
@@ -260,14 +260,6 @@ def _named(err, image: object):
         detail = err.detail.replace("{image}", repr(shown))
         err.detail = detail.replace(image, shown) if isinstance(image, str) and image else detail
     return err
-
-
-def _frame_of_view(opts: dict, study: Study) -> dict:
-    """The stock extension's ROI-without-clicks `slice` (a view offset in mm) as the frame index it means."""
-    if not (is_stock_extension(opts) and opts.get("slice") is not None and opts.get("roi")
-            and not opts.get("foreground") and not opts.get("background")):
-        return opts
-    return dict(opts, slice=view_offset_frame(opts["slice"], opts["roi"], study.viewer_geometry))
 
 
 def _temp(suffix: str) -> str:

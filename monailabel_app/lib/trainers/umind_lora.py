@@ -145,10 +145,8 @@ class UMindLoRATrain(TrainTask):
         self.runtime = runtime
 
     def config(self):
-        p = self.runtime.conf.train
-        return {"epochs": p.epochs, "max_steps": p.max_steps, "lr": p.lr, "batch_size": p.batch_size,
-                "val_fraction": p.val_fraction, "score_tolerance": p.score_tolerance,
-                "error_tolerance": p.error_tolerance, "rehearsal": p.rehearsal, "rollback": ""}
+        """The train parameters a request may send, with the conf's values (`TrainParams.record`), and rollback."""
+        return {**self.runtime.conf.train.record(), "rollback": ""}
 
     def stats(self):
         return self.runtime.versions.summary()
@@ -172,7 +170,7 @@ class UMindLoRATrain(TrainTask):
         t0 = time.perf_counter()
         try:
             params = parse_train_params(request, base=self.runtime.conf.train)
-            run["params"] = dataclasses.asdict(params)
+            run["params"] = params.record()
             with _recording_progress(versions, version):
                 logger.info(f"{PROGRESS_PREFIX} version {version}: exporting the labels")
                 work = self._prepare(datastore, params, staging, run)
@@ -252,9 +250,8 @@ class UMindLoRATrain(TrainTask):
             model.attach_lora()
         t = time.perf_counter()
         logger.info(f"{PROGRESS_PREFIX} version {run['version']}: training on {work.manifest.name}")
-        # always LoRA; our own held-out split replaces the trainer's
-        config = params.trainer_config(staging / "trainer", val_fraction=0.0, full=False, progress=False,
-                                       keep_checkpoints=1)
+        # the recipe (conf.SERVER_RECIPE) fixes what the loop needs: LoRA, no trainer split, one checkpoint
+        config = params.trainer_config(staging / "trainer")
         summary = train(model, work.manifest, config)
         run["seconds_training"] = round(time.perf_counter() - t, 2)
         run["train_summary"] = dataclasses.asdict(summary)

@@ -15,7 +15,6 @@ volume's RAS->IJK matrix here, and a click outside the image is refused instead 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -25,7 +24,7 @@ from .contract import CLIENT_MARKER, INTERACTIVE_MODEL, SEGMENT_MODEL
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
 __all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
-           "InferRequest", "build_infer_request", "parse_frames", "model_for_task"]
+           "InferRequest", "build_infer_request", "current_frame", "model_for_task"]
 
 
 class RequestError(ValueError):
@@ -81,30 +80,17 @@ def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str]
     return model
 
 
-_SPEC = re.compile(r"(\d+)(?:\s*([-:])\s*(\d+)?)?")
+def current_frame(kind: str, n_frames: int, current: int | None = None) -> int:
+    """The current frame: ``current`` (the frame the viewer shows) when known, else the frame Slicer opens the
+    image on: the middle slice of a volume, the first frame of a cine clip (and the one frame of a 2D image).
 
-
-def parse_frames(frames: str, n_frames: int | None = None) -> str:
-    """Validate the frame selection and send it in one form: "current", "all", "a-b" or "a-" (to the end).
-
-    A mirror of the server's grammar (`umind_core.frames.parse_frames`: "A", "A-B", "A:B", "A-", 0-based),
-    which the Lib cannot import inside Slicer; tests/test_frames.py holds the two to the same cases. With
-    ``n_frames`` known, a range past the clip is refused here as the server refuses it. An empty box means
-    "current", the panel's default.
+    The module's one copy of `umind_core.frames.current_frame` (the server's rule for a request without
+    `slice`), which the Lib cannot import inside Slicer; tests/test_one_owner.py holds the two to the same
+    answers. The session (`workflow.UMindSession.image_target`) and the panel (`UMind._currentSlice`) ask it.
     """
-    f = (frames or "current").strip().lower()
-    if f in ("current", "all"):
-        return f
-    m = _SPEC.fullmatch(f)
-    if not m:
-        raise RequestError(f"frames {frames!r}: use current, all, a frame number, a-b or a-")
-    a = int(m.group(1))
-    b = a if m.group(2) is None else (int(m.group(3)) if m.group(3) is not None else None)
-    if b is not None and a > b:
-        raise RequestError(f"frames {frames!r}: the range starts after it ends")
-    if n_frames is not None and max(a, b if b is not None else a) >= n_frames:
-        raise RequestError(f"frames {frames!r}: the clip has frames 0..{n_frames - 1}")
-    return f"{a}-" if b is None else f"{a}-{b}"
+    if current is not None:
+        return current
+    return n_frames // 2 if kind == "volume" else 0
 
 
 @dataclass
@@ -133,7 +119,7 @@ class RunRequest:
     ``prompt`` is the typed text: the target of segment/detect/landmarks/measure, context for diagnose and
     report, the question of ask (the task's preset names the param it goes to). ``current_frame`` is the
     slice the viewer shows on a volume; the session decides the frame (a clip's comes from its browser, a
-    volume without one gets the middle slice, as `umind_core.frames.current_frame` says)."""
+    volume without one gets the middle slice: `current_frame`)."""
 
     task: str
     prompt: str = ""

@@ -20,6 +20,7 @@ from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result
                    volume_geometry)
 from .replies import InferReply, hidden_calibration
 from .requests import ImageTarget, RequestError, RoiBox, RunRequest, build_infer_request
+from .requests import current_frame as current_frame_rule  # image_target has a parameter of that name
 from .submit import prepare_submission
 
 __all__ = ["ServerInfo", "UMindSession", "markup_positions", "roi_box"]
@@ -129,16 +130,16 @@ class UMindSession:
 
         A cine clip (a browser whose proxy is ``volume_node``) is uploaded whole and its current frame is the
         browser's item. A volume's is ``current_frame``, the slice the viewer shows, or when none is given
-        the middle slice (the frame Slicer opens a volume on, `umind_core.frames.current_frame`'s rule; the
-        Lib cannot import umind_core inside Slicer)."""
+        the middle slice: `requests.current_frame`, the module's copy of `umind_core.frames.current_frame`."""
         sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
         g = volume_geometry(volume_node)
         image_id = self.ensure_image_id(volume_node, sequence)
         if sequence is not None:
-            return ImageTarget(image_id, g.ras_to_ijk, g.dims, sequence.GetNumberOfDataNodes(),
-                               int(browser_node.GetSelectedItemNumber()), clip=True)
+            n = sequence.GetNumberOfDataNodes()
+            return ImageTarget(image_id, g.ras_to_ijk, g.dims, n,
+                               current_frame_rule("cine", n, int(browser_node.GetSelectedItemNumber())), clip=True)
         n = int(g.dims[2])
-        frame = n // 2 if current_frame is None else int(current_frame)
+        frame = current_frame_rule("volume", n, None if current_frame is None else int(current_frame))
         return ImageTarget(image_id, g.ras_to_ijk, g.dims, n, frame)
 
     def run(self, volume_node: Any, request: RunRequest, browser_node: Any = None,
