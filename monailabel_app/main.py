@@ -64,7 +64,7 @@ EXTRA_EXTENSIONS = ["*.dcm"]
 
 
 def base_search_paths(model: str | None) -> list[Path]:
-    """Where a version looks for its base when it is not where it was saved (lib/base_ref.py): the conf model
+    """Where a version looks for its base when it is not where it was saved (umind_core/base_ref.py): the conf model
     (a UMind folder's base, or a plain Qwen3-VL folder) and the bundled demo model, in the current checkout."""
     from umind_core.demo import DEMO_MODEL_DIR
 

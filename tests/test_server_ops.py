@@ -31,7 +31,7 @@ psutil = pytest.importorskip("psutil")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_factory):
-    from lib.versions import VersionStore
+    from umind_core.versions import VersionStore
 
     root = tmp_path_factory.mktemp("umind_ops")
     studies, workdir = root / "studies", root / "work"

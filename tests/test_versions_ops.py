@@ -21,8 +21,8 @@ from version_fixtures import make_version, save_conf_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
 
-from lib.base_ref import REF_FILE, HashCache, read_ref  # noqa: E402
-from lib.versions import VersionError, VersionStore, check_rollback  # noqa: E402
+from umind_core.base_ref import REF_FILE, HashCache, read_ref  # noqa: E402
+from umind_core.versions import VersionError, VersionStore, check_rollback  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

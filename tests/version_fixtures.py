@@ -8,8 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
 
-from lib.base_ref import write_ref  # noqa: E402
-from lib.versions import VersionStore  # noqa: E402
+from umind_core.base_ref import write_ref  # noqa: E402
+from umind_core.versions import VersionStore  # noqa: E402
 
 GATE_TABLE = "set | task | before | after\nnew labels | segment | 0.50 | 0.10"
 

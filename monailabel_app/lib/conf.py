@@ -14,7 +14,7 @@ from umind_core.modeling.fast_decode import DECODE_MODES
 from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
 from umind_core.training.config import TrainConfig, TrainingError, check_settings, read_setting, setting
 
-from .booleans import as_bool
+from umind_core.booleans import as_bool
 
 __all__ = ["AppConfig", "ConfError", "TrainParams", "parse_conf", "parse_train_params", "WORKDIR_NAME",
            "SERVER_RECIPE", "TRAINER_KEYS", "TRAIN_ALIASES", "server_recipe", "train_keys"]

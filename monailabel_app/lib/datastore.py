@@ -39,7 +39,7 @@ from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastor
 
 from umind_core import atomic
 
-from .booleans import as_bool
+from umind_core.booleans import as_bool
 from .errors import BadRequest, Conflict, InsufficientStorage, NotFound
 from .names import check_name, is_name
 from .stock_extension import label_names_from_list
@@ -204,7 +204,7 @@ class GuardedDatastore(LocalDatastore):
         """Store a checked upload as `image_id`; a new id, or a replacement when `image_info` says so.
 
         An id that is already stored (in the index, or as a file the index would take up) is a `Conflict`
-        (409) naming its label tags, unless `image_info["replace"]` is true (true/false as `lib.booleans`
+        (409) naming its label tags, unless `image_info["replace"]` is true (true/false as `umind_core.booleans`
         reads them; anything else is a 400). A replacement removes the stored image whatever its format
         (extension) and every label of the id, in every tag folder (files and index entries), then stores the
         upload. The `replace` key is a request flag and is not kept in the image's info. Who may replace is

@@ -66,7 +66,7 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     from umind_core.prompts import PromptError
 
     from .conf import ConfError
-    from .versions import VersionError
+    from umind_core.versions import VersionError
 
     return (BadRequest, FrameSpecError, ImageReadError, PredictorError, PromptError, ConfError, VersionError)
 

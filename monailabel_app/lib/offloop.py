@@ -28,7 +28,7 @@ import logging
 from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
 
-from .booleans import as_bool
+from umind_core.booleans import as_bool
 from .names import name_problem
 from .request_files import request_scratch
 from .roles import ADMIN, ANNOTATOR, require_role

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .conf import AppConfig
 from .model_holder import MODEL_THREAD, ModelSpec, holder
-from .versions import VersionStore
+from umind_core.versions import VersionStore
 
 __all__ = ["Runtime", "PREDICT_LOCK"]
 

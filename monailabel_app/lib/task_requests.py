@@ -73,7 +73,7 @@ def _check_train_values(values: dict, app) -> None:
     """The app's own parsers decide: train parameters (conf.parse_train_params) and rollbacks
     (versions.check_rollback: the version exists, and a gate-rejected one only with "force")."""
     from .conf import ConfError, parse_train_params
-    from .versions import check_rollback
+    from umind_core.versions import check_rollback
 
     try:
         parse_train_params(values, base=app.umind_conf.train)

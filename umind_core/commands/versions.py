@@ -7,7 +7,7 @@ versions.json) or from its next start; a version the gate rejected needs `--forc
 version N's adapter, decoder, processor, config and base reference (base_ref.json: the hash of the base's weights)
 into DIR, one folder that `umind infer --model DIR` loads while the base is where its config says.
 
-The rules are the server's own (monailabel_app/lib/versions.py), so an offline rollback refuses what a
+The rules are the server's own (umind_core/versions.py, which the server uses), so an offline rollback refuses what a
 `POST /train/umind_lora {"rollback": N}` refuses; and, as the server does when it loads one, the listing points a
 version whose base moved at the base's new place (found by its weight hash, `--model` and the demo model searched).
 Bad input exits with status 2 and one line saying why.
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace):
-    from monailabel_app.lib.versions import VersionStore
+    from umind_core.versions import VersionStore
     from umind_core.demo import DEMO_MODEL_DIR
 
     workdir = Path(args.workdir).expanduser()

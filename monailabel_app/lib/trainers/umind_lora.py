@@ -13,7 +13,7 @@ One run (in MONAI Label's train subprocess):
    in the run record either way, and a rejection names the task that regressed.
 
 A version folder holds the adapter, decoder, processor and config only, and refers to its base by path and by
-the hash of its weights (base_ref.json), so that it still loads after the base moved (lib/base_ref.py).
+the hash of its weights (base_ref.json), so that it still loads after the base moved (umind_core/base_ref.py).
 A failure leaves the served version untouched. A request with {"rollback": N} serves version N instead (a
 version the gate rejected only with "force": true). Every "umind train:" line of the run (phases, and the
 trainer's step lines at least every 30 s) is also the run's progress in /info (`VersionStore.set_progress`).
@@ -37,12 +37,12 @@ from monailabel.interfaces.tasks.train import TrainTask
 from umind_core.atomic import write_text
 from umind_core.data.manifest import ManifestRecord, read_manifest
 
-from ..base_ref import write_ref
-from ..booleans import as_bool
+from umind_core.base_ref import write_ref
+from umind_core.booleans import as_bool
 from ..conf import TrainParams, parse_train_params
 from ..model_holder import load_model
 from ..runtime import Runtime
-from ..versions import VersionStore, check_rollback
+from umind_core.versions import VersionStore, check_rollback
 from .dataset import export_datastore
 from .evaluate import score_sets
 from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from umind_core.atomic import new_temp_dir, replace_dir, write_text
+from .atomic import new_temp_dir, replace_dir, write_text
 
 from .base_ref import REF_FILE, BaseRefError, HashCache, read_ref, relink, weights_signature, write_ref
 from .booleans import as_bool

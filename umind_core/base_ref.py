@@ -27,7 +27,7 @@ import os
 import threading
 from pathlib import Path
 
-from umind_core.atomic import write_text
+from .atomic import write_text
 
 __all__ = ["BaseRefError", "HashCache", "REF_FILE", "base_candidates", "read_ref", "relink", "resolve_base",
            "weights_signature", "write_ref"]
