@@ -9,16 +9,16 @@ rehearsal_min, rehearsal_pool, regression_size), uncertainty_signal, scoring_sam
 the request caps and server-file access of the security section (max_clicks, max_targets, max_frames,
 max_pixels, max_upload_mb, image_dirs; every key: docs/configuration.md).
 
-The studies folder is a wall (lib/datastore.py, lib/names.py, lib/image_ref.py), uploads are checked at the
-door (lib/uploads.py), stock endpoints answer 4xx JSON (lib/edge.py), inference runs off the event loop
-(lib/offloop.py) and CORS allows no other origin unless configured (lib/cors.py). Task requests carry only
-declared keys (lib/task_requests.py) and reach their subprocess through a file (lib/task_process.py); a
-request's temp files go with it and bodies are capped (lib/request_files.py); replies name no server path
-(lib/reply_paths.py, lib/server_log.py).
+The studies folder is a wall (lib/datastore.py, lib/wall/names.py, lib/wall/image_ref.py), uploads are checked at the
+door (lib/wall/uploads.py), stock endpoints answer 4xx JSON (lib/wall/edge.py), inference runs off the event loop
+(lib/offloop.py) and CORS allows no other origin unless configured (lib/wall/cors.py). Task requests carry only
+declared keys (lib/wall/task_requests.py) and reach their subprocess through a file (lib/wall/task_process.py); a
+request's temp files go with it and bodies are capped (lib/wall/request_files.py); replies name no server path
+(lib/wall/reply_paths.py, lib/wall/server_log.py).
 
 MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
 lib/model_holder.py does that on the first request that needs it. Stopping the server (SIGTERM, SIGINT, SIGHUP)
-stops those subprocesses first and records a training run it stopped as killed (lib/task_process.py); /info
+stops those subprocesses first and records a training run it stopped as killed (lib/wall/task_process.py); /info
 shows the running train's last progress line and whether the served version was a forced rollback.
 """
 
@@ -35,24 +35,24 @@ from monailabel.tasks.activelearning.first import First
 
 from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
 from lib.conf import parse_conf
-from lib.auth import install_auth_fixes
-from lib.cors import restrict_cors
+from lib.wall.auth import install_auth_fixes
+from lib.wall.cors import restrict_cors
 from lib.datastore import GuardedDatastore
 from lib.dicomweb_proxy import install_dicomweb_proxy
-from lib.edge import install_edge, set_roots
-from lib.infer_guard import check_infer_request
+from lib.wall.edge import install_edge, set_roots
+from lib.wall.infer_guard import check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
-from lib.login import install_login_route
+from lib.wall.login import install_login_route
 from lib.model_holder import holder
 from lib.pacs import PacsDatastore, pacs_cache_dir
 from lib.offloop import UPLOADED, install_infer_route, install_upload_routes
-from lib.reply_paths import install_reply_paths
-from lib.request_files import install_body_cap, install_dataset_export, install_scoped_tempfile
+from lib.wall.reply_paths import install_reply_paths
+from lib.wall.request_files import install_body_cap, install_dataset_export, install_scoped_tempfile
 from lib.retrain import RetrainTrigger
 from lib.runtime import PREDICT_LOCK, Runtime
-from lib.server_log import install_server_log
-from lib.task_process import install_shutdown, install_task_process
-from lib.task_requests import install_task_request_check
+from lib.wall.server_log import install_server_log
+from lib.wall.task_process import install_shutdown, install_task_process
+from lib.wall.task_requests import install_task_request_check
 from lib.trainers import UMindLoRATrain
 from lib.wire import (DETECT_MODEL, INTERACTIVE_MODEL, INTERPRET_MODEL, LANDMARKS_MODEL, SEGMENT_MODEL,
                       TRAINER)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "monailabel_app"))
 
 from lib.datastore import GuardedDatastore  # noqa: E402
-from lib.errors import BadRequest, Conflict, InsufficientStorage, to_http  # noqa: E402
+from lib.wall.errors import BadRequest, Conflict, InsufficientStorage, to_http  # noqa: E402
 
 from umind_core import atomic  # noqa: E402
 

@@ -225,7 +225,7 @@ def test_the_box_iou_docstring_example():
 
 def test_the_server_sniffs_and_reads_headers_with_imageio(tmp_path):
     from fixtures_imaging import dicom_mono, sitk_volume, write_png
-    from lib import caps, uploads
+    from lib.wall import caps, uploads
     from umind_core import imageio
 
     assert uploads.sniff_format is imageio.sniff_format  # the datastore door's sniffing is imageio's
@@ -297,7 +297,7 @@ def test_conf_keeps_no_validator_table_of_its_own():
     ({"gate_noise_z": "11"}, "gate_noise_z"), ({"rehearsal_pool": "-1"}, "rehearsal_pool"),
 ])
 def test_every_door_refuses_a_bad_train_value_by_its_name(values, words):
-    """The conf and a train request (lib/task_requests.py calls parse_train_params) read with one validator."""
+    """The conf and a train request (lib/wall/task_requests.py calls parse_train_params) read with one validator."""
     from lib.conf import ConfError, parse_conf, parse_train_params
 
     with pytest.raises(ConfError, match=words):
@@ -323,7 +323,7 @@ def test_conf_strings_and_request_values_mean_the_same_setting():
 def test_the_train_keys_are_declared_once():
     """The request check, the task's /info config and the run record all name conf.train_keys()."""
     from lib.conf import TRAIN_ALIASES, TrainParams, train_keys
-    from lib.task_requests import DECLARED
+    from lib.wall.task_requests import DECLARED
 
     assert DECLARED["train"] == set(train_keys()) | {"rollback", "force"}
     record = TrainParams().record()

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
 
-from lib.errors import UpstreamError, UpstreamTimeout  # noqa: E402
+from lib.wall.errors import UpstreamError, UpstreamTimeout  # noqa: E402
 from lib.pacs import make_client, pacs_call  # noqa: E402
 
 

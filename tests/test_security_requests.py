@@ -339,7 +339,7 @@ def test_nothing_stays_in_the_temp_dir_and_training_is_not_stuck(server):
 def test_a_subprocess_gets_neither_bundle_path_nor_the_request_on_its_command_line(monkeypatch, tmp_path):
     """Unit level, whatever reaches the starter: env and argv are the server's own."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
-    from lib import task_process
+    from lib.wall import task_process
 
     seen = {}
 
@@ -370,7 +370,7 @@ def test_a_subprocess_gets_neither_bundle_path_nor_the_request_on_its_command_li
 
 def test_a_task_that_cannot_start_fails_with_its_reason(monkeypatch, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
-    from lib import task_process
+    from lib.wall import task_process
 
     def refuse(*args, **kwargs):
         raise OSError(7, "Argument list too long")
@@ -386,7 +386,7 @@ def test_a_task_that_cannot_start_fails_with_its_reason(monkeypatch, tmp_path):
 def test_a_task_stopped_before_it_starts_never_starts(monkeypatch, tmp_path):
     """DELETE /train/ while the task still waits in the queue: STOPPED is the answer, and no process follows."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
-    from lib import task_process
+    from lib.wall import task_process
     from monailabel.utils.async_tasks import utils as stock
 
     started = []

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slicer_module" / "UMind"))
 
-from lib.errors import BadRequest  # noqa: E402
+from lib.wall.errors import BadRequest  # noqa: E402
 from lib.stock_extension import (UMIND_CLIENT_KEY, is_stock_extension, label_names_from_list,  # noqa: E402
                                  map_targets, view_offset_frame)
 from umind_core.imageio import Geometry, label_map_suffix  # noqa: E402

@@ -19,12 +19,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
 
-from lib.caps import check_frame_count, check_image_size, check_request_counts, image_header_shape  # noqa: E402
+from lib.wall.caps import check_frame_count, check_image_size, check_request_counts, image_header_shape  # noqa: E402
 from lib.conf import ConfError, parse_conf  # noqa: E402
-from lib.errors import BadRequest, NotFound  # noqa: E402
-from lib.image_ref import resolve_infer_image  # noqa: E402
-from lib.names import check_name, is_name  # noqa: E402
-from lib.uploads import UploadError, check_image_upload, sniff_format  # noqa: E402
+from lib.wall.errors import BadRequest, NotFound  # noqa: E402
+from lib.wall.image_ref import resolve_infer_image  # noqa: E402
+from lib.wall.names import check_name, is_name  # noqa: E402
+from lib.wall.uploads import UploadError, check_image_upload, sniff_format  # noqa: E402
 
 
 @pytest.mark.parametrize("value", ["img0", "case 12", "scan-3_b", "a..b", "é", "x" * 200])

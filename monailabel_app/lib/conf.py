@@ -123,7 +123,7 @@ class AppConfig:
     uncertainty_signal: str = "combined"  # umind_uncertainty's score: confidence | flip | task | combined
     scoring_sample: int = 0  # images one umind_uncertainty run scores (a random sample); 0 = all
     uncertainty_balance: bool = True  # umind_uncertainty picks balance the targets found (see MostUncertain)
-    # per-request caps (lib/caps.py), checked before any allocation; a request over one is a 400 naming it
+    # per-request caps (lib/wall/caps.py), checked before any allocation; a request over one is a 400 naming it
     max_clicks: int = 64  # foreground + background clicks of one interactive request
     max_targets: int = 32  # comma-separated prompt targets (one label each)
     max_frames: int = 128  # frames one request runs the model on
@@ -132,7 +132,7 @@ class AppConfig:
     max_upload_mb: int = 1024
     #: folders whose files an infer `image` may name by absolute path; empty = datastore ids only
     image_dirs: tuple[Path, ...] = ()
-    #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/cors.py)
+    #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/wall/cors.py)
     cors_origins: tuple[str, ...] = ()
     #: how long concurrent infer requests are gathered into one batch (umind_core.scheduler); 0 = what is queued
     batch_window_ms: float = DEFAULT_WINDOW_MS

@@ -40,10 +40,10 @@ from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastor
 from umind_core import atomic
 
 from umind_core.booleans import as_bool
-from .errors import BadRequest, Conflict, InsufficientStorage, NotFound
-from .names import check_name, is_name
+from .wall.errors import BadRequest, Conflict, InsufficientStorage, NotFound
+from .wall.names import check_name, is_name
 from .stock_extension import label_names_from_list
-from .uploads import check_image_upload, check_label_upload, scratch_dir
+from .wall.uploads import check_image_upload, check_label_upload, scratch_dir
 from .wire import LABEL_NAMES
 
 __all__ = ["GuardedDatastore"]

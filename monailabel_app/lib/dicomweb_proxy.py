@@ -23,7 +23,7 @@ from fastapi import HTTPException
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from .routes import replace_route, same_signature
+from .wall.routes import replace_route, same_signature
 
 __all__ = ["install_dicomweb_proxy", "check_dicomweb_path"]
 

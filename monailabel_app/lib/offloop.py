@@ -11,12 +11,12 @@ The route also checks what only it can see, before anything is read: the request
 uploads one (not a session: UMind serves no sessions), and `params` does not carry the keys the server
 sets itself (`image`, `model`, `label`, ...), which MONAI Label would otherwise let params overwrite.
 `UPLOADED` tells `UMindApp.infer` that the temp file it is handed is this request's own upload. Requests
-that do more than their route's role allows are checked here (lib/roles.py): `save_label` in infer params
+that do more than their route's role allows are checked here (lib/wall/roles.py): `save_label` in infer params
 needs the annotator, `replace` on an image upload the admin. Every upload's temp copy lives in the request's
-own folder (lib/request_files.py), removed on every path.
+own folder (lib/wall/request_files.py), removed on every path.
 
 The datastore's image and label uploads decode the upload (and, for a label, its image) at the door
-(lib/uploads.py): `install_upload_routes` runs those endpoints' stock helpers in the thread pool too.
+(lib/wall/uploads.py): `install_upload_routes` runs those endpoints' stock helpers in the thread pool too.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
 
 from umind_core.booleans import as_bool
-from .names import name_problem
-from .request_files import request_scratch
-from .roles import ADMIN, ANNOTATOR, require_role
-from .routes import replace_route, same_signature
+from .wall.names import name_problem
+from .wall.request_files import request_scratch
+from .wall.roles import ADMIN, ANNOTATOR, require_role
+from .wall.routes import replace_route, same_signature
 
 __all__ = ["install_infer_route", "install_upload_routes", "UPLOADED", "RESERVED_PARAMS"]
 

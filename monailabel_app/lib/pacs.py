@@ -32,8 +32,8 @@ from typing import Any, Callable, TypeVar
 import requests
 
 from .datastore import GuardedDatastore
-from .errors import BadRequest, NotFound, UpstreamError, UpstreamTimeout
-from .names import check_name
+from .wall.errors import BadRequest, NotFound, UpstreamError, UpstreamTimeout
+from .wall.names import check_name
 
 __all__ = ["PacsDatastore", "pacs_cache_dir", "pacs_session", "PACS_MODALITY"]
 

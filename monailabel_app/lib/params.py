@@ -18,7 +18,7 @@ from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from umind_core.booleans import as_bool
-from .errors import BadRequest
+from .wall.errors import BadRequest
 
 __all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "ijk_to_frame",
            "visual_prompt"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from umind_core.imageio import Geometry, pixel_to_physical
 
-from .errors import BadRequest
+from .wall.errors import BadRequest
 from .wire import CLIENT_KEY
 
 __all__ = ["UMIND_CLIENT_KEY", "is_stock_extension", "map_targets", "view_offset_frame", "frame_of_view",

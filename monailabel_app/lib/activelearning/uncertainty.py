@@ -34,8 +34,8 @@ from monailabel.interfaces.tasks.strategy import Strategy
 from umind_core.imageio import ImageReadError, read_study
 from umind_core.results import Result
 
-from ..caps import check_image_budget
-from ..errors import BadRequest
+from ..wall.caps import check_image_budget
+from ..wall.errors import BadRequest
 from ..runtime import Runtime
 from ..trainers.corrections import info_fields
 from ..wire import LABEL_NAMES

@@ -40,8 +40,8 @@ from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geo
 from umind_core.predictor import Job
 from umind_core.results import Result
 
-from ..caps import check_frame_count, check_image_budget, check_request_counts
-from ..errors import BadRequest, to_http
+from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
+from ..wall.errors import BadRequest, to_http
 from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import frame_of_view, is_stock_extension, map_targets

@@ -152,7 +152,7 @@ class UMindLoRATrain(TrainTask):
         return self.runtime.versions.summary()
 
     def __call__(self, request, datastore: Datastore):
-        # checked at the request too (lib/task_requests.py); again here, as the versions may have changed since
+        # checked at the request too (lib/wall/task_requests.py); again here, as the versions may have changed since
         force = request.get("force")
         target = check_rollback(self.runtime.versions, request.get("rollback"), force)
         if target is not None:

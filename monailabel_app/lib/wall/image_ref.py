@@ -21,7 +21,7 @@ __all__ = ["resolve_infer_image", "is_upload_path"]
 
 def is_upload_path(path: object) -> bool:
     """True for the temp file MONAI Label's /infer wrote this request's uploaded `file` to: a file in the
-    request's own folder (lib/request_files.py), which no other request and no client-given path can name."""
+    request's own folder (lib/wall/request_files.py), which no other request and no client-given path can name."""
     if not isinstance(path, str) or not os.path.isabs(path):
         return False
     scratch = current_scratch()

@@ -33,12 +33,12 @@ _SERVER_KEYS = {"train": {"model", "local_rank"}, "scoring": {"method"}, "batch_
 
 
 def _train_keys() -> set[str]:
-    from .conf import train_keys
+    from ..conf import train_keys
 
     return set(train_keys()) | {"rollback", "force"}
 
 
-#: infer options a batch run may pass to every image's inference (lib/params.py and lib/infer_guard.py read them)
+#: infer options a batch run may pass to every image's inference (lib/params.py and lib/wall/infer_guard.py read them)
 _INFER_KEYS = {"prompt", "targets", "question", "task", "frames", "slice", "axis", "roi", "foreground",
                "background", "label", "label_names", "result_extension", "save_label", "label_tag"}
 #: MONAI Label's own batch options (the defaults endpoints/batch_infer.py sends when the body is empty); `gpus`
@@ -72,7 +72,7 @@ def _check_keys(method: str, values: dict, task_names: set[str]) -> None:
 def _check_train_values(values: dict, app) -> None:
     """The app's own parsers decide: train parameters (conf.parse_train_params) and rollbacks
     (versions.check_rollback: the version exists, and a gate-rejected one only with "force")."""
-    from .conf import ConfError, parse_train_params
+    from ..conf import ConfError, parse_train_params
     from umind_core.versions import check_rollback
 
     try:

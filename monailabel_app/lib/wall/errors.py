@@ -65,7 +65,7 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     from umind_core.predictor import PredictorError
     from umind_core.prompts import PromptError
 
-    from .conf import ConfError
+    from ..conf import ConfError
     from umind_core.versions import VersionError
 
     return (BadRequest, FrameSpecError, ImageReadError, PredictorError, PromptError, ConfError, VersionError)

@@ -52,7 +52,7 @@ def _first_line(exc: BaseException, hide: dict[str, str]) -> str:
 
 
 def _within_budget(copy: str, caps, what: str) -> None:
-    """The pixel cap and decode budget from the header (lib/caps.py), before anything is decoded."""
+    """The pixel cap and decode budget from the header (lib/wall/caps.py), before anything is decoded."""
     if caps is None:
         return
     from .caps import check_image_budget

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from monailabel.interfaces.datastore import DefaultLabelTag
 
-from .conf import AppConfig
+from ..conf import AppConfig
 from .errors import BadRequest
 from .image_ref import resolve_infer_image
 from .names import check_name
-from .params import parse_bool
+from ..params import parse_bool
 
 __all__ = ["check_infer_request"]
 
@@ -22,7 +22,7 @@ FINAL = DefaultLabelTag.FINAL.value
 
 
 def _nothing_after_the_image(path: str) -> None:
-    """The upload rule of the datastore door (lib/image_end.py) for an image uploaded to /infer as well."""
+    """The upload rule of the datastore door (lib/wall/image_end.py) for an image uploaded to /infer as well."""
     from umind_core.imageio import sniff_format
 
     from .image_end import trailing_problem

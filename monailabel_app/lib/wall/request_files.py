@@ -66,7 +66,7 @@ class _ScopedTempfile:
     @staticmethod
     def NamedTemporaryFile(*args, suffix=None, dir=None, **kwargs):  # noqa: N802 (the stdlib's name)
         if suffix is not None and not _SUFFIX.match(str(suffix)):
-            suffix = ""  # a client's file name decides nothing here: content is sniffed (lib/uploads.py)
+            suffix = ""  # a client's file name decides nothing here: content is sniffed (lib/wall/uploads.py)
         return tempfile.NamedTemporaryFile(*args, suffix=suffix, dir=dir or _SCRATCH.get(), **kwargs)
 
 
