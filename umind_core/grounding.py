@@ -19,6 +19,10 @@ Binding rules used by `parse`:
     (shorter run, or non-multiple) is one more group with n_tokens = its length and an
     "incomplete mask group" warning. MaskRef.index numbers all groups, complete or not, in text order.
   * JSON objects (bbox_2d / point_2d / line_2d) are objects of their own, with their own "label".
+  * In an examination (several images in one conversation) a view marker ``View 2:`` (`format_view`; any
+    case) says which image the objects after it point into: every object that starts after a marker, up to
+    the next marker, gets ``view`` = its number (1-based, the order the images were given). Text without a
+    marker parses exactly as before, every object with view None.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class GroundedSpan:
     lines: list[Line] = field(default_factory=list)
     masks: list[MaskRef] = field(default_factory=list)
     char_span: tuple[int, int] = (0, 0)
+    view: int | None = None  # 1-based image of an examination, from the last view marker before it
 
 
 @dataclass
@@ -181,6 +186,17 @@ def format_mask(label: str | None = None, n_tokens: int = NUM_MASK_TOKENS) -> st
     return _ref_prefix(label) + SEG_MASK * _check_n_tokens(n_tokens)
 
 
+def format_view(view: int) -> str:
+    """The marker ``View <n>:`` that puts the objects after it into image n (1-based) of an examination.
+
+    Why plain text and not a token: the number is read by the tokenizer as text the model already knows,
+    the prompt labels each image the same way (`prompts.exam_prefix`), and a single-image answer never has
+    one, so nothing about single-image grounding changes."""
+    if isinstance(view, bool) or not isinstance(view, numbers.Integral) or int(view) < 1:
+        raise GroundingError(f"view must be a positive int (1 = the first image), got {view!r}")
+    return f"View {int(view)}:"
+
+
 def format_object(span: GroundedSpan) -> str:
     """The ref once, then boxes, points, lines and masks. MaskRef.index is not written (parse renumbers).
 
@@ -189,7 +205,8 @@ def format_object(span: GroundedSpan) -> str:
     """
     if not isinstance(span, GroundedSpan):
         raise GroundingError(f"format_object expects a GroundedSpan, got {type(span).__name__}")
-    parts = [_ref_prefix(span.label)]
+    parts = [] if span.view is None else [format_view(span.view) + " "]
+    parts.append(_ref_prefix(span.label))
     parts += [format_box(b) for b in span.boxes]
     parts += [format_point(p) for p in span.points]
     parts += [format_line(ln) for ln in span.lines]
@@ -306,6 +323,7 @@ _JSON_KEY_RE = re.compile(r'"(?:bbox_2d|point_2d|line_2d)"\s*:')
 _JSON_OPEN_RE = re.compile(r"[\[{]")
 _FENCE_RE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n?(?P<body>.*?)(?P<close>```|\Z)", re.S | re.I)
 _MAX_JSON_ATTEMPTS = 2000
+_VIEW_RE = re.compile(r"\bview[ \t]+(\d{1,3})[ \t]*:", re.I)
 _MAX_DIGITS = 7  # anything longer is far off the grid and is clipped without converting the digits
 
 
@@ -381,6 +399,7 @@ class _Parser:
         self._truncated_token_at_end(toks)
         self._json()
         self.objects.sort(key=lambda o: o.char_span[0])
+        self._views()
         return ParseResult(self.objects, self._answer(), self.warnings, self.mask_groups)
 
     def _ref(self, start: int, end: int, nxt: tuple[int, int, str] | None) -> int:
@@ -494,6 +513,18 @@ class _Parser:
             self.warnings.append(f"truncated token {tail!r} at end of text")
             self.edits.append((cut, len(self.text), " "))
             self.markup.append((cut, len(self.text)))
+
+    def _views(self) -> None:
+        """Give each object the number of the last view marker before it (outside markup)."""
+        markers = [(m.start(), int(m.group(1))) for m in _VIEW_RE.finditer(self.text)
+                   if not any(s <= m.start() < e for s, e in self.markup)]
+        for at, number in markers:
+            if number < 1:
+                self.warnings.append(f"view marker at offset {at} names view {number}; views count from 1")
+        markers = [(at, n) for at, n in markers if n >= 1]
+        for obj in self.objects if markers else []:
+            before = [n for at, n in markers if at < obj.char_span[0]]
+            obj.view = before[-1] if before else None
 
     # -- Qwen3-VL JSON --------------------------------------------------------------------------------------
 

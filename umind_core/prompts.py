@@ -38,6 +38,9 @@ __all__ = [
     "build_user_text",
     "chat_prompt",
     "turn_suffix",
+    "EXAM_TEMPLATES",
+    "exam_prefix",
+    "build_exam_text",
 ]
 
 TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "report", "ask")
@@ -346,3 +349,58 @@ def chat_prompt(user_text: str, n_images: int = 1) -> str:
 def turn_suffix(user_text: str) -> str:
     """What follows the image prefix for one question: the user text, then the frame open for the answer."""
     return user_text + ASSISTANT_END + "\n<|im_start|>assistant\n"
+
+
+# ------------------------------------------------------------------------------------------- examinations
+
+#: Wordings of the questions about a whole examination (several views in one turn), canonical one first.
+#: Separate from TEMPLATES because "this ultrasound image" would be wrong for several images, and segment,
+#: detect and measure ask for every view that shows the target (the answer names each view).
+EXAM_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "segment": ("Segment the {target} in every view of this examination that shows it.",
+                "Outline the {target} in each view of this examination.",
+                "Draw the mask of the {target} in each view where it is seen."),
+    "detect": ("Detect the {target} in every view of this examination and give its bounding boxes.",
+               "Locate the {target} in each view of this examination and box it."),
+    "keypoints": ("Mark the landmarks of the {target} in every view of this examination that shows it.",
+                  "Point to the keypoints of the {target} in each view of this examination."),
+    "measure": ("Measure the {target} in this ultrasound examination.",
+                "Place the caliper line for the {target} in the view that shows it and give its length."),
+    "diagnose": ("Is the {target} in this ultrasound examination normal, benign or malignant?",
+                 "Give the diagnosis for this examination from all its views: normal, benign or malignant?",
+                 "Read every view of this examination and classify the {target} as normal, benign or malignant."),
+    "report": ("Write a structured report for this ultrasound examination.",
+               "Report this examination from all its views: site, finding, size and impression.",
+               "Generate the ultrasound report for these views of one examination."),
+    "ask": ("{target}",),
+}
+
+
+def exam_prefix(n_views: int) -> str:
+    """The start of an examination's conversation up to the end of its last image: each image labelled with
+    its view marker (`grounding.format_view`), so that an answer's ``View 2:`` points where the prompt said.
+    The part the trainer shares between the turns it packs onto one examination."""
+    if isinstance(n_views, bool) or not isinstance(n_views, numbers.Integral) or n_views < 1:
+        raise PromptError(f"n_views must be a positive int, got {n_views!r}")
+    views = "\n".join(f"{grounding.format_view(k)} {IMAGE_PLACEHOLDER}" for k in range(1, int(n_views) + 1))
+    return "<|im_start|>user\n" + views + "\n"
+
+
+def build_exam_text(task: str, prompt: str | None = None, variant: int = 0) -> str:
+    """The user turn about a whole examination: `EXAM_TEMPLATES`' wording around the target (segment, detect,
+    measure, diagnose) or the question itself (ask); report and diagnose take the prompt as context."""
+    if task not in EXAM_TEMPLATES:
+        raise PromptError(f"unknown examination task {task!r}; valid: {', '.join(EXAM_TEMPLATES)}")
+    wordings = EXAM_TEMPLATES[task]
+    if isinstance(variant, bool) or not isinstance(variant, numbers.Integral) or not 0 <= variant < len(wordings):
+        raise PromptError(f"variant {variant!r} for examination task {task!r} must be in 0..{len(wordings) - 1}")
+    text = _clean_prompt(prompt)
+    if task == "ask":
+        if text is None:
+            raise PromptError("task 'ask' needs a non-empty prompt (the question)")
+        return text
+    if task == "report":
+        head = wordings[variant]
+        return head if text is None else f"{head} Context: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
+    target = _as_target(text) if text is not None else TEMPLATES[task].default_target
+    return wordings[variant].format(target=target)

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..data.synthetic import appearance_names
 
     parser.add_argument("--out", required=True, help="output folder (created; manifest.jsonl, images/, masks/)")
-    parser.add_argument("-n", type=_positive_int, required=True, help="number of images")
+    parser.add_argument("-n", type=_positive_int, required=True,
+                        help="number of images (with --exams: number of examinations)")
     parser.add_argument("--seed0", type=int, default=0, help="seed of the first image; image i uses seed0 + i")
     parser.add_argument("--sites", default=None,
                         help="comma-separated sites to cycle through (default: all of breast,thyroid,kidney,"
@@ -42,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="photometric augmentation of the rendered images (gamma, contrast, depth attenuation, "
                              "shadow, haze, blur, noise; umind_core/data/augment.py), each with probability P "
                              "(default: 0, none)")
+    parser.add_argument("--exams", action="store_true",
+                        help="write examinations instead of single images: each record holds several views of one "
+                             "scene (a lesion in two planes, both thyroid lobes, a kidney in two sections, a fetal "
+                             "biometry set) and one exam-level report (umind_core/data/exams.py); --augment does "
+                             "not apply")
     parser.add_argument("--refusal-rate", type=_fraction, default=0.15,
                         help="share of images that also get an out-of-scope question answered with a refusal "
                              "(default: 0.15)")
@@ -81,15 +87,24 @@ def run(args: argparse.Namespace) -> int:
         raise SynthArgumentError(f"--seed0 must not be negative, got {args.seed0}")
     sites = parse_sites(args.sites)
     t0 = time.perf_counter()
-    manifest = write_synthetic_dataset(args.out, args.n, seed0=args.seed0, sites=sites, size=args.size,
-                                       appearance=args.appearance, augment=args.augment,
-                                       progress=True)
+    if getattr(args, "exams", False):
+        from ..data.exams import write_exam_dataset
+
+        if args.augment:
+            raise SynthArgumentError("--augment does not apply to --exams yet")
+        manifest = write_exam_dataset(args.out, args.n, seed0=args.seed0, sites=sites, size=args.size,
+                                      appearance=args.appearance)
+    else:
+        manifest = write_synthetic_dataset(args.out, args.n, seed0=args.seed0, sites=sites, size=args.size,
+                                           appearance=args.appearance, augment=args.augment,
+                                           progress=True)
     extra = ""
     if args.conversations:
         attach_conversations(manifest, manifest, refusal_rate=args.refusal_rate)
         extra = " with conversations"
     seconds = time.perf_counter() - t0
     rate = args.n / seconds * 60.0 if seconds > 0 else float("inf")
-    print(f"umind synth: {args.n} images{extra} ({','.join(sites or SITES)}, {args.size} px) -> {manifest} "
-          f"in {seconds:.1f} s ({rate:.0f} images/minute)")
+    unit = "examinations" if getattr(args, "exams", False) else "images"
+    print(f"umind synth: {args.n} {unit}{extra} ({','.join(sites or SITES)}, {args.size} px) -> {manifest} "
+          f"in {seconds:.1f} s ({rate:.0f} {unit}/minute)")
     return 0

@@ -27,6 +27,12 @@ Rules (the reason in brackets groups skipped records in the summary):
   and so is a box, keypoint, line or diagnosis on a label map object (it cannot say which class it belongs to)
   [label map];
 - a record with no annotation, site or conversation has nothing to learn [nothing to learn].
+- an examination (a line with ``images``, `manifest.ExamRecord`) gets every rule above per view, each problem's
+  field naming the view (``images[1].annotations.objects[0].mask``); besides, it holds at least one view and at
+  most `MAX_EXAM_VIEWS` [exam], its views show one site [exam], its exam-level ``annotations`` hold only
+  diagnosis, report and measurements [annotations shape], each mask group of a ready-made conversation names a
+  view and an object of that view with a mask [conversation]; a label map in a view is refused for now
+  (split it before grouping views into an examination) [label map].
 
 An all-zero mask is not an error but a note: the image shows no such object (a negative). The record is kept and
 `training_manifest` drops that mask, so it never becomes a segmentation target (an object left with no other
@@ -47,7 +53,8 @@ from typing import Any
 import numpy as np
 
 from ..findings import FINDINGS, answer_finding, normal_finding
-from .manifest import ManifestError, ManifestObject, ManifestRecord, _Invalid, rebase, write_manifest
+from .manifest import (MAX_EXAM_VIEWS, AnyRecord, ExamRecord, ManifestError, ManifestObject, ManifestRecord, _Invalid,
+                       is_exam, rebase, record_from_json, write_manifest)
 
 __all__ = ["Problem", "CheckedRecord", "CheckResult", "check_manifest", "check_line", "report_lines",
            "training_manifest", "CHECKED_NAME"]
@@ -83,9 +90,10 @@ class CheckedRecord:
     """A record that passed, with what training must change: `negatives` (objects whose mask is empty) and
     `label_maps` (object index -> {mask value: name} of a multi-class map to split)."""
     line: int
-    record: ManifestRecord
+    record: AnyRecord
     negatives: list[int] = field(default_factory=list)
     label_maps: dict[int, dict[int, str]] = field(default_factory=dict)
+    view_negatives: dict[int, list[int]] = field(default_factory=dict)  # examinations: view -> negatives
 
 
 @dataclass
@@ -155,6 +163,8 @@ def check_line(raw: bytes, lineno: int, root: Path, seen: dict[str, int]) -> tup
     obj, problems = _parse(raw, lineno)
     if obj is None:
         return None, problems
+    if is_exam(obj):
+        return check_exam(obj, lineno, root, seen)
     problems = shape_problems(obj, lineno)
     record, invalid = schema_problems(obj, lineno, root)
     problems += invalid
@@ -186,10 +196,10 @@ def _parse(raw: bytes, lineno: int) -> tuple[Any, list[Problem]]:
 
 # --------------------------------------------------------------------------------------------- the rules
 
-def schema_problems(obj: Any, lineno: int, root: Path) -> tuple[ManifestRecord | None, list[Problem]]:
-    """read_manifest's own validation (ManifestRecord.from_json), its message split into field and problem."""
+def schema_problems(obj: Any, lineno: int, root: Path) -> tuple[AnyRecord | None, list[Problem]]:
+    """read_manifest's own validation (`record_from_json`), its message split into field and problem."""
     try:
-        return ManifestRecord.from_json(obj, root), []
+        return record_from_json(obj, root), []
     except _Invalid as exc:
         where, sep, rest = str(exc).partition(" must ")
         if not sep:
@@ -371,6 +381,130 @@ def _has_content(record: ManifestRecord) -> bool:
                 or record.conversations)
 
 
+# --------------------------------------------------------------------------------------------- examinations
+
+_EXAM_ANNOTATION_KEYS = ("diagnosis", "report", "measurements")
+#: keys of a single image that, at the top of an examination, belong to one of its views
+_VIEW_LEVEL = ("image", "frame", "spacing", "scan_mask")
+
+
+def _in_view(problems: list[Problem], i: int) -> list[Problem]:
+    """The same problems with their field moved under ``images[i]``, so that the message names the view."""
+    return [Problem(p.line, f"images[{i}]" + (f".{p.field}" if p.field else ""), p.message, p.reason, p.note)
+            for p in problems]
+
+
+def check_exam(obj: dict, lineno: int, root: Path, seen: dict[str, int]) -> tuple[CheckedRecord | None,
+                                                                                    list[Problem]]:
+    """All problems of an examination line: its own rules, then every single-image rule on each view."""
+    problems = exam_shape_problems(obj, lineno)
+    record, invalid = schema_problems(obj, lineno, root)
+    problems += invalid
+    if record is None:
+        return None, problems
+    if record.id in seen:
+        problems.append(Problem(lineno, "id", f"duplicate id {record.id!r} (first on line {seen[record.id]})",
+                                "duplicate id"))
+    seen.setdefault(record.id, lineno)
+    problems += exam_rule_problems(record, lineno) + exam_conversation_problems(record, lineno)
+    if record.annotations.diagnosis is not None and normal_finding(record.annotations.diagnosis) is None:
+        problems.append(Problem(lineno, "annotations.diagnosis", f"unknown finding {record.annotations.diagnosis!r} "
+                                f"(a diagnosis is one of {', '.join(FINDINGS)})", "unknown finding"))
+    checked = CheckedRecord(lineno, record)
+    for i, raw in enumerate(obj["images"][:MAX_EXAM_VIEWS]):
+        problems += _in_view(_view_problems(record, i, raw, lineno, checked), i)
+    has_content = _has_content(record) or any(v.annotations.objects or v.annotations.diagnosis
+                                              or (v.annotations.report or "").strip() or v.annotations.measurements
+                                              for v in record.images)
+    if not [p for p in problems if not p.note] and not has_content:
+        problems.append(Problem(lineno, "annotations", "nothing to learn: no objects, diagnosis, report, "
+                                "measurements, site or conversations in any view", "nothing to learn"))
+    return (None if any(not p.note for p in problems) else checked), problems
+
+
+def _view_problems(record: ExamRecord, i: int, raw: dict, lineno: int, checked: CheckedRecord) -> list[Problem]:
+    """Findings, files and masks of view i, by the single-image rules (fields relative to the view)."""
+    view = record.view_record(i)
+    found, size = file_problems(view, lineno)
+    found += finding_problems(view, lineno)
+    one = CheckedRecord(lineno, view)
+    found += mask_problems(view, raw, lineno, size, one)
+    found += [Problem(lineno, f"annotations.objects[{k}].label_names", "a label map in a view of an examination "
+                      "is not split yet; split it into one object per class before grouping the views", "label map")
+              for k in one.label_maps]
+    if one.negatives:
+        checked.view_negatives[i] = one.negatives
+    return found
+
+
+def exam_shape_problems(obj: dict, lineno: int) -> list[Problem]:
+    """Keys in the wrong place: an image's keys at the examination's top, unknown exam-level annotation keys,
+    and inside each view the single-image shape rules."""
+    out = [Problem(lineno, k, "belongs to a view of the examination (images[i]), not to the examination",
+                   "annotations shape") for k in _VIEW_LEVEL if k in obj]
+    out += [p for p in shape_problems({k: v for k, v in obj.items() if k != "annotations"}, lineno)]
+    ann = obj.get("annotations")
+    if isinstance(ann, dict):
+        out += [Problem(lineno, f"annotations.{k}", f"unknown key (an examination's annotations hold "
+                        f"{', '.join(_EXAM_ANNOTATION_KEYS)}; objects belong to its views)", "annotations shape")
+                for k in ann if k not in _EXAM_ANNOTATION_KEYS + ("objects",)]
+    views = obj.get("images")
+    for i, v in enumerate(views if isinstance(views, list) else []):
+        if isinstance(v, dict):
+            out += _in_view(shape_problems(v, lineno), i)
+    return out
+
+
+def exam_rule_problems(record: ExamRecord, lineno: int) -> list[Problem]:
+    """How many views, and one site across them."""
+    out = []
+    if len(record.images) > MAX_EXAM_VIEWS:
+        out.append(Problem(lineno, "images", f"{len(record.images)} views: an examination holds at most "
+                           f"MAX_EXAM_VIEWS={MAX_EXAM_VIEWS} (views past it are not checked)", "exam"))
+    site = record.site
+    for i, view in enumerate(record.images):
+        if view.site is None:
+            continue
+        if site is None:
+            site = view.site
+        elif view.site != site:
+            out.append(Problem(lineno, f"images[{i}].site", f"view {i + 1} shows {view.site!r}, the examination "
+                               f"{site!r}: the views of one examination show one site", "exam"))
+    return out
+
+
+def exam_conversation_problems(record: ExamRecord, lineno: int) -> list[Problem]:
+    """Diagnose answers naming a known finding; each mask group a (view, object) that has a mask."""
+    out = []
+    for c, conv in enumerate(record.conversations):
+        for j, m in enumerate(conv.messages):
+            if conv.task == "diagnose" and m.get("role") == "assistant" and answer_finding(
+                    _text(m.get("content"))) is None:
+                out.append(Problem(lineno, f"conversations[{c}].messages[{j}].content", "a diagnose answer naming "
+                                   f"no known finding ({', '.join(FINDINGS)})", "unknown finding"))
+        for v, k in zip(conv.mask_views, conv.mask_objects):
+            objects = record.images[v].annotations.objects
+            if k >= len(objects) or objects[k].mask is None:
+                out.append(Problem(lineno, f"conversations[{c}].mask_objects", f"object {k} of view {v + 1} has no "
+                                   "mask to draw", "conversation"))
+    return out
+
+
+def _exam_fixes(rec: ExamRecord, checked: CheckedRecord) -> bool:
+    """Respell findings; an empty mask in a view becomes no mask, and ready-made conversations drawing it go."""
+    changed = False
+    for ann in [rec.annotations] + [v.annotations for v in rec.images]:
+        for holder in [ann] + ann.objects:
+            spelt = normal_finding(holder.diagnosis) if holder.diagnosis is not None else None
+            changed |= spelt != holder.diagnosis
+            holder.diagnosis = spelt
+    touched = {(v, k) for v, ks in checked.view_negatives.items() for k in ks}
+    for v, k in touched:
+        rec.images[v].annotations.objects[k].mask = None
+    rec.conversations = [c for c in rec.conversations if not set(zip(c.mask_views, c.mask_objects)) & touched]
+    return changed or bool(touched)
+
+
 # --------------------------------------------------------------------------------------------- output
 
 def report_lines(result: CheckResult, manifest: str | os.PathLike | None = None) -> list[str]:
@@ -396,7 +530,7 @@ def training_manifest(result: CheckResult, out_dir: str | os.PathLike) -> Path:
     for checked in result.kept:
         rec = copy.deepcopy(checked.record)
         rebase(rec, out)
-        changed |= _apply_fixes(rec, checked, out)
+        changed |= _exam_fixes(rec, checked) if isinstance(rec, ExamRecord) else _apply_fixes(rec, checked, out)
         records.append(rec)
     if not changed:
         return result.path

@@ -8,6 +8,10 @@ written by `grounding` on the 0..1000 grid, from the manifest's pixel coordinate
 Besides one sample per target and task, a record yields an interactive sample (a box or clicks inside one
 object -> that object's mask) and, at `refusal_rate`, an alignment sample: a question about anatomy that is
 not in this site, answered with a refusal that `evaluation.metrics.is_refusal` recognises.
+
+An examination (`ExamRecord`) yields conversations about all its views at once (`build_exam_conversations`):
+the question follows every view, and a grounded answer names the view each object is in (``View 2: ...``,
+`grounding.format_view`), one view marker per object, on that view's own 0..1000 grid.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from .. import grounding
-from ..prompts import TASKS, TEMPLATES, build_user_text
-from .manifest import Conversation, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
+from ..prompts import EXAM_TEMPLATES, TASKS, TEMPLATES, build_exam_text, build_user_text
+from .manifest import Conversation, ExamRecord, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
 
 __all__ = [
     "ConversationError",
@@ -32,6 +36,7 @@ __all__ = [
     "FOREIGN_ANATOMY",
     "REFUSAL_ANSWERS",
     "build_conversations",
+    "build_exam_conversations",
     "attach_conversations",
 ]
 
@@ -367,6 +372,7 @@ def attach_conversations(
 
     Each record draws from its own generator seeded by (seed, record id), so a record's conversations do
     not change when others are added or reordered. Paths are rewritten when the output lives elsewhere.
+    Examinations get `build_exam_conversations` (no refusals or interactive samples yet).
     """
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ConversationError(f"seed must be an int, got {seed!r}")
@@ -374,8 +380,124 @@ def attach_conversations(
     records = read_manifest(manifest_in)
     out_path = Path(manifest_out)
     for rec in records:
-        width, height = _image_size(rec)
         rng = random.Random(f"umind-conversations:{int(seed)}:{rec.id}")
-        rec.conversations = build_conversations(rec, width, height, rng, tasks, refusal_rate)
+        if isinstance(rec, ExamRecord):
+            sizes = [_image_size(rec.view_record(i)) for i in range(len(rec.images))]
+            rec.conversations = build_exam_conversations(rec, sizes, rng, tasks)
+        else:
+            width, height = _image_size(rec)
+            rec.conversations = build_conversations(rec, width, height, rng, tasks, refusal_rate)
         rebase(rec, out_path.parent)
     return write_manifest(records, out_path)
+
+
+# ------------------------------------------------------------------------------------------- examinations
+
+def _exam_conversation(task: str, user: str, answer: str, marks: Sequence[tuple[int, int]] = ()) -> Conversation:
+    return Conversation(task, [{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
+                        [k for _, k in marks], [v for v, _ in marks])
+
+
+def _exam_variant(task: str, rng: random.Random) -> int:
+    return rng.randrange(len(EXAM_TEMPLATES[task]))
+
+
+def _in_views(exam: ExamRecord, keep) -> dict[str, list[tuple[int, int]]]:
+    """(view, object) pairs grouped by object label in order of first appearance, for objects where keep(obj)."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for v, view in enumerate(exam.images):
+        for k, obj in enumerate(view.annotations.objects):
+            if keep(obj):
+                groups.setdefault(obj.label, []).append((v, k))
+    return groups
+
+
+def _marked(view: int, text: str) -> str:
+    return f"{grounding.format_view(view + 1)} {text}"
+
+
+def _exam_grounded(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random,
+                   tasks: Sequence[str]) -> list[Conversation]:
+    """segment, detect and keypoints per label, measure per caliper name: every view that shows it, marked."""
+    out = []
+    objects = lambda v, k: exam.images[v].annotations.objects[k]  # noqa: E731
+    if "segment" in tasks:
+        for label, marks in _in_views(exam, lambda o: o.mask is not None).items():
+            answer = " ".join(_marked(v, grounding.format_mask(label)) for v, _ in marks)
+            user = build_exam_text("segment", label, _exam_variant("segment", rng))
+            out.append(_exam_conversation("segment", user, answer, marks))
+    if "detect" in tasks:
+        for label, marks in _in_views(exam, lambda o: o.box is not None).items():
+            answer = " ".join(_marked(v, grounding.format_box(grounding.box_to_grid(*objects(v, k).box, *sizes[v]),
+                                                              label)) for v, k in marks)
+            out.append(_exam_conversation("detect", build_exam_text("detect", label, _exam_variant("detect", rng)),
+                                          answer))
+    if "keypoints" in tasks:
+        for label, marks in _in_views(exam, lambda o: bool(o.keypoints)).items():
+            answer = " ".join(_marked(v, " ".join(grounding.format_point(grounding.point_to_grid(*kp.xy, *sizes[v]),
+                                                                         kp.name) for kp in objects(v, k).keypoints))
+                              for v, k in marks)
+            user = build_exam_text("keypoints", label, _exam_variant("keypoints", rng))
+            out.append(_exam_conversation("keypoints", user, answer))
+    if "measure" in tasks:
+        out += _exam_measure(exam, sizes, rng)
+    return out
+
+
+def _exam_measure(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random) -> list[Conversation]:
+    lines: dict[str, list[tuple[int, object]]] = {}
+    for v, view in enumerate(exam.images):
+        for obj in view.annotations.objects:
+            for line in obj.lines:
+                lines.setdefault(line.name, []).append((v, line))
+    out = []
+    for name, found in lines.items():
+        parts = []
+        for v, line in found:
+            text = grounding.format_line(grounding.line_to_grid(*line.xy, *sizes[v]), name)
+            parts.append(_marked(v, text + ("" if line.length_mm is None else f" Length: {line.length_mm:.1f} mm.")))
+        out.append(_exam_conversation("measure", build_exam_text("measure", name, _exam_variant("measure", rng)),
+                                      " ".join(parts)))
+    return out
+
+
+def _exam_text(exam: ExamRecord, rng: random.Random, tasks: Sequence[str]) -> list[Conversation]:
+    """diagnose (the exam's finding and its cues), report (the exam's), ask (its site or one measurement)."""
+    ann, out = exam.annotations, []
+    diagnosis = ann.diagnosis or next((o.diagnosis for v in exam.images for o in v.annotations.objects
+                                       if o.diagnosis), None)
+    if "diagnose" in tasks and diagnosis is not None:
+        answer = diagnosis.strip().rstrip(".").capitalize() + "."
+        cues = _finding(ann.report)
+        answer += f" {cues}" if cues else ""
+        out.append(_exam_conversation("diagnose", build_exam_text("diagnose", None, _exam_variant("diagnose", rng)),
+                                      answer))
+    if "report" in tasks and ann.report and ann.report.strip():
+        out.append(_exam_conversation("report", build_exam_text("report", None, _exam_variant("report", rng)),
+                                      ann.report.strip()))
+    if "ask" in tasks:
+        options = [("What site does this ultrasound examination show?",
+                    f"This is a {_site_words(exam.site)} ultrasound examination.")] if exam.site else []
+        for name, value in ann.measurements.items():
+            quantity = re.sub(r"\s*\(?mm\)?$", "", name).strip() or name
+            options.append((rng.choice(_MEASURE_QUESTIONS).format(name=quantity),
+                            f"The {quantity} is {float(value):.1f} mm."))
+        if options:
+            question, answer = options[rng.randrange(len(options))]
+            out.append(_exam_conversation("ask", build_exam_text("ask", question), answer))
+    return out
+
+
+def build_exam_conversations(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random,
+                             tasks: Sequence[str] | None = None) -> list[Conversation]:
+    """All training conversations an examination's annotations support: one user turn that sees every view,
+    then the question; grounded answers name the view of each object. `sizes` is (width, height) per view."""
+    if not isinstance(exam, ExamRecord):
+        raise ConversationError(f"exam must be an ExamRecord, got {type(exam).__name__}")
+    if len(sizes) != len(exam.images):
+        raise ConversationError(f"exam {exam.id!r}: {len(sizes)} sizes for {len(exam.images)} views")
+    sizes = [(_check_size(w, "width"), _check_size(h, "height")) for w, h in sizes]
+    if not isinstance(rng, random.Random):
+        raise ConversationError(f"rng must be a random.Random, got {type(rng).__name__}")
+    tasks = _check_tasks(tasks)
+    return _exam_grounded(exam, sizes, rng, tasks) + _exam_text(exam, rng, tasks)

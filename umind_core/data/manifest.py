@@ -1,4 +1,4 @@
-"""Dataset manifest: one JSON object per line (JSONL), one line per image frame.
+"""Dataset manifest: one JSON object per line (JSONL), one line per image frame or per examination.
 
 Everything that trains or evaluates (trainer, metrics, MONAI Label datastore export, the synthetic
 generator) meets in this format, so it is plain text a person can read and ``grep``, and a bad line is
@@ -34,6 +34,11 @@ conversion to the model's 0..1000 grid happens in ``umind_core.grounding``. A me
 ``system``, ``user`` or ``assistant``; ``content`` is a string or a list of content parts (objects).
 Blank lines are ignored. Images load through Pillow (PNG, JPEG, BMP, TIFF, GIF; ``frame`` seeks in
 multi-frame files).
+
+A line with ``images`` instead of ``image`` is an examination (`ExamRecord`): ``{"id", "site", "images": [view,
+...], "annotations": {"diagnosis", "report", "measurements"}, "conversations"}``, each view an `ExamView`
+(``name``, ``image``, ``frame``, ``spacing``, ``site``, ``scan_mask``, ``annotations`` with its objects), and
+each mask group of a conversation naming its view in ``mask_views``. docs/manifest.md shows one.
 """
 
 from __future__ import annotations
@@ -226,15 +231,22 @@ class Annotations:
 @dataclass
 class Conversation:
     """``mask_objects``: for each mask group of the assistant answer, in order, the index of the object
-    (in ``annotations.objects``) whose mask supervises it; written only when non-empty."""
+    (in ``annotations.objects``) whose mask supervises it; written only when non-empty.
+
+    ``mask_views``: in an examination's conversation, the view (index into ``images``) of each of those
+    objects, one per entry of ``mask_objects``; empty for a single-image record. A parallel list rather than
+    pairs, so that ``mask_objects`` keeps one meaning (an object index) in both kinds of record."""
     task: str
     messages: list[dict[str, Any]] = field(default_factory=list)
     mask_objects: list[int] = field(default_factory=list)
+    mask_views: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"task": self.task, "messages": [dict(m) for m in self.messages]}
         if self.mask_objects:
             out["mask_objects"] = list(self.mask_objects)
+        if self.mask_views:
+            out["mask_views"] = list(self.mask_views)
         return out
 
     @staticmethod
@@ -250,12 +262,22 @@ class Conversation:
             if not isinstance(content, str) and not (
                     isinstance(content, list) and all(isinstance(p, dict) for p in content)):
                 raise _Invalid(f"{w}.content must be a string or a list of objects, got {content!r}")
-        mask_objects = _list(obj.get("mask_objects", []), f"{where}.mask_objects")
-        for i, k in enumerate(mask_objects):
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-                raise _Invalid(f"{where}.mask_objects[{i}] must be a non-negative object index, got {k!r}")
+        mask_objects = _indices(obj.get("mask_objects", []), f"{where}.mask_objects", "object")
+        mask_views = _indices(obj.get("mask_views", []), f"{where}.mask_views", "view")
+        if mask_views and len(mask_views) != len(mask_objects):
+            raise _Invalid(f"{where}.mask_views must name one view per entry of mask_objects "
+                           f"({len(mask_objects)}), got {len(mask_views)}")
         return Conversation(_str(obj.get("task"), f"{where}.task"), [dict(m) for m in messages],
-                            [int(k) for k in mask_objects])
+                            mask_objects, mask_views)
+
+
+def _indices(v: Any, where: str, what: str) -> list[int]:
+    out = []
+    for i, k in enumerate(_list(v, where)):
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise _Invalid(f"{where}[{i}] must be a non-negative {what} index, got {k!r}")
+        out.append(int(k))
+    return out
 
 
 @dataclass
@@ -318,6 +340,15 @@ class ManifestRecord:
             if min(spacing) <= 0:
                 raise _Invalid(f"spacing must be positive, got {list(spacing)}")
         scan = obj.get("scan_mask")
+        if "images" in obj:
+            raise _Invalid("images must not sit beside image: a record holds one image (image) or an "
+                           "examination (images), not both")
+        conversations = [Conversation.from_json(c, f"conversations[{i}]")
+                         for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))]
+        for i, c in enumerate(conversations):
+            if c.mask_views:
+                raise _Invalid(f"conversations[{i}].mask_views must be left out of a single-image record "
+                               "(it names views of an examination)")
         return ManifestRecord(
             id=_str(obj.get("id"), "id"),
             image=_rel_path(obj.get("image"), "image"),
@@ -326,11 +357,160 @@ class ManifestRecord:
             site=_opt_str(obj.get("site"), "site"),
             scan_mask=None if scan is None else _rel_path(scan, "scan_mask"),
             annotations=Annotations.from_json(obj.get("annotations", {})),
-            conversations=[Conversation.from_json(c, f"conversations[{i}]")
-                           for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))],
+            conversations=conversations,
             extra={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
             root=root,
         )
+
+
+#: the most views one examination may hold (`umind check` refuses more): every view costs its own vision
+#: tokens in one sequence, and four covers the usual sets (two planes of a lesion, both thyroid lobes in two
+#: planes, a fetal biometry set)
+MAX_EXAM_VIEWS = 4
+_VIEW_KEYS = ("name", "image", "frame", "spacing", "site", "scan_mask", "annotations")
+_EXAM_KEYS = ("id", "site", "images", "annotations", "conversations")
+
+
+def _spacing(v: Any, where: str) -> tuple[float, float] | None:
+    if v is None:
+        return None
+    spacing = _nums(v, 2, where)
+    if min(spacing) <= 0:
+        raise _Invalid(f"{where} must be positive, got {list(spacing)}")
+    return spacing
+
+
+@dataclass
+class ExamView:
+    """One image of an examination: its own file, frame, spacing and annotations (objects, and optionally a
+    finding of its own), as a single-image record has them. ``name`` is the sonographer's label of the view
+    ("radial", "right lobe transverse"); unknown keys are kept in ``extra``."""
+    image: str
+    frame: int = 0
+    spacing: tuple[float, float] | None = None
+    site: str | None = None
+    scan_mask: str | None = None
+    name: str | None = None
+    annotations: Annotations = field(default_factory=Annotations)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.name is not None:
+            out["name"] = self.name
+        out.update({"image": self.image, "frame": self.frame,
+                    "spacing": None if self.spacing is None else list(self.spacing)})
+        if self.site is not None:
+            out["site"] = self.site
+        if self.scan_mask is not None:
+            out["scan_mask"] = self.scan_mask
+        out["annotations"] = self.annotations.to_json()
+        for k, v in self.extra.items():
+            if k in _VIEW_KEYS:
+                raise _Invalid(f"extra key {k!r} of a view clashes with a schema key")
+            out[k] = v
+        return out
+
+    @staticmethod
+    def from_json(obj: Any, where: str) -> "ExamView":
+        obj = _dict(obj, where)
+        frame = obj.get("frame", 0)
+        if isinstance(frame, bool) or not isinstance(frame, numbers.Integral) or frame < 0:
+            raise _Invalid(f"{where}.frame must be a non-negative integer, got {frame!r}")
+        scan = obj.get("scan_mask")
+        return ExamView(
+            image=_rel_path(obj.get("image"), f"{where}.image"), frame=int(frame),
+            spacing=_spacing(obj.get("spacing"), f"{where}.spacing"),
+            site=_opt_str(obj.get("site"), f"{where}.site"),
+            scan_mask=None if scan is None else _rel_path(scan, f"{where}.scan_mask"),
+            name=_opt_str(obj.get("name"), f"{where}.name"),
+            annotations=Annotations.from_json(obj.get("annotations", {}), f"{where}.annotations"),
+            extra={k: v for k, v in obj.items() if k not in _VIEW_KEYS})
+
+
+@dataclass
+class ExamRecord:
+    """An examination: several views of one site read together (``images``, in the order the model sees
+    them), with exam-level ``annotations`` (diagnosis, report, measurements; objects belong to the views) and
+    conversations whose mask groups name a view and an object (``mask_views``, ``mask_objects``).
+
+    `view_record(i)` gives view i as a single-image ManifestRecord, so that loading, checking and every other
+    single-image rule apply to a view unchanged."""
+    id: str
+    images: list[ExamView]
+    site: str | None = None
+    annotations: Annotations = field(default_factory=Annotations)
+    conversations: list[Conversation] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    root: Path | None = field(default=None, compare=False, repr=False)
+
+    def resolve(self, rel: str) -> Path:
+        return Path(rel) if self.root is None else self.root / rel
+
+    def view_record(self, i: int) -> ManifestRecord:
+        """View i as a ManifestRecord (id ``<exam id>/view<i+1>``) sharing this view's annotations object."""
+        v = self.images[i]
+        return ManifestRecord(id=f"{self.id}/view{i + 1}", image=v.image, frame=v.frame, spacing=v.spacing,
+                              site=v.site or self.site, scan_mask=v.scan_mask, annotations=v.annotations,
+                              root=self.root)
+
+    def load_images(self) -> list[np.ndarray]:
+        return [self.view_record(i).load_image() for i in range(len(self.images))]
+
+    def load_masks(self) -> list[list[np.ndarray | None]]:
+        """Per view, one bool array (or None) per object of that view."""
+        return [self.view_record(i).load_masks() for i in range(len(self.images))]
+
+    def to_json(self) -> dict:
+        ann = self.annotations.to_json()
+        del ann["objects"]  # objects belong to the views
+        out: dict[str, Any] = {"id": self.id, "site": self.site, "images": [v.to_json() for v in self.images],
+                               "annotations": ann, "conversations": [c.to_json() for c in self.conversations]}
+        for k, v in self.extra.items():
+            if k in _EXAM_KEYS or k in _KNOWN_KEYS:
+                raise _Invalid(f"extra key {k!r} clashes with a schema key")
+            out[k] = v
+        return out
+
+    @staticmethod
+    def from_json(obj: Any, root: Path | None = None) -> "ExamRecord":
+        obj = _dict(obj, "line")
+        if "image" in obj:
+            raise _Invalid("image must not sit beside images: a record holds one image (image) or an "
+                           "examination (images), not both")
+        views = [ExamView.from_json(v, f"images[{i}]") for i, v in enumerate(_list(obj.get("images"), "images"))]
+        if not views:
+            raise _Invalid("images must hold at least one view (an examination without images)")
+        ann_obj = _dict(obj.get("annotations", {}), "annotations")
+        if ann_obj.get("objects"):
+            raise _Invalid("annotations.objects must be left out of an examination: objects belong to the view "
+                           "that shows them (images[i].annotations.objects)")
+        conversations = [Conversation.from_json(c, f"conversations[{i}]")
+                         for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))]
+        for i, c in enumerate(conversations):
+            if c.mask_objects and len(c.mask_views) != len(c.mask_objects):
+                raise _Invalid(f"conversations[{i}].mask_views must name the view of each mask object "
+                               f"({len(c.mask_objects)}) in an examination, got {len(c.mask_views)}")
+            bad = [k for k in c.mask_views if k >= len(views)]
+            if bad:
+                raise _Invalid(f"conversations[{i}].mask_views must index images (0..{len(views) - 1}), got {bad}")
+        return ExamRecord(id=_str(obj.get("id"), "id"), images=views, site=_opt_str(obj.get("site"), "site"),
+                          annotations=Annotations.from_json(ann_obj), conversations=conversations,
+                          extra={k: v for k, v in obj.items() if k not in _EXAM_KEYS}, root=root)
+
+
+#: what a manifest line reads as: one image, or an examination of several
+AnyRecord = ManifestRecord | ExamRecord
+
+
+def is_exam(obj: Any) -> bool:
+    """Whether a decoded manifest line is an examination (it holds ``images``, not ``image``)."""
+    return isinstance(obj, dict) and "images" in obj and "image" not in obj
+
+
+def record_from_json(obj: Any, root: Path | None = None) -> AnyRecord:
+    """A manifest line as a ManifestRecord or, when it holds ``images``, an ExamRecord."""
+    return ExamRecord.from_json(obj, root) if is_exam(obj) else ManifestRecord.from_json(obj, root)
 
 
 def _load_pil(path: Path, frame: int, grey: bool) -> np.ndarray:
@@ -357,11 +537,11 @@ def _load_pil(path: Path, frame: int, grey: bool) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- file I/O
 
-def read_manifest(path: str | os.PathLike) -> list[ManifestRecord]:
-    """All records of a JSONL manifest; a ManifestError names the first bad line."""
+def read_manifest(path: str | os.PathLike) -> list[AnyRecord]:
+    """All records of a JSONL manifest (examinations as ExamRecord); a ManifestError names the first bad line."""
     path = Path(path)
     root = path.parent
-    records: list[ManifestRecord] = []
+    records: list[AnyRecord] = []
     seen: dict[str, int] = {}
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -376,7 +556,7 @@ def read_manifest(path: str | os.PathLike) -> list[ManifestRecord]:
             except json.JSONDecodeError as e:
                 raise ManifestError(f"invalid JSON: {e.msg} at column {e.colno}", path, lineno) from None
             try:
-                rec = ManifestRecord.from_json(obj, root)
+                rec = record_from_json(obj, root)
             except _Invalid as e:
                 raise ManifestError(str(e), path, lineno) from None
             if rec.id in seen:
@@ -397,7 +577,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def rebase(record: ManifestRecord, new_root: Path) -> None:
+def rebase(record: AnyRecord, new_root: Path) -> None:
     """Rewrite the record's relative paths for a manifest written in another folder."""
     old_root = record.root if record.root is not None else Path(".")
     if old_root.resolve() == Path(new_root).resolve():
@@ -406,23 +586,24 @@ def rebase(record: ManifestRecord, new_root: Path) -> None:
     def move(rel: str) -> str:
         return Path(os.path.relpath((old_root / rel).resolve(), Path(new_root).resolve())).as_posix()
 
-    record.image = move(record.image)
-    if record.scan_mask is not None:
-        record.scan_mask = move(record.scan_mask)
-    for obj in record.annotations.objects:
-        if obj.mask is not None:
-            obj.mask = move(obj.mask)
+    for holder in (record.images if isinstance(record, ExamRecord) else [record]):
+        holder.image = move(holder.image)
+        if holder.scan_mask is not None:
+            holder.scan_mask = move(holder.scan_mask)
+        for obj in holder.annotations.objects:
+            if obj.mask is not None:
+                obj.mask = move(obj.mask)
     record.root = Path(new_root)
 
 
-def write_manifest(records: Iterable[ManifestRecord], path: str | os.PathLike) -> Path:
+def write_manifest(records: Iterable[AnyRecord], path: str | os.PathLike) -> Path:
     """Validate every record, then write the file atomically (a temporary file, then os.replace)."""
     path = Path(path)
     lines, seen = [], {}
     for i, rec in enumerate(records):
         try:
             obj = _plain(rec.to_json())
-            ManifestRecord.from_json(obj)  # same checks as reading
+            record_from_json(obj)  # same checks as reading
             text = json.dumps(obj, ensure_ascii=False, allow_nan=False)
         except (_Invalid, TypeError, ValueError) as e:
             raise ManifestError(f"record {i} (id {getattr(rec, 'id', None)!r}): {e}", path) from None
@@ -444,7 +625,6 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
 
     Conversations are left empty for the conversation builder. Returns the manifest path.
     """
-    from PIL import Image
     from tqdm import tqdm
 
     from umind_core.data.augment import photometric_hook
@@ -459,18 +639,7 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
                                      augment=hook), total=n,
                        disable=not progress, desc="synthetic", unit="img"):
         sid = f"syn-{sample.seed:06d}"
-        image_rel, scan_rel = f"images/{sid}.png", f"masks/{sid}_scan.png"
-        Image.fromarray(sample.image).save(out / image_rel)
-        Image.fromarray(sample.scan_mask.astype(np.uint8) * 255).save(out / scan_rel)
-        objects = []
-        for j, obj in enumerate(sample.objects):
-            mask_rel = f"masks/{sid}_{j}.png"
-            Image.fromarray(obj.mask.astype(np.uint8) * 255).save(out / mask_rel)
-            objects.append(ManifestObject(
-                label=obj.label, mask=mask_rel, box=tuple(int(v) for v in obj.box),
-                keypoints=[Keypoint(name, (float(x), float(y))) for name, (x, y) in obj.keypoints],
-                lines=[Line(name, tuple(float(v) for v in xy), float(mm)) for name, xy, mm in obj.lines],
-                diagnosis=obj.diagnosis))
+        image_rel, scan_rel, objects = save_synthetic_view(sample, out, sid)
         records.append(ManifestRecord(
             id=sid, image=image_rel, frame=0, spacing=tuple(float(v) for v in sample.spacing),
             site=sample.site, scan_mask=scan_rel,
@@ -481,3 +650,24 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
                               "appearance": appearance or "default"}},
             root=out))
     return write_manifest(records, out / "manifest.jsonl")
+
+
+def save_synthetic_view(sample, out: Path, stem: str) -> tuple[str, str, list[ManifestObject]]:
+    """Write one synthetic image, its scan mask and its object masks as PNGs under ``out`` (``images/<stem>.png``,
+    ``masks/<stem>_scan.png``, ``masks/<stem>_<j>.png``); returns their relative paths and the manifest objects.
+    Shared by single images and the views of an examination, so both are saved alike."""
+    from PIL import Image
+
+    image_rel, scan_rel = f"images/{stem}.png", f"masks/{stem}_scan.png"
+    Image.fromarray(sample.image).save(out / image_rel)
+    Image.fromarray(sample.scan_mask.astype(np.uint8) * 255).save(out / scan_rel)
+    objects = []
+    for j, obj in enumerate(sample.objects):
+        mask_rel = f"masks/{stem}_{j}.png"
+        Image.fromarray(obj.mask.astype(np.uint8) * 255).save(out / mask_rel)
+        objects.append(ManifestObject(
+            label=obj.label, mask=mask_rel, box=tuple(int(v) for v in obj.box),
+            keypoints=[Keypoint(name, (float(x), float(y))) for name, (x, y) in obj.keypoints],
+            lines=[Line(name, tuple(float(v) for v in xy), float(mm)) for name, xy, mm in obj.lines],
+            diagnosis=obj.diagnosis))
+    return image_rel, scan_rel, objects

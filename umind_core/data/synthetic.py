@@ -783,7 +783,8 @@ def _diagnosis_of(kind: str) -> str:
     return {"benign": "benign", "cyst": "benign", "malignant": "malignant", "normal": "normal"}[kind]
 
 
-def _breast(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray) -> _Scene:
+def _breast(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray,
+            plan: _LesionPlan | None = None) -> _Scene:
     size = probe.size
     mm = lambda v: v / s  # noqa: E731 - millimetres to pixels
     layers, fat = _skin_layers(rng, size, mm, (1.2, 2.2), (3.0, 9.0))
@@ -802,7 +803,7 @@ def _breast(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.
         top = fat.base + h / 2 + mm(1.0)
         bottom = max(top, 0.62 * probe.depth_px - h / 2)
         return probe.point(_u(rng, top, bottom), _u(rng, 0.25, 0.75))
-    lesion, mask = _place_lesion(rng, _plan_lesion(rng, "breast", kind), mm, pixels, inner, region)
+    lesion, mask = _place_lesion(rng, plan or _plan_lesion(rng, "breast", kind), mm, pixels, inner, region)
     layers += _lesion_layers(rng, lesion, size, mm)
     label = "cyst" if kind == "cyst" else LESION_LABEL["breast"]
     calipers = _calipers(mask, s, label)
@@ -811,20 +812,21 @@ def _breast(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.
                   report, meas)
 
 
-def _thyroid(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray) -> _Scene:
+def _thyroid(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray,
+             plan: _LesionPlan | None = None, side: int | None = None) -> _Scene:
     size = probe.size
     mm = lambda v: v / s  # noqa: E731
     layers, strap = _skin_layers(rng, size, mm, (1.2, 2.0), (2.0, 4.0), (3.0, 6.0))
     layers.append(_Layer(_Band(strap, None), 0.7, 0.5, texture=_Noise.random(rng, size, 16, 10),
                          texture_var=0.4))
-    side = 1 if rng.random() < 0.5 else -1            # +1: trachea on the image right
+    if side is None:
+        side = 1 if rng.random() < 0.5 else -1        # +1: trachea on the image right
     lobe_side = "right" if side == 1 else "left"      # transverse view: patient's right on image left
     a_l, b_l = mm(_u(rng, 8.0, 12.0)), mm(_u(rng, 6.5, 9.5))
     angle = _u(rng, -0.15, 0.15)
 
-    plan = None
     if kind != "normal":  # the lobe grows around its nodule
-        plan = _plan_lesion(rng, "thyroid", kind)
+        plan = plan or _plan_lesion(rng, "thyroid", kind)
         w, h = plan.extent_mm()
         a_l, b_l = max(a_l, mm(0.65 * w + 2.0)), max(b_l, mm(0.65 * h + 2.0))
 
@@ -884,14 +886,19 @@ def _place_organ(rng, pixels, inner, draw: Callable[[float], _Ellipse]) -> _Elli
     raise RuntimeError("synthetic organ does not fit the scan")
 
 
-def _kidney(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray) -> _Scene:
+def _kidney(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray,
+            dims: tuple[float, float] | None = None) -> _Scene:
+    """``dims``: (length mm, depth / length) of the kidney, drawn when None (an examination fixes them)."""
     size = probe.size
     mm = lambda v: v / s  # noqa: E731
     layers, wall = _skin_layers(rng, size, mm, (1.5, 2.5), (4.0, 15.0), (4.0, 10.0))
     liver_tex = _Noise.random(rng, size, 8, 8)
     layers.append(_Layer(_Band(wall, None), 0.95, 0.6, texture=liver_tex, texture_var=0.3))
-    length_mm = _u(rng, 90.0, 125.0)
-    ratio = _u(rng, 0.42, 0.55)
+    if dims is None:
+        length_mm = _u(rng, 90.0, 125.0)
+        ratio = _u(rng, 0.42, 0.55)
+    else:
+        length_mm, ratio = dims
 
     def draw(scale):
         a = mm(length_mm * scale) / 2
@@ -1043,12 +1050,24 @@ def generate(seed: int, site: str | None = None, size: int = 256, geometry: str 
     look = appearance_of(appearance, seed)
     geometry = geometry or look.geometry_for(site)
 
-    rng = np.random.default_rng([seed, 2])
+    scene_fn = _SCENES[site]
+    return render_scene(np.random.default_rng([seed, 2]), seed, site, size, geometry, look,
+                        lambda rng, probe, s, pixels, inner: scene_fn(rng, probe, s, finding, pixels, inner))
+
+
+#: a scene builder for `render_scene`: (rng, probe, mm per pixel, pixel coords, inside-the-scan mask) -> scene
+SceneFn = Callable[[np.random.Generator, "_Probe", float, "_Coords", np.ndarray], "_Scene"]
+
+
+def render_scene(rng: np.random.Generator, seed: int, site: str, size: int, geometry: str, look: Appearance,
+                 scene_fn: SceneFn) -> SyntheticSample:
+    """Probe, spacing, scene, simulation and exact masks from one random stream: the body of `generate`, open
+    to other scenes (`exams` renders several views of one examination through it, each from its own stream)."""
     probe = _make_probe(geometry, size, rng, look)
     spacing_mm = _u(rng, *_DEPTH_MM[site]) / probe.depth_px
     pixels = probe.pixel_coords()
     inner = probe.scan_mask(margin=max(3.0, 0.015 * size))
-    scene = _SCENES[site](rng, probe, spacing_mm, finding, pixels, inner)
+    scene = scene_fn(rng, probe, spacing_mm, pixels, inner)
     layers = _with_echogenicity(scene, look.lesion_amp)
     image = np.round(_simulate(layers, probe, rng, look) * 255).astype(np.uint8)
 

@@ -293,6 +293,7 @@ class UMindVL(nn.Module):
         mm_encoder_outputs: dict | None = None,
         decode_masks: bool = True,
         segment_ids: torch.Tensor | None = None,
+        mask_views: Sequence[torch.Tensor | None] | None = None,
     ) -> UMindOutput:
         """One teacher-forced pass: logits, mask logits for every complete `<|seg_mask|>` group, and losses.
 
@@ -300,6 +301,8 @@ class UMindVL(nn.Module):
         None when sample b has no mask supervision. Mask logits come out at the targets' size, otherwise at the
         size of the image the processor fed to the vision encoder. `segment_ids` marks a packed batch (several
         turns on one image prefix, see `packing`): attention and positions are then derived from it.
+        `mask_views[b]` (an examination: several images in one sample) gives, per mask group of sample b, the
+        index of the sample's image it decodes against; without it a group reads the last image before it.
         """
         if segment_ids is not None:
             if position_ids is None:
@@ -321,7 +324,8 @@ class UMindVL(nn.Module):
         logits = self.qwen.lm_head(hidden)
         result = UMindOutput(logits=logits, hidden_states=hidden, cache=getattr(out, "cache", None))
         if decode_masks and image_grid_thw is not None and bool((input_ids == self.seg_mask_id).any()):
-            result.mask_logits = self._masks_from_sequence(input_ids, hidden, image_grid_thw, mask_targets)
+            result.mask_logits = self._masks_from_sequence(input_ids, hidden, image_grid_thw, mask_targets,
+                                                           mask_views)
         losses = []
         if labels is not None:
             result.lm_loss = causal_lm_loss(logits, labels)
@@ -427,7 +431,8 @@ class UMindVL(nn.Module):
         """The decoder on already gathered states; the Predictor calls this with states from its KV-cached passes."""
         return self.mask_decoder(query_states, image_states, output_sizes)
 
-    def _masks_from_sequence(self, input_ids, hidden, image_grid_thw, mask_targets) -> list[torch.Tensor]:
+    def _masks_from_sequence(self, input_ids, hidden, image_grid_thw, mask_targets,
+                             mask_views=None) -> list[torch.Tensor]:
         spans = self.image_spans(input_ids, image_grid_thw)
         groups = self.mask_groups(input_ids)
         n = self.num_mask_tokens
@@ -441,13 +446,8 @@ class UMindVL(nn.Module):
             if not starts:
                 outputs.append(hidden.new_zeros((0, 1, 1)))
                 continue
-            # each group reads the image that precedes it; group by image so each image is decoded once
-            by_image: dict[int, list[int]] = {}
-            for g, start in enumerate(starts):
-                owner = [i for i, s in enumerate(spans[b]) if s[1] <= start]
-                if not owner:
-                    raise ValueError(f"sample {b}: mask group at position {start} comes before any image")
-                by_image.setdefault(owner[-1], []).append(g)
+            views = mask_views[b] if mask_views is not None else None
+            by_image = _group_owners(b, starts, spans[b], None if views is None else [int(v) for v in views])
             pieces: dict[int, torch.Tensor] = {}
             for image_index, members in by_image.items():
                 span = spans[b][image_index]
@@ -503,6 +503,27 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     if not bool((shift_labels != IGNORE_INDEX).any()):
         return shift_logits.sum() * 0.0
     return nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=IGNORE_INDEX)
+
+
+def _group_owners(b: int, starts: list[int], spans: list[tuple[int, int, int, int]],
+                  views: list[int] | None) -> dict[int, list[int]]:
+    """Image index -> the mask groups of sample b that decode against it, so that each image is decoded once.
+
+    Without `views` a group reads the last image before it (one image per sample, or an image per turn); with
+    them (an examination, all views in the prefix) group g reads image views[g], which must come before it."""
+    if views is not None and len(views) != len(starts):
+        raise ValueError(f"sample {b} has {len(starts)} mask groups but mask_views names {len(views)} images")
+    by_image: dict[int, list[int]] = {}
+    for g, start in enumerate(starts):
+        before = [i for i, s in enumerate(spans) if s[1] <= start]
+        if not before:
+            raise ValueError(f"sample {b}: mask group at position {start} comes before any image")
+        owner = before[-1] if views is None else views[g]
+        if owner not in before:
+            raise ValueError(f"sample {b}: mask group {g} names image {owner}, but the sample has "
+                             f"{len(before)} image(s) before it")
+        by_image.setdefault(owner, []).append(g)
+    return by_image
 
 
 def _runs(flags: torch.Tensor) -> list[tuple[int, int]]:

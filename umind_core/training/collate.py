@@ -9,6 +9,11 @@ encoder saw, which is the size the mask decoder predicts at.
 `ManifestDataset(pack=True)` gives one sample per image with all its conversations as branches on one shared
 image prefix (`modeling.packing`): the same losses as one sample per conversation, with the vision encoder and
 the image tokens computed once per image instead of once per question.
+
+An examination (`ExamRecord`) is encoded the same way with every view in its prefix (`encode_exam_turns`):
+pixel values of all views concatenated, one `image_grid_thw` row per view in placeholder order (Qwen3-VL's own
+multi-image input), and `mask_views` saying which view each mask target belongs to, so that the mask decoder
+reads that view's image tokens. Packing works unchanged: the turns share the whole examination prefix.
 """
 
 from __future__ import annotations
@@ -22,13 +27,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..data.manifest import Conversation, read_manifest
+from ..data.manifest import Conversation, ExamRecord, read_manifest
 from ..grounding import SEG_MASK
 from ..modeling.packing import PAD_SEGMENT
-from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, turn_suffix
+from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, exam_prefix, turn_suffix
 
-__all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "collate",
-           "ManifestDataset", "to_rgb_uint8"]
+__all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "encode_exam_turns",
+           "collate", "ManifestDataset", "to_rgb_uint8"]
 
 IGNORE_INDEX = -100
 _IMAGE_PAD = "<|image_pad|>"
@@ -44,10 +49,11 @@ class EncodedSample:
     attention_mask: torch.Tensor  # (L,) long
     mm_token_type_ids: torch.Tensor  # (L,) long, 1 on image placeholders
     labels: torch.Tensor  # (L,) long, IGNORE_INDEX outside the answer
-    pixel_values: torch.Tensor  # (patches, D)
-    image_grid_thw: torch.Tensor  # (1, 3) long
+    pixel_values: torch.Tensor  # (patches, D): every image's patches, in placeholder order
+    image_grid_thw: torch.Tensor  # (images, 3) long: one row per image (one for a single-image sample)
     mask_targets: torch.Tensor | None  # (T, h, w) float {0, 1}, or None without mask supervision
     segment_ids: torch.Tensor | None = None  # (L,) long: 0 on the image prefix, k on the k-th turn
+    mask_views: torch.Tensor | None = None  # (T,) long: the image of the sample each target belongs to (exams)
 
 
 def to_rgb_uint8(image: np.ndarray) -> np.ndarray:
@@ -148,6 +154,12 @@ def _encode_turn(tokenizer, conversation: Conversation, seg_id: int | None, imag
     return list(prompt_ids), list(answer_ids), objects
 
 
+def _check_mask_tokens(num_mask_tokens) -> int:
+    if isinstance(num_mask_tokens, bool) or not isinstance(num_mask_tokens, numbers.Integral) or num_mask_tokens < 1:
+        raise CollateError(f"num_mask_tokens must be a positive int, got {num_mask_tokens!r}")
+    return int(num_mask_tokens)
+
+
 def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversation],
                  masks: Sequence[np.ndarray | None] = (), num_mask_tokens: int = 16) -> EncodedSample:
     """Several conversations about one image -> one packed EncodedSample (see `modeling.packing`).
@@ -157,16 +169,38 @@ def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversat
     `<|im_end|>` and nothing else, without guessing a boundary inside one tokenisation. Branch k of the
     sample carries segment id k; mask targets follow the order of the mask groups in the sequence.
     """
-    if isinstance(num_mask_tokens, bool) or not isinstance(num_mask_tokens, numbers.Integral) or num_mask_tokens < 1:
-        raise CollateError(f"num_mask_tokens must be a positive int, got {num_mask_tokens!r}")
+    n = _check_mask_tokens(num_mask_tokens)
     conversations = list(conversations)
     if not conversations:
         raise CollateError("encode_turns needs at least one conversation")
-    image = to_rgb_uint8(image)
+    return _encode([to_rgb_uint8(image)], IMAGE_PREFIX, conversations, [masks], n, processor, views=False)
+
+
+def encode_exam_turns(processor, images: Sequence[np.ndarray], conversations: Sequence[Conversation],
+                      masks: Sequence[Sequence[np.ndarray | None]] = (), num_mask_tokens: int = 16) -> EncodedSample:
+    """Conversations about one examination -> one EncodedSample with every view in its prefix.
+
+    `images` are the views in order (`prompts.exam_prefix` labels them View 1..n), `masks[v]` the object masks
+    of view v; a conversation's mask group i is object ``mask_objects[i]`` of view ``mask_views[i]``. Every
+    target must come out at one size (views of one size, as the generator writes them): the model stacks a
+    sample's targets into one tensor.
+    """
+    n = _check_mask_tokens(num_mask_tokens)
+    conversations, images = list(conversations), [to_rgb_uint8(im) for im in images]
+    if not conversations:
+        raise CollateError("encode_exam_turns needs at least one conversation")
+    if not images:
+        raise CollateError("encode_exam_turns needs at least one image")
+    return _encode(images, exam_prefix(len(images)), conversations, list(masks), n, processor, views=True)
+
+
+def _encode(images: list[np.ndarray], prefix_text: str, conversations: list[Conversation], masks: list,
+            n: int, processor, views: bool) -> EncodedSample:
+    """The shared body: the prefix (text with one placeholder per image) through the processor, then the turns."""
     tokenizer = processor.tokenizer
     image_id = _token_id(tokenizer, _IMAGE_PAD)
     seg_id = _token_id(tokenizer, SEG_MASK)
-    enc = processor(images=[image], text=[IMAGE_PREFIX], return_tensors="pt")
+    enc = processor(images=images, text=[prefix_text], return_tensors="pt")
     prefix_ids = enc["input_ids"][0].long()
     if "mm_token_type_ids" in enc:
         mm_prefix = enc["mm_token_type_ids"][0].long()
@@ -175,22 +209,17 @@ def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversat
     ids, labels, segments, objects = [prefix_ids], [torch.full_like(prefix_ids, IGNORE_INDEX)], [
         torch.zeros_like(prefix_ids)], []
     for k, conversation in enumerate(conversations, start=1):
-        prompt_ids, answer_ids, turn_objects = _encode_turn(tokenizer, conversation, seg_id, image_id,
-                                                            int(num_mask_tokens))
+        prompt_ids, answer_ids, turn_objects = _encode_turn(tokenizer, conversation, seg_id, image_id, n)
         turn = torch.tensor(prompt_ids + answer_ids, dtype=torch.long)
         ids.append(turn)
         labels.append(torch.cat([torch.full((len(prompt_ids),), IGNORE_INDEX, dtype=torch.long),
                                  torch.tensor(answer_ids, dtype=torch.long)]))
         segments.append(torch.full_like(turn, k))
-        objects += [(conversation.task, obj) for obj in turn_objects]
+        objects += [(conversation.task, view, obj) for view, obj in _turn_views(conversation, turn_objects,
+                                                                                 len(images), views)]
     grid = enc["image_grid_thw"]
-    targets = None
-    if objects:
-        patch = int(getattr(processor.image_processor, "patch_size", 16))
-        out_hw = (int(grid[0, 1]) * patch, int(grid[0, 2]) * patch)
-        targets = torch.cat([_mask_targets(masks, [obj], image.shape[:2], out_hw, task)
-                             for task, obj in objects])
     input_ids = torch.cat(ids)
+    targets = _targets(processor, images, masks, grid, objects) if objects else None
     return EncodedSample(
         input_ids=input_ids,
         attention_mask=torch.ones_like(input_ids),
@@ -200,7 +229,42 @@ def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversat
         image_grid_thw=grid.long(),
         mask_targets=targets,
         segment_ids=torch.cat(segments),
+        mask_views=torch.tensor([v for _, v, _ in objects], dtype=torch.long) if views and objects else None,
     )
+
+
+def _turn_views(conversation: Conversation, objects: list[int], n_images: int, views: bool) -> list[tuple[int, int]]:
+    """(view, object) of each mask group of one turn: view 0 for a single image, ``mask_views`` for an exam."""
+    if not views:
+        if conversation.mask_views:
+            raise CollateError(f"conversation ({conversation.task}): mask_views on a single-image sample")
+        return [(0, k) for k in objects]
+    if len(conversation.mask_views) != len(objects):
+        raise CollateError(f"conversation ({conversation.task}): {len(objects)} mask objects but "
+                           f"{len(conversation.mask_views)} mask_views; an examination names the view of each")
+    bad = [v for v in conversation.mask_views if v >= n_images]
+    if bad:
+        raise CollateError(f"conversation ({conversation.task}): mask_views {bad} but the sample has "
+                           f"{n_images} images")
+    return list(zip(conversation.mask_views, objects))
+
+
+def _targets(processor, images: list[np.ndarray], masks: list, grid: torch.Tensor,
+             objects: list[tuple[str, int, int]]) -> torch.Tensor:
+    """Each (task, view, object) mask at the size the vision encoder saw its view, stacked in answer order."""
+    patch = int(getattr(processor.image_processor, "patch_size", 16))
+    picked = []
+    for task, view, obj in objects:
+        if view >= len(masks):
+            raise CollateError(f"conversation ({task}): a mask of view {view + 1}, but masks were given for "
+                               f"{len(masks)} view(s)")
+        out_hw = (int(grid[view, 1]) * patch, int(grid[view, 2]) * patch)
+        picked.append(_mask_targets(masks[view], [obj], images[view].shape[:2], out_hw, task))
+    shapes = sorted({tuple(t.shape[-2:]) for t in picked})
+    if len(shapes) > 1:
+        raise CollateError(f"mask targets of one sample come out at different sizes {shapes}: the views of an "
+                           "examination with mask targets must have one size")
+    return torch.cat(picked)
 
 
 def encode_sample(processor, image: np.ndarray, conversation: Conversation,
@@ -240,6 +304,8 @@ def collate(samples: Sequence[EncodedSample], pad_id: int) -> dict:
         "image_grid_thw": torch.cat([s.image_grid_thw for s in samples]),
         "mask_targets": [s.mask_targets for s in samples],
     }
+    if any(s.mask_views is not None for s in samples):  # only batches with an examination carry the key
+        batch["mask_views"] = [s.mask_views for s in samples]
     segments = [s.segment_ids if s.segment_ids is not None else torch.zeros_like(s.input_ids) for s in samples]
     if any(int(seg.max()) > 1 for seg in segments):
         batch["segment_ids"] = pad(segments, PAD_SEGMENT)
@@ -248,7 +314,8 @@ def collate(samples: Sequence[EncodedSample], pad_id: int) -> dict:
 
 class ManifestDataset(torch.utils.data.Dataset):
     """Items encoded on access (images are read lazily): one per (record, conversation), or with `pack=True`
-    one per record holding all its conversations as turns on one image prefix.
+    one per record holding all its conversations as turns on one image prefix. An examination's items hold
+    all its views (`encode_exam_turns`), packed or not.
 
     `items[i]` is (record index, tuple of conversation indices).
     """
@@ -287,6 +354,9 @@ class ManifestDataset(torch.utils.data.Dataset):
         conversations = [rec.conversations[c] for c in chosen]
         masks = rec.load_masks() if any(conv.mask_objects for conv in conversations) else []
         try:
+            if isinstance(rec, ExamRecord):
+                return encode_exam_turns(self.processor, rec.load_images(), conversations, masks,
+                                         self.num_mask_tokens)
             return encode_turns(self.processor, rec.load_image(), conversations, masks, self.num_mask_tokens)
         except CollateError as exc:
             which = f"conversation {chosen[0]}" if len(chosen) == 1 else f"conversations {list(chosen)}"
