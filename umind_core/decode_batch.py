@@ -29,7 +29,7 @@ from . import prompts
 from .imageio import Frame
 from .modeling import fast_decode
 
-__all__ = ["BatchDecoder", "Decoded", "ImageState", "Row", "PROMPT_PART_POSITIONS"]
+__all__ = ["BatchDecoder", "Decoded", "ExamState", "ImageState", "Row", "PROMPT_PART_POSITIONS"]
 
 # What one more forward costs, in prompt positions. On the demo model a prompt forward cost 0.8-1.8 ms beside
 # about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
@@ -61,6 +61,17 @@ class ImageState:
     @property
     def batch(self) -> int:
         return len(self.frames)
+
+
+@dataclass
+class ExamState(ImageState):
+    """An examination's prefix (`prompts.exam_prefix`): ONE row whose prefix holds every view, so `frames` and
+    `image_states` are per view, in the order the model read them, and `batch` is 1. Decoding treats it as any
+    one-row state; only the Predictor reads the views (each answer's objects name theirs)."""
+
+    @property
+    def batch(self) -> int:
+        return 1
 
 
 @dataclass
@@ -144,11 +155,21 @@ class BatchDecoder:
 
     def encode(self, frames: list[Frame]) -> ImageState:
         """Run the vision encoder and the LLM over the image prefix of frames of one size, as one batch."""
+        return self._encode_prefix(frames, [prompts.IMAGE_PREFIX] * len(frames), ImageState)
+
+    def encode_exam(self, views: list[Frame]) -> ExamState:
+        """Run the vision encoder and the LLM over one examination's prefix: every view in one sequence, each
+        labelled ``View k:`` (`prompts.exam_prefix`, the layout the exam conversations train on). Views may differ
+        in size: each is encoded at its own resolution (one `image_grid_thw` row per view)."""
+        return self._encode_prefix(views, [prompts.exam_prefix(len(views))], ExamState)
+
+    def _encode_prefix(self, frames: list[Frame], texts: list[str], kind: type[ImageState]) -> ImageState:
+        """The prefix texts (one per sequence, their image placeholders filled by `frames` in order) through the
+        model with the cache kept; the image states of every image, in order (one per sequence for single frames,
+        one per view for an examination)."""
         model = self.model
         t0 = time.perf_counter()
-        enc = model.processor(
-            images=[f.pixels for f in frames], text=[prompts.IMAGE_PREFIX] * len(frames), return_tensors="pt"
-        )
+        enc = model.processor(images=[f.pixels for f in frames], text=texts, return_tensors="pt")
         enc = _to_device(enc, model.device, model.dtype)
         position_ids, delta = model.rope_index(enc["input_ids"], enc["mm_token_type_ids"], enc["image_grid_thw"])
         with torch.no_grad():
@@ -162,11 +183,11 @@ class BatchDecoder:
                 decode_masks=False,
             )
         spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
-        image_states = [model.image_states(out.hidden_states[b], spans[b][0]) for b in range(len(frames))]
+        image_states = [model.image_states(out.hidden_states[b], span) for b in range(len(texts)) for span in spans[b]]
         cache = out.cache
         if self.fast is not None:  # room for a prompt, the answer and a mask group; grows if a prompt needs more
             cache = self.fast.adopt(cache, answer_tokens=self.answer_room())
-        return ImageState(
+        return kind(
             frames=frames,
             cache=cache,
             prefix_len=int(enc["input_ids"].shape[1]),

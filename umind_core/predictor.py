@@ -23,6 +23,12 @@ How the work is split:
   weights and autotuned products: `"tuned"`); `decode="eager"` is transformers' own forward, the reference the
   fast path is tested against.
 
+- `set_exam` + `predict_exam` do the same for an examination (up to four views of one patient read together):
+  one prefix with every view labelled ``View k:`` (`prompts.exam_prefix`, the layout the exam conversations train
+  on) encoded once, then any number of prompts worded by `prompts.EXAM_TEMPLATES`. The answer's ``View k:``
+  markers say which view each object is in; its box, points, line and mask are converted to that view's pixels,
+  and its mask decodes against that view's image states, at that view's size.
+
 What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
 decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
 encodes and stacks the image prefixes, feeds the prompts and decodes, narrowing the cache as rows end.
@@ -40,7 +46,7 @@ import numpy as np
 import torch
 
 from . import grounding, prompts
-from .decode_batch import BatchDecoder, Decoded, ImageState, Row
+from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
 from .imageio import Frame
 from .modeling import fast_decode
 from .results import GroundedObject, Result
@@ -90,6 +96,7 @@ class Predictor:
         self.model = model
         self.mask_threshold = float(mask_threshold)
         self._state: ImageState | None = None
+        self._exam: ExamState | None = None
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
         try:
@@ -127,6 +134,39 @@ class Predictor:
     def reset_image(self) -> None:
         with self._lock:
             self._state = None
+
+    # ------------------------------------------------------------------ examination
+    @property
+    def is_exam_set(self) -> bool:
+        return self._exam is not None
+
+    def set_exam(self, views: Sequence[Frame | np.ndarray]) -> None:
+        """Encode an examination's views (1 to `manifest.MAX_EXAM_VIEWS`, in reading order) as one prefix and
+        keep its cache; later `predict_exam` calls reuse it. Independent of `set_image`: either may be set."""
+        frames = _as_exam(views)
+        with self._lock:
+            self._exam = None
+            self._exam = self._engine.encode_exam(frames)
+            self.last_stats = {"prefix_tokens": self._exam.prefix_len}
+
+    def reset_exam(self) -> None:
+        with self._lock:
+            self._exam = None
+
+    def predict_exam(self, task: str, prompt: str | None = None,
+                     views: Sequence[Frame | np.ndarray] | None = None) -> Result:
+        """Answer one prompt about the whole examination given to `set_exam` (or `views`, set first).
+
+        Tasks: segment, detect, keypoints, measure, diagnose, report, ask (`prompts.EXAM_TEMPLATES`); no box or
+        clicks (no exam conversation is trained with them). The Result's objects carry ``view`` (0-based, the
+        index into the views) and coordinates, masks and millimetres of that view; ``views`` describes each.
+        """
+        with self._lock:
+            if views is not None:
+                self.set_exam(views)
+            if self._exam is None:
+                raise PredictorError("no examination set: call set_exam(views) before predict_exam()")
+            return self._run(self._exam, [self._exam_row(task, prompt)])[0]
 
     # ------------------------------------------------------------------ prompts
     def predict(
@@ -242,6 +282,17 @@ class Predictor:
         suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
         return Row(task, prompt, user_text, list(warnings), suffix_ids)
 
+    def _exam_row(self, task, prompt) -> Row:
+        """The user text about an examination: the exam conversations' canonical wording (variant 0)."""
+        if task not in prompts.EXAM_TEMPLATES:
+            raise VisualPromptError(f"unknown examination task {task!r}; valid: {', '.join(prompts.EXAM_TEMPLATES)}")
+        try:
+            user_text = prompts.build_exam_text(task, prompt)
+        except prompts.PromptError as exc:
+            raise VisualPromptError(str(exc)) from None
+        suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
+        return Row(task, prompt, user_text, [], suffix_ids)
+
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
         its answer ends (`on_row(b, result)` then), so a caller whose segment is done need not wait for another's
@@ -260,42 +311,21 @@ class Predictor:
         return results  # type: ignore[return-value]
 
     def _result(self, state: ImageState, b: int, dec: Decoded, task, prompt, warnings) -> Result:
+        if isinstance(state, ExamState):
+            return self._exam_result(state, dec, task, prompt, warnings)
         model, frame = self.model, state.frames[b]
         width, height = frame.size
-        ids = [t for t in dec.token_ids if t not in self._engine.eos_ids]
-        text = model.tokenizer.decode(ids, skip_special_tokens=False)
-        parsed = grounding.parse(text)
-        warnings.extend(parsed.warnings)
-        if dec.truncated:
-            warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
-        garbled = grounding.degenerate(parsed)
-        if garbled is not None:  # token soup is not a result: no objects, no masks, no answer to show
-            warnings.append(f"unparsable answer: {garbled}; it is not a result and nothing is written for it")
-            parsed = grounding.ParseResult([], "", parsed.warnings, 0)
+        ids, text, parsed, garbled = self._read(dec, warnings)
         t0 = time.perf_counter()
         masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width)) if garbled is None \
             else ([], [], None)
         mask_s = time.perf_counter() - t0
         offsets = _char_offsets(model.tokenizer, ids)
+        masks, mask_scores = dict(enumerate(masks)), dict(enumerate(mask_scores))
         objects: list[GroundedObject] = []
         for span in parsed.objects:
             token_score = _span_score(span.char_span, offsets, dec.token_probs)
-            boxes = [grounding.box_from_grid(bx, width, height) for bx in span.boxes]
-            lines = [grounding.line_from_grid(ln, width, height) for ln in span.lines]
-            points = [grounding.point_from_grid(p, width, height) for p in span.points]
-            span_masks = [m.index for m in span.masks if m.index < len(masks)]
-            n = max(len(boxes), len(lines), len(span_masks), 1 if points else 0)
-            for i in range(n):
-                mask = masks[span_masks[i]] if i < len(span_masks) else None
-                score = mask_scores[span_masks[i]] if mask is not None else token_score
-                objects.append(GroundedObject(
-                    label=span.label,
-                    box=boxes[i] if i < len(boxes) else None,
-                    points=points if i == 0 else [],
-                    line=lines[i] if i < len(lines) else None,
-                    mask=mask,
-                    score=score,
-                ))
+            objects += _span_objects(span, width, height, masks, mask_scores, token_score)
         result = Result(
             task=task,
             prompt=prompt or "",
@@ -312,6 +342,65 @@ class Predictor:
         )
         result.attach_geometry(frame)
         return result
+
+    def _read(self, dec: Decoded, warnings: list[str]):
+        """(answer token ids, text, parse, why it is garbled or None) of one decoded answer; warnings added."""
+        ids = [t for t in dec.token_ids if t not in self._engine.eos_ids]
+        text = self.model.tokenizer.decode(ids, skip_special_tokens=False)
+        parsed = grounding.parse(text)
+        warnings.extend(parsed.warnings)
+        if dec.truncated:
+            warnings.append(f"answer stopped at max_new_tokens={self.max_new_tokens}")
+        garbled = grounding.degenerate(parsed)
+        if garbled is not None:  # token soup is not a result: no objects, no masks, no answer to show
+            warnings.append(f"unparsable answer: {garbled}; it is not a result and nothing is written for it")
+            parsed = grounding.ParseResult([], "", parsed.warnings, 0)
+        return ids, text, parsed, garbled
+
+    def _exam_result(self, state: ExamState, dec: Decoded, task, prompt, warnings) -> Result:
+        """An examination's answer: each object in the view its ``View k:`` marker names, in that view's pixels."""
+        ids, text, parsed, garbled = self._read(dec, warnings)
+        views = _span_views(parsed.objects, len(state.frames), warnings)
+        t0 = time.perf_counter()
+        masks, mask_scores, mask_entropy = self._exam_masks(state, dec, parsed.objects, views) \
+            if garbled is None else ({}, {}, None)
+        mask_s = time.perf_counter() - t0
+        offsets = _char_offsets(self.model.tokenizer, ids)
+        objects: list[GroundedObject] = []
+        for span, v in zip(parsed.objects, views):
+            if v is None:
+                continue
+            width, height = state.frames[v].size
+            token_score = _span_score(span.char_span, offsets, dec.token_probs)
+            objects += _span_objects(span, width, height, masks, mask_scores, token_score, view=v)
+        result = Result(
+            task=task, prompt=prompt or "", text=text, answer=parsed.answer, objects=objects, warnings=warnings,
+            timings={"mask_s": mask_s}, frame_index=state.frames[0].index, source=None, image_size=None,
+            confidence=_confidence(dec, mask_entropy), unparsable=garbled is not None,
+            views=[{"source": f.source, "frame_index": f.index, "image_size": list(f.size)} for f in state.frames],
+        )
+        result.attach_views(state.frames)
+        return result
+
+    def _exam_masks(self, state: ExamState, dec: Decoded, spans, views: list[int | None]):
+        """({group index: mask}, {group index: score}, entropy) with each mask group decoded against the image
+        states of its object's view and at that view's size (one decoder call per view)."""
+        by_view: dict[int, list[int]] = {}
+        for span, v in zip(spans, views):
+            if v is not None:
+                by_view.setdefault(v, []).extend(m.index for m in span.masks if m.index < len(dec.mask_queries))
+        masks, scores, entropy, pixels = {}, {}, 0.0, 0
+        for v, groups in sorted(by_view.items()):
+            if not groups:
+                continue
+            width, height = state.frames[v].size
+            picked = Decoded(mask_queries=[dec.mask_queries[g] for g in groups])
+            view_masks, view_scores, view_entropy = self._masks(state, v, picked, (height, width))
+            masks.update(zip(groups, view_masks))
+            scores.update(zip(groups, view_scores))
+            entropy += view_entropy * len(groups) * width * height
+            pixels += len(groups) * width * height
+        return masks, scores, (entropy / pixels if pixels else None)
 
     def _masks(self, state: ImageState, b: int, dec: Decoded, size: tuple[int, int]):
         if not dec.mask_queries:
@@ -332,6 +421,72 @@ class Predictor:
 
 
 # ---------------------------------------------------------------------- helpers
+def _span_objects(span, width: int, height: int, masks: dict, mask_scores: dict, token_score: float | None,
+                  view: int | None = None) -> list[GroundedObject]:
+    """The GroundedObjects of one parsed span in pixels of a width x height image: one per box, line or mask (the
+    points go with the first); `masks` and `mask_scores` by mask group index."""
+    boxes = [grounding.box_from_grid(bx, width, height) for bx in span.boxes]
+    lines = [grounding.line_from_grid(ln, width, height) for ln in span.lines]
+    points = [grounding.point_from_grid(p, width, height) for p in span.points]
+    span_masks = [m.index for m in span.masks if m.index in masks]
+    n = max(len(boxes), len(lines), len(span_masks), 1 if points else 0)
+    objects = []
+    for i in range(n):
+        mask = masks[span_masks[i]] if i < len(span_masks) else None
+        score = mask_scores[span_masks[i]] if mask is not None else token_score
+        objects.append(GroundedObject(
+            label=span.label,
+            box=boxes[i] if i < len(boxes) else None,
+            points=points if i == 0 else [],
+            line=lines[i] if i < len(lines) else None,
+            mask=mask,
+            score=score,
+            view=view,
+        ))
+    return objects
+
+
+def _span_views(spans, n_views: int, warnings: list[str]) -> list[int | None]:
+    """The 0-based view of each parsed object of an examination's answer (the parser's 1-based ``view``), or None
+    where it names a view the examination does not have (left out, with a warning). An object before any marker
+    is placed in the first view, with a warning when there are several (the trained answer marks every object)."""
+    out: list[int | None] = []
+    for span in spans:
+        if span.view is None:
+            if n_views > 1:
+                warnings.append(f"object {span.label!r} has no 'View k:' marker; it is placed in view 1")
+            out.append(0)
+        elif span.view > n_views:
+            warnings.append(f"object {span.label!r} is marked View {span.view}, but the examination has "
+                            f"{n_views} view(s); it is left out")
+            out.append(None)
+        else:
+            out.append(span.view - 1)
+    return out
+
+
+def _as_exam(views) -> list[Frame]:
+    """An examination's views as checked Frames; an error names the view and the problem."""
+    from .data.manifest import MAX_EXAM_VIEWS
+
+    if isinstance(views, (Frame, np.ndarray)) or not isinstance(views, Iterable) or isinstance(views, (str, bytes)):
+        raise PredictorError(f"an examination is a list of views (Frames or arrays), got {type(views).__name__}; "
+                             "for one image use set_image")
+    views = list(views)
+    if not views:
+        raise PredictorError("an examination needs at least one view, got an empty list")
+    if len(views) > MAX_EXAM_VIEWS:
+        raise PredictorError(f"an examination holds at most {MAX_EXAM_VIEWS} views (manifest.MAX_EXAM_VIEWS), "
+                             f"got {len(views)}")
+    frames = []
+    for k, view in enumerate(views, start=1):
+        try:
+            frames.append(_as_frame(view))
+        except PredictorError as exc:
+            raise PredictorError(f"view {k} of the examination: {exc}") from None
+    return frames
+
+
 def _as_frame(image: Frame | np.ndarray) -> Frame:
     """Accept the I/O layer's Frame or a plain array (grey, RGB or RGBA); check what the model can see."""
     if isinstance(image, Frame):

@@ -4,6 +4,11 @@ Coordinates in a `GroundedObject` are pixels of the ORIGINAL frame (not the 0..1
 not the resized model input), so that writers and Slicer need no knowledge of preprocessing.
 Millimetres are derived on demand by `Result.attach_geometry`, from the input's geometry.
 
+An examination's answer (`Predictor.predict_exam`: several views read together) is one Result too: each object
+says which view it is in (``view``, 0-based, the index into the views as the manifest's ``mask_views`` counts),
+its coordinates and mask are that view's pixels, and ``views`` describes each view (source, frame, size).
+`Result.attach_views` measures every object with its own view's spacing.
+
 Lengths: the model writes a number after its caliper line ("Length: 140.2 mm."), but that number is
 its guess, not a measurement. Every length a Result reports is the drawn line measured by
 `imageio.line_length` with the frame's calibrated spacing (pixels, said as "px", without one); the
@@ -59,8 +64,14 @@ class GroundedObject:
     mask: np.ndarray | None = None
     score: float | None = None
     physical: dict = field(default_factory=dict)
+    #: the view of an examination it is in (0-based, as the manifest's mask_views); None for a single frame
+    view: int | None = None
 
     def __post_init__(self) -> None:
+        if self.view is not None:
+            if isinstance(self.view, bool) or not isinstance(self.view, (int, np.integer)) or self.view < 0:
+                raise ResultFormatError(f"view must be a non-negative int (0 = the first view), got {self.view!r}")
+            self.view = int(self.view)
         self.box = _floats(self.box, 4, "box")  # type: ignore[assignment]
         self.line = _floats(self.line, 4, "line")  # type: ignore[assignment]
         self.points = [_floats(p, 2, "point") for p in (self.points or [])]  # type: ignore
@@ -82,11 +93,12 @@ class GroundedObject:
         same_score = self.score == other.score or (
             self.score is not None and other.score is not None
             and math.isnan(self.score) and math.isnan(other.score))
-        return (self.label, self.box, self.points, self.line, self.physical) == \
-            (other.label, other.box, other.points, other.line, other.physical) and same_score
+        return (self.label, self.box, self.points, self.line, self.physical, self.view) == \
+            (other.label, other.box, other.points, other.line, other.physical, other.view) and same_score
 
     def to_dict(self, mask_file: str | None = None) -> dict:
-        return {
+        """JSON-ready dict; ``view`` only for an examination's object, so single-frame files read as before."""
+        out = {
             "label": self.label,
             "box": list(self.box) if self.box is not None else None,
             "points": [list(p) for p in self.points],
@@ -97,6 +109,9 @@ class GroundedObject:
             {"shape": [int(s) for s in self.mask.shape], "file": mask_file,
              "pixels": int(self.mask.sum())},
         }
+        if self.view is not None:
+            out["view"] = self.view
+        return out
 
 
 @dataclass
@@ -119,6 +134,9 @@ class Result:
     raw_answer: str = ""
     #: the model's text was not a readable answer (degenerate): no objects, nothing is written for it
     unparsable: bool = False
+    #: an examination's views in the order the model read them, each {"source", "frame_index", "image_size"};
+    #: empty for a single frame. An object's ``view`` indexes this list.
+    views: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.image_size is not None:
@@ -146,11 +164,37 @@ class Result:
         """
         spacing = _spacing_of(geometry_or_spacing)
         geometry = geometry_or_spacing if isinstance(geometry_or_spacing, Geometry) else None
+        self._measure(lambda obj: (spacing, geometry, self.frame_index), spacing is not None)
+
+    def attach_views(self, views: Sequence[Geometry | Frame | Sequence[float] | None]) -> None:
+        """`attach_geometry` for an examination's answer: each object measured in its own view (``view``), with
+        that view's spacing (a Frame's, a Geometry's, an (x, y) pair, or None for uncalibrated), since the views
+        of one examination are scanned at different depths. A stated length without a line is taken out of the
+        answer unless every view is calibrated."""
+        places = []
+        for v in views:
+            frame_index = v.index if isinstance(v, Frame) else 0
+            places.append((_spacing_of(v), v if isinstance(v, Geometry) else None, frame_index))
+
+        def place(obj: GroundedObject):
+            if obj.view is None or not 0 <= obj.view < len(places):
+                raise ResultFormatError(f"attach_views: object {obj.label!r} has view {obj.view!r}, but "
+                                        f"{len(places)} view(s) were given")
+            return places[obj.view]
+
+        self._measure(place, bool(places) and all(p[0] is not None for p in places))
+
+    def _measure(self, place, calibrated: bool) -> None:
+        """Each object's ``physical`` from place(obj) = (spacing, geometry, frame index); the answer's stated
+        lengths replaced by the drawn lines' (`_state_lengths`)."""
+        lines, lengths = [], []
         for obj in self.objects:
-            obj.physical = _physical(obj, spacing, geometry, self.frame_index)
-        lines = [o for o in self.objects if o.line is not None]
-        lengths = [line_length(o.line, spacing) for o in lines]
-        self.answer, stated, warnings = _state_lengths(self.raw_answer, lengths, spacing is not None)
+            spacing, geometry, frame_index = place(obj)
+            obj.physical = _physical(obj, spacing, geometry, frame_index)
+            if obj.line is not None:
+                lines.append(obj)
+                lengths.append(line_length(obj.line, spacing))
+        self.answer, stated, warnings = _state_lengths(self.raw_answer, lengths, calibrated)
         for obj, model in zip(lines, stated):
             obj.physical["model_length"] = model
         self.warnings.extend(w for w in warnings if w not in self.warnings)
@@ -211,9 +255,10 @@ class Result:
     # serialisation ------------------------------------------------------------------------
 
     def to_dict(self, mask_files: dict[int, str] | None = None) -> dict:
-        """JSON-ready dict; masks appear as shape (+ file name once saved by `to_json`)."""
+        """JSON-ready dict; masks appear as shape (+ file name once saved by `to_json`). ``views`` only for an
+        examination's answer."""
         files = mask_files or {}
-        return {
+        out = {
             "format": RESULT_FORMAT, "version": RESULT_VERSION,
             "task": self.task, "prompt": self.prompt, "text": self.text, "answer": self.answer,
             "objects": [o.to_dict(files.get(i)) for i, o in enumerate(self.objects)],
@@ -223,6 +268,9 @@ class Result:
             "confidence": dict(self.confidence),
             "raw_answer": self.raw_answer, "unparsable": self.unparsable,
         }
+        if self.views:
+            out["views"] = [dict(v) for v in self.views]
+        return out
 
     def to_json(self, path: str | os.PathLike, mask_format: str = "png") -> Path:
         """Write the JSON and one mask file per masked object next to it (``<stem>.maskN.png``
@@ -268,7 +316,7 @@ class Result:
             objects.append(GroundedObject(
                 label=od.get("label"), box=od.get("box"), points=od.get("points") or [],
                 line=od.get("line"), mask=mask, score=od.get("score"),
-                physical=od.get("physical") or {}))
+                physical=od.get("physical") or {}, view=od.get("view")))
         return cls(task=d["task"], prompt=d.get("prompt", ""), text=d.get("text", ""),
                    answer=d.get("answer", ""), objects=objects,
                    warnings=list(d.get("warnings", [])),
@@ -276,7 +324,8 @@ class Result:
                    frame_index=int(d.get("frame_index", 0)), source=d.get("source"),
                    image_size=d.get("image_size"),
                    confidence={k: float(v) for k, v in (d.get("confidence") or {}).items()},
-                   raw_answer=d.get("raw_answer") or "", unparsable=bool(d.get("unparsable", False)))
+                   raw_answer=d.get("raw_answer") or "", unparsable=bool(d.get("unparsable", False)),
+                   views=[dict(v) for v in d.get("views") or []])
 
 
 def _length_keys(length: Length) -> dict:

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 NAME = "eval"
-HELP = "score a model on a manifest (mIoU, detection F1, keypoint/measurement error, diagnosis, refusal)"
+HELP = ("score a model on a manifest (mIoU, detection F1, keypoint/measurement error, diagnosis, refusal; "
+        "examinations: diagnosis and report, exam reading vs single best view)")
 
 
 def _count(text: str, minimum: int) -> int:
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", required=True, help="held-out manifest.jsonl")
     parser.add_argument("--out", required=True, help="output folder for report.md, metrics.json, overlays/")
     parser.add_argument("--tasks", default=None,
-                        help="comma-separated subset of segment,detect,keypoints,measure,diagnose,refusal")
+                        help="comma-separated subset of segment,detect,keypoints,measure,diagnose,refusal and, "
+                             "for examinations only, report (default: all)")
     parser.add_argument("--limit", type=lambda t: _count(t, 1), default=None, help="only the first N records")
     parser.add_argument("--batch-size", type=lambda t: _count(t, 1), default=8, help="images per forward")
     parser.add_argument("--overlays", type=lambda t: _count(t, 0), default=4,

@@ -1,0 +1,185 @@
+"""`umind eval` on examinations (issue 35, slice 2): exam-level diagnosis and report scored beside the same model
+reading the single best view. The scoring is checked on oracle answers; the tiny (untrained) model checks that a
+manifest of examinations runs end to end and writes the exam metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from umind_core.cli import main
+from umind_core.data.exams import write_exam_dataset
+from umind_core.data.manifest import read_manifest
+from umind_core.evaluation.runner import (
+    BEST_VIEW_RULE,
+    EvalError,
+    aggregate,
+    best_view,
+    evaluate,
+    exam_truth_sizes,
+    parse_report_sizes,
+    score_exam,
+    write_eval,
+)
+from umind_core.results import Result
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    # seeds 0..2: breast (malignant, 2 views), thyroid (benign, 3 views), kidney (normal, 2 views)
+    return write_exam_dataset(tmp_path_factory.mktemp("exams") / "ds", 3, seed0=0, size=64)
+
+
+@pytest.fixture(scope="module")
+def exams(manifest):
+    return read_manifest(manifest)
+
+
+def test_report_sizes_are_read_by_name():
+    exam = "Site: breast. Views: 1 radial. Finding: mass. Size: 25.0 x 18.5 x 14.9 mm (length x width x depth)."
+    assert parse_report_sizes(exam) == {"length": 25.0, "width": 18.5, "depth": 14.9}
+    single = "Site: breast. Finding: mass. Size: 15.2 x 9.7 mm (long x short axis). Impression: benign."
+    assert parse_report_sizes(single) == {"length": 15.2, "depth": 9.7}  # the long-axis plane: length x depth
+    fetal = "BPD: 58.7 mm. HC: 213.3 mm. FL: 46.2 mm. FL/BPD: 0.79."
+    assert parse_report_sizes(fetal) == {"bpd": 58.7, "hc": 213.3, "fl": 46.2}
+    assert parse_report_sizes("Site: kidney. Length: 118.5 mm.") == {"length": 118.5}
+    assert parse_report_sizes("No size given.") == {} and parse_report_sizes("") == {}
+
+
+def test_truth_sizes_and_best_view_of_generated_exams(exams):
+    breast, _, kidney = exams
+    assert exam_truth_sizes(breast) == {"length": 24.98, "width": 18.47, "depth": 14.88}
+    assert set(exam_truth_sizes(kidney)) == {"length", "width", "depth"}  # "kidney AP" is the depth
+    # the lesion's long-axis plane: radial (breast), the nodule lobe's longitudinal (thyroid); kidney: longitudinal
+    assert [best_view(e) for e in exams] == [0, 0, 0]
+    breast.images.reverse()  # the rule follows the caliper, not the order
+    try:
+        assert best_view(breast) == 1
+    finally:
+        breast.images.reverse()
+    assert "long-axis" in BEST_VIEW_RULE
+
+
+def _oracle(exam, reading: str, task: str) -> Result:
+    """The exam's truth as the exam reading answers it; the best view states its two calipers only."""
+    if task == "diagnose":
+        return Result("diagnose", answer=f"{exam.annotations.diagnosis.capitalize()}. Irregular mass.")
+    if reading == "exam":
+        return Result("report", answer=exam.annotations.report)
+    long_axis = next(ln for o in exam.images[0].annotations.objects for ln in o.lines if ln.name.endswith("long axis"))
+    short = next(ln for o in exam.images[0].annotations.objects for ln in o.lines if ln.name.endswith("short axis"))
+    return Result("report", answer=f"Site: {exam.site}. Finding: mass. Size: {long_axis.length_mm:.1f} x "
+                                   f"{short.length_mm:.1f} mm (long x short axis). Impression: benign.")
+
+
+def test_exam_reading_and_best_view_are_scored_side_by_side(exams):
+    breast, thyroid = exams[0], exams[1]
+    samples = []
+    for exam in (breast, thyroid):
+        for reading in ("exam", "best_view"):
+            view = None if reading == "exam" else best_view(exam)
+            for task in ("diagnose", "report"):
+                samples.append(score_exam(exam, task, reading, _oracle(exam, reading, task), view=view))
+    m = aggregate(samples)
+    ex, bv = m["exam"]["exam"], m["exam"]["best_view"]
+    assert m["exam"]["n_exams"] == 2
+    assert ex["diagnosis"]["accuracy"] == bv["diagnosis"]["accuracy"] == 1.0
+    assert ex["report"]["size"]["mean_rel"] < 0.01 and ex["report"]["size"]["n_missing"] == 0
+    # a single view states length and depth (its two calipers), never the width across it
+    assert bv["report"]["size"]["n"] == 6 and bv["report"]["size"]["n_missing"] == 2
+    assert ex["report"]["bleu_lenient"] == pytest.approx(1.0) and bv["report"]["bleu_lenient"] < 0.5
+    assert ex["report"]["bleu4"] == pytest.approx(1.0, abs=1e-6) and bv["report"]["bleu4"] < 0.5
+    s = m["summary"]
+    assert s["exam_diagnosis_accuracy"] == 1.0 and s["exam_best_view_diagnosis_accuracy"] == 1.0
+    assert s["exam_report_size_rel_error"] < 0.01 and s["exam_best_view_report_size_rel_error"] is not None
+    report = next(x for x in samples if x["task"] == "exam_report" and x["reading"] == "best_view")
+    assert report["sizes"]["width"] == {"gt": 18.47, "pred": None, "rel_error": None}
+    assert report["view"] == 0 and report["n_views"] == 2
+
+
+def test_a_wrong_diagnosis_and_a_size_off_by_ten_percent(exams):
+    breast = exams[0]
+    wrong = Result("diagnose", answer="Benign.")
+    text = breast.annotations.report.replace("Size: 25.0 x", "Size: 27.5 x")
+    samples = [score_exam(breast, "diagnose", "exam", wrong),
+               score_exam(breast, "report", "exam", Result("report", answer=text))]
+    m = aggregate(samples)["exam"]["exam"]
+    assert m["diagnosis"]["accuracy"] == 0.0
+    size = m["report"]["size"]
+    assert size["n"] == 3 and size["mean_rel"] == pytest.approx((27.5 / 24.98 - 1 + 0.03 / 18.47 + 0.02 / 14.88) / 3,
+                                                                 abs=1e-3)
+    with pytest.raises(EvalError, match="no benign or malignant"):
+        score_exam(exams[2], "diagnose", "exam", wrong)  # a kidney exam is "normal"
+
+
+@pytest.fixture(scope="module")
+def untrained_run(manifest, tiny_model_factory, tmp_path_factory):
+    model = tiny_model_factory()
+    model.eval()
+    report = evaluate(model, manifest, progress=False, max_new_tokens=4)
+    out = tmp_path_factory.mktemp("exam_eval")
+    return report, write_eval(report, out, overlays=0)
+
+
+def test_eval_on_an_exam_manifest_writes_the_exam_metrics(untrained_run):
+    _, paths = untrained_run
+    data = json.loads(paths["metrics"].read_text())
+    exam = data["metrics"]["exam"]
+    assert exam["n_exams"] == 3 and exam["best_view_rule"] == BEST_VIEW_RULE
+    for reading in ("exam", "best_view"):
+        part = exam[reading]
+        assert part["diagnosis"]["n"] == 2  # breast and thyroid; the kidney is "normal"
+        assert part["report"]["n"] == 3 and part["report"]["size"]["n"] == 9
+        assert part["report"]["bleu_lenient"] is not None and part["report"]["bleu4"] is not None
+    summary = data["metrics"]["summary"]
+    for key in ("exam_diagnosis_accuracy", "exam_best_view_diagnosis_accuracy", "exam_report_bleu4",
+                "exam_best_view_report_bleu4"):
+        assert summary[key] is not None
+    samples = data["samples"]
+    assert len(samples) == 2 * (2 + 3)
+    assert {(s["task"], s["reading"]) for s in samples} == {
+        ("exam_diagnose", "exam"), ("exam_diagnose", "best_view"), ("exam_report", "exam"),
+        ("exam_report", "best_view")}
+    assert all(s["view"] == 0 for s in samples if s["reading"] == "best_view")
+    text = paths["report"].read_text()
+    assert "## Examinations: diagnosis, benign vs malignant" in text and "## Examinations: report" in text
+    assert "| exam reading (all views) | single best view |" in text
+    assert "long-axis caliper" in text
+
+
+def test_the_exam_reading_sees_all_views_and_the_baseline_one(manifest, tiny_model_factory, monkeypatch):
+    from umind_core import predictor as P
+
+    seen = []
+    set_exam, predict_batch = P.Predictor.set_exam, P.Predictor.predict_batch
+    monkeypatch.setattr(P.Predictor, "set_exam", lambda self, views: seen.append(("exam", len(views)))
+                        or set_exam(self, views))
+    monkeypatch.setattr(P.Predictor, "predict_batch", lambda self, frames, task, *a, **k: seen.append(
+        (task, len(frames))) or predict_batch(self, frames, task, *a, **k))
+    model = tiny_model_factory()
+    model.eval()
+    evaluate(model, manifest, tasks="diagnose", progress=False, max_new_tokens=2)
+    # each exam encoded once with all its views; the best views of the chunk's benign/malignant exams in one batch
+    assert seen == [("exam", 2), ("exam", 3), ("diagnose", 2)]
+
+
+def test_report_is_for_examinations_only(tmp_path, tiny_model_factory):
+    from umind_core.data.manifest import write_synthetic_dataset
+
+    single = write_synthetic_dataset(tmp_path / "single", 1, seed0=18, size=64, progress=False)
+    with pytest.raises(EvalError, match="'report' is scored on examinations only"):
+        evaluate(object(), single, tasks="report", progress=False)
+
+
+def test_cli_eval_on_exams(manifest, tmp_path, capsys, monkeypatch, tiny_model_factory):
+    from umind_core import demo
+
+    monkeypatch.setattr(demo, "load_model", lambda *a, **k: tiny_model_factory())
+    monkeypatch.setattr(demo, "has_demo_model", lambda: False)
+    rc = main(["eval", "--manifest", str(manifest), "--out", str(tmp_path / "o"), "--tasks", "report",
+               "--max-new-tokens", "2", "--overlays", "0"])
+    assert rc == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert set(data["metrics"]["exam"]["exam"]) == {"report"}
+    assert "exam_report_bleu4=" in capsys.readouterr().out
