@@ -1,7 +1,8 @@
 """The bundled demo model: it loads offline, is what a missing --model resolves to, and a sample of its card's
 figures holds on held-out images.
 
-Held-out images come from generator seeds never used in training (training used seeds 0..7999): the default look
+Held-out images come from generator seeds never used in training (training used seeds 0..7999 and
+100,000..107,999): the default look
 at seeds 1,000,000+, and the appearance `scanner_b`, which the model never trained on, at seeds 3,000,000+ (the
 card's two evaluation sets; these tests take their first 12 images).
 """
@@ -40,7 +41,7 @@ def test_demo_model_segments_a_held_out_kidney(demo_model):
     assert masks, "no mask in the answer"
     union = np.logical_or.reduce(masks)
     iou = (union & kidney.mask).sum() / (union | kidney.mask).sum()
-    assert iou > 0.8, iou  # 0.922 with the shipped model (demo model 1: 0.897)
+    assert iou > 0.8, iou  # demo model 2: 0.922, demo model 1: 0.897
 
 
 def _held_out_summary(model, tmp_path, appearance: str, seed0: int, tasks: str) -> dict:
@@ -59,12 +60,11 @@ def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path
     seeds) must land near them: this fails for an untrained or wrongly packaged model."""
     metrics = _held_out_summary(demo_model, tmp_path, "default", 1_000_000, "segment,detect,measure,refusal")
     summary = metrics["summary"]
-    # on these 12 images at packaging: 0.856, 0.933, 1.0 and 0.18
-    assert summary["segmentation_miou"] > 0.75  # card: 0.840 on 200 images
-    assert summary["detection_f1"] > 0.7  # card: 0.849
-    assert summary["refusal_accuracy"] > 0.9  # card: 0.9975
+    assert summary["segmentation_miou"] > 0.75  # card: 0.846 on 200 images
+    assert summary["detection_f1"] > 0.7  # card: 0.857
+    assert summary["refusal_accuracy"] > 0.9  # card: 1.000
     calipers = metrics["measurement"]["by_kind"]["lesion calipers"]["mean_rel"]
-    assert calipers < 0.4, calipers  # card: 0.257; demo model 1, which never learned calipers: 0.726 here
+    assert calipers < 0.4, calipers  # card: 0.256; demo model 1, which never learned calipers: 0.726 here
 
 
 def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
@@ -72,6 +72,5 @@ def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
     that keys on the texture of its own training images fails here (demo model 1 on these 12 images: segmentation
     0.576, in-scope questions answered 0.833)."""
     summary = _held_out_summary(demo_model, tmp_path, "scanner_b", 3_000_000, "segment,refusal")["summary"]
-    # on these 12 images at packaging: 0.769 and 1.0
-    assert summary["segmentation_miou"] > 0.65  # card: 0.704 on 200 images
-    assert summary["refusal_in_scope_accuracy"] >= 0.95  # card: 0.985 of in-scope questions answered
+    assert summary["segmentation_miou"] > 0.65  # card: 0.759 on 200 images
+    assert summary["refusal_in_scope_accuracy"] >= 0.95  # card: 1.000 of in-scope questions answered
