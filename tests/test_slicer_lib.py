@@ -693,7 +693,7 @@ def test_the_session_decides_the_frame_once(scene, volume):
 
 def test_session_runs_on_all_frames_of_a_clip(proxy, scene):
     pixels, _ = breast_scan()
-    frames = [pixels, np.full_like(pixels, 200), pixels]
+    frames = [np.full_like(pixels, 200), pixels, pixels]  # the current frame (1) is a scan with a lesion
     seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "clip")
     seq.SetIndexName("frame")
     seq.SetIndexType(seq.NumericIndex)
