@@ -176,6 +176,32 @@ def test_loop_recipe_sweep_rows_in_notes_are_the_benchmark(folder, labels):
         assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text
 
 
+def test_annotation_loop_from_demo_model_3_rows_are_the_benchmark():
+    """The loop rows of demo model 3 in benchmarks/README.md and its NOTES.md, recomputed from results.json."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_annotation_loop import change_interval, fmt_change
+
+    results = json.loads((RESULTS / "annotation_loop_demo3" / "results.json").read_text())
+    current = BENCHMARKS.read_text(encoding="utf-8").splitlines()
+    notes = _notes("annotation_loop_demo3").read_text(encoding="utf-8")
+    names = {"random": "| annotation loop from demo model 3, 20 labels, one run, `random` picks |",
+             "umind_uncertainty": "| annotation loop from demo model 3, the same run, `umind_uncertainty` picks |"}
+    for arm, rows in results["strategies"].items():
+        first, last = rows[0]["test"], rows[-1]["test"]
+        seg = fmt_change(change_interval(first, last, "segment"))
+        rec = fmt_change(change_interval(first, last, "detect"))
+        row = next(ln for ln in current if ln.startswith(names[arm]))
+        assert rows[-1]["labels"] == 20
+        assert (f"scanner_b segmentation {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f}, "
+                f"change {seg}") in row, (arm, row)
+        assert (f"detection recall {first['detection_recall']:.3f} -> {last['detection_recall']:.3f}, "
+                f"change {rec}") in row, (arm, row)
+        assert f"| {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f} | {seg} |" in notes, arm
+
+
 def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
     """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values: every
     round in its NOTES.md, the last round in benchmarks/README.md's table of current figures."""
