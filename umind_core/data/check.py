@@ -157,6 +157,13 @@ def check_manifest(path: str | os.PathLike) -> CheckResult:
     return result
 
 
+def _duplicate_id(rid: str, lineno: int, seen: dict[str, int]) -> list[Problem]:
+    """An id already seen is a problem naming its first line; the first line of each id is remembered."""
+    first = seen.setdefault(rid, lineno)
+    return [] if first == lineno else [Problem(lineno, "id", f"duplicate id {rid!r} (first on line {first})",
+                                               "duplicate id")]
+
+
 def check_line(raw: bytes, lineno: int, root: Path, seen: dict[str, int]) -> tuple[CheckedRecord | None,
                                                                                  list[Problem]]:
     """All problems of one line, and the record when none of them is an error. `seen` maps ids to lines."""
@@ -170,10 +177,7 @@ def check_line(raw: bytes, lineno: int, root: Path, seen: dict[str, int]) -> tup
     problems += invalid
     if record is None:
         return None, problems
-    if record.id in seen:
-        problems.append(Problem(lineno, "id", f"duplicate id {record.id!r} (first on line {seen[record.id]})",
-                                "duplicate id"))
-    seen.setdefault(record.id, lineno)
+    problems += _duplicate_id(record.id, lineno, seen)
     problems += finding_problems(record, lineno) + conversation_problems(record, lineno)
     image_problems, size = file_problems(record, lineno)
     problems += image_problems
@@ -402,10 +406,7 @@ def check_exam(obj: dict, lineno: int, root: Path, seen: dict[str, int]) -> tupl
     problems += invalid
     if record is None:
         return None, problems
-    if record.id in seen:
-        problems.append(Problem(lineno, "id", f"duplicate id {record.id!r} (first on line {seen[record.id]})",
-                                "duplicate id"))
-    seen.setdefault(record.id, lineno)
+    problems += _duplicate_id(record.id, lineno, seen)
     problems += exam_rule_problems(record, lineno) + exam_conversation_problems(record, lineno)
     if record.annotations.diagnosis is not None and normal_finding(record.annotations.diagnosis) is None:
         problems.append(Problem(lineno, "annotations.diagnosis", f"unknown finding {record.annotations.diagnosis!r} "
