@@ -176,29 +176,37 @@ def test_loop_recipe_sweep_rows_in_notes_are_the_benchmark(folder, labels):
         assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text
 
 
+def _assert_loop_row(row: str, arm: str, rows: list[dict]) -> str:
+    """The README row of one loop arm states the 20-label change from start as the benchmark computes it;
+    returns the segmentation change as formatted there."""
+    from bench_annotation_loop import change_interval, fmt_change
+
+    first, last = rows[0]["test"], rows[-1]["test"]
+    seg = fmt_change(change_interval(first, last, "segment"))
+    rec = fmt_change(change_interval(first, last, "detect"))
+    assert rows[-1]["labels"] == 20
+    assert (f"scanner_b segmentation {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f}, "
+            f"change {seg}") in row, (arm, row)
+    assert (f"detection recall {first['detection_recall']:.3f} -> {last['detection_recall']:.3f}, "
+            f"change {rec}") in row, (arm, row)
+    return seg
+
+
 def test_annotation_loop_from_demo_model_3_rows_are_the_benchmark():
     """The loop rows of demo model 3 in benchmarks/README.md and its NOTES.md, recomputed from results.json."""
     import json
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_annotation_loop import change_interval, fmt_change
-
     results = json.loads((RESULTS / "annotation_loop_demo3" / "results.json").read_text())
     current = BENCHMARKS.read_text(encoding="utf-8").splitlines()
     notes = _notes("annotation_loop_demo3").read_text(encoding="utf-8")
     names = {"random": "| annotation loop from demo model 3, 20 labels, one run, `random` picks |",
              "umind_uncertainty": "| annotation loop from demo model 3, the same run, `umind_uncertainty` picks |"}
+    assert set(results["strategies"]) == set(names)
     for arm, rows in results["strategies"].items():
+        seg = _assert_loop_row(next(ln for ln in current if ln.startswith(names[arm])), arm, rows)
         first, last = rows[0]["test"], rows[-1]["test"]
-        seg = fmt_change(change_interval(first, last, "segment"))
-        rec = fmt_change(change_interval(first, last, "detect"))
-        row = next(ln for ln in current if ln.startswith(names[arm]))
-        assert rows[-1]["labels"] == 20
-        assert (f"scanner_b segmentation {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f}, "
-                f"change {seg}") in row, (arm, row)
-        assert (f"detection recall {first['detection_recall']:.3f} -> {last['detection_recall']:.3f}, "
-                f"change {rec}") in row, (arm, row)
         assert f"| {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f} | {seg} |" in notes, arm
 
 
@@ -221,15 +229,8 @@ def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
         cells = " | ".join(f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'segment'))}; "
                            f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'detect'))}" for r in rows[1:])
         assert f"| demo model 2, run 2, `{arm}` change from start, mIoU and recall [95%] | | {cells} |" in text
-        first, last = rows[0]["test"], rows[-1]["test"]
-        seg = fmt_change(change_interval(first, last, "segment"))
-        rec = fmt_change(change_interval(first, last, "detect"))
         row = next(ln for ln in current if ln.startswith(names[arm]))
-        assert rows[-1]["labels"] == 20
-        assert (f"scanner_b segmentation {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f}, "
-                f"change {seg}") in row, (arm, row)
-        assert (f"detection recall {first['detection_recall']:.3f} -> {last['detection_recall']:.3f}, "
-                f"change {rec}") in row, (arm, row)
+        _assert_loop_row(row, arm, rows)
         assert (f"retrain {round(rows[-1]['run']['seconds'])} s "
                 f"({round(rows[-1]['run']['seconds_training'])} s training)") in row, (arm, row)
 
