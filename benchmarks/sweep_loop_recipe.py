@@ -30,9 +30,14 @@ DEFAULT_SEED0 = 1_200_000
 KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error_rel_width",
         "measurement_rel_error", "diagnosis_accuracy", "refusal_accuracy")
 
-#: name -> (TrainConfig overrides, LoraSettings overrides); "loop" is what `umind_lora` does today
+#: the server's recipe the sweeps before 2026-12-05 varied (rehearsal 2:1 on the default look, LoRA without the
+#: vision blocks): a recipe that leaves a data key out takes it from here, so the recorded results stay reproducible
+BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default"}
+#: name -> (TrainConfig overrides and data keys, LoraSettings overrides); "loop" is BASE_DATA, "server" what
+#: `umind_lora` does today (TrainParams' defaults: rehearsal 0.5 on the varied look, the vision blocks adapted)
 RECIPES: dict[str, tuple[dict, dict]] = {
     "loop": ({}, {}),
+    "server": ({"rehearsal": None, "rehearsal_look": None}, {"vision": None}),
     "lr1e-4": ({"lr": 1e-4}, {}),
     "steps80": ({"max_steps": 80}, {}),
     "decoder_lr1e-3": ({"decoder_lr": 1e-3}, {}),
@@ -42,6 +47,16 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "no_rehearsal": ({"rehearsal": 0.0}, {}),
     # rehearse on the look demo model 2 trained on (a scanner drawn per image) instead of the default look alone
     "rehearsal_varied": ({"rehearsal_look": "varied"}, {}),
+    # less rehearsal per new sample: the new labels are a larger share of every batch
+    "rehearsal_half": ({"rehearsal": 0.5}, {}),
+    "rehearsal_varied_half": ({"rehearsal": 0.5, "rehearsal_look": "varied"}, {}),
+    # from demo model 3 rehearsal was what held the new look back (sweep of 2026-12-05): what else helps without it
+    "no_rehearsal_steps80": ({"rehearsal": 0.0, "max_steps": 80}, {}),
+    "no_rehearsal_decoder_lr1e-3": ({"rehearsal": 0.0, "decoder_lr": 1e-3}, {}),
+    "no_rehearsal_vision_lora": ({"rehearsal": 0.0}, {"vision": True}),
+    "no_rehearsal_lr1e-3": ({"rehearsal": 0.0, "lr": 1e-3}, {}),
+    "no_rehearsal_full": ({"rehearsal": 0.0, "lr": 1e-4}, {"full": True}),
+    "rehearsal_varied_half_vision_lora": ({"rehearsal": 0.5, "rehearsal_look": "varied"}, {"vision": True}),
     # what many labels can buy at all (run with --labels 140): each image seen about 8 times without rehearsal
     "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),
     "ceiling": ({"max_steps": 300}, {}),
@@ -53,7 +68,6 @@ RECIPES: dict[str, tuple[dict, dict]] = {
 #: recipe keys that shape the training set rather than the trainer
 DATA_KEYS = ("rehearsal", "rehearsal_look")
 
-VISION_TARGETS = r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc(1|2))"
 
 
 def make_sets(out: Path, n_pool: int, n_default: int):
@@ -125,19 +139,26 @@ def _best_iou(gt, preds) -> float:
     return max((box_iou(gt, p) for p in preds), default=0.0)
 
 
+def _data_value(name: str, key: str):
+    """A recipe's data key: its own, BASE_DATA's when it leaves it out, TrainParams' default when it says None."""
+    from monailabel_app.lib.conf import TrainParams
+
+    value = RECIPES[name][0].get(key, BASE_DATA[key])
+    return getattr(TrainParams(), key) if value is None else value
+
+
 def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
     from monailabel_app.lib.conf import TrainParams
     from umind_core import demo
-    from umind_core.modeling.config import DEFAULT_LORA_TARGETS, LoraSettings
+    from umind_core.modeling.config import lora_settings
     from umind_core.training.trainer import train
 
     overrides, lora = RECIPES[name]
     model = demo.load_model(None, trainable=True)
     full = bool(lora.get("full"))
     if not full:
-        settings = LoraSettings(target_modules=DEFAULT_LORA_TARGETS[:-1] + VISION_TARGETS + ")") \
-            if lora.get("vision") else LoraSettings()
-        model.attach_lora(settings)
+        vision = TrainParams().lora_vision if "vision" in lora and lora["vision"] is None else bool(lora.get("vision"))
+        model.attach_lora(lora_settings(vision))
     p = TrainParams()
     trainer_keys = {k: v for k, v in overrides.items() if k not in DATA_KEYS}
     config = p.trainer_config(out / "data" / f"trainer_{name}", val_fraction=0.0, full=full, progress=False,
@@ -190,7 +211,7 @@ def main(argv=None) -> int:
     print("start", json.dumps(results["start"]), flush=True)
     manifests: dict[tuple, Path] = {}
     for name in names:
-        key = (RECIPES[name][0].get("rehearsal", TrainParams().rehearsal), RECIPES[name][0].get("rehearsal_look"))
+        key = tuple(_data_value(name, k) for k in ("rehearsal", "rehearsal_look"))
         if key not in manifests:
             manifests[key] = build_training_set(picked, work, args.seed, *key)
         row = run_recipe(name, manifests[key], sets, args.out)

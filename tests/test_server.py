@@ -292,7 +292,7 @@ def test_retrain_after_k_labels_promote_reject_fail_and_rollback(server):
     assert wait_train(server)["status"] == "DONE"
     info = server.get_json("/info/")["umind"]
     assert info["current_version"] == 1 and info["runs"][-1]["status"] == "promoted"
-    assert info["runs"][-1]["scores_new"]["new labels"]["segmentation_miou"] is not None
+    assert info["runs"][-1]["scores_new"]["held-out labels"]["segmentation_miou"] is not None
     assert json.loads(infer(server, "umind_interpret", "img2", {}).text)["umind"]["version"] == 1
 
     # a destroyed adapter (huge learning rate) is trained and stored but not promoted

@@ -108,9 +108,11 @@ def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: 
     `pool_dir` (train.jsonl). Returns (manifest, rehearsal records, copies of each new record).
 
     One owner of the recipe, so that `benchmarks/sweep_loop_recipe.py` trains on what `umind_lora` trains on.
-    `seed` defaults to the params' own; `appearance` is the rehearsal pool's look (default: the default look).
+    `seed` defaults to the params' own; `appearance` is the rehearsal pool's look (default: the params'
+    `rehearsal_look`).
     """
     seed = params.seed if seed is None else seed
+    appearance = params.rehearsal_look if appearance is None else appearance
     out = Path(train_raw).parent
     labels = attach_conversations(train_raw, out / "labels.jsonl", seed=seed, refusal_rate=params.refusal_rate)
     n, copies = rehearsal_plan(n_records, params.rehearsal, params.rehearsal_min, params.rehearsal_pool)

@@ -7,8 +7,8 @@ One run (in MONAI Label's train subprocess):
 3. mix in rehearsal images from a seeded synthetic pool (rehearsal.py), so the skills the new labels do
    not cover are trained too;
 4. score the served version, attach a fresh adapter if it has none (the demo model, a plain folder),
-   fine-tune, and score the result, on every task of three sets: the new held-out labels, the held-out
-   labels of earlier runs, and a seeded synthetic regression set (evaluate.py);
+   fine-tune, and score the result, on every task of two sets: the held-out labels (this run's and every
+   earlier run's, pooled) and a seeded synthetic regression set (evaluate.py);
 5. promote only when no task on any set got worse beyond the tolerance (gate.py); the per-task table is
    in the run record either way, and a rejection names the task that regressed.
 
@@ -36,6 +36,7 @@ from monailabel.interfaces.tasks.train import TrainTask
 
 from umind_core.atomic import write_text
 from umind_core.data.manifest import ManifestRecord, read_manifest
+from umind_core.modeling.config import lora_settings
 
 from umind_core.base_ref import write_ref
 from umind_core.booleans import as_bool
@@ -45,14 +46,16 @@ from ..runtime import Runtime
 from umind_core.versions import VersionStore, check_rollback
 from .dataset import export_datastore
 from .evaluate import score_sets
-from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table
+from .gate import PER_SAMPLE, Tolerance, compare, decide, format_table, held_out_tolerance
 from .rehearsal import REGRESSION_SEED0, LabelHistory, synthetic_set, training_set
 
 __all__ = ["UMindLoRATrain", "folder_bytes"]
 
 logger = logging.getLogger(__name__)
 
-SET_NEW, SET_EARLIER, SET_SYNTHETIC = "new labels", "earlier labels", "synthetic regression"
+#: the held-out corrections of this run and of every earlier one, pooled (rehearsal.LabelHistory + this run's new
+#: held-out images); the seeded synthetic regression set
+SET_HELD_OUT, SET_SYNTHETIC = "held-out labels", "synthetic regression"
 #: the version a workdir starts from (the model the server was started with); the synthetic regression set is
 #: judged against it
 START_VERSION = 0
@@ -208,11 +211,11 @@ class UMindLoRATrain(TrainTask):
             data.train_manifest, data.n_train_records, params, workdir / "rehearsal")
         val = read_manifest(data.val_manifest)
         new_val = [r for r in val if r.extra.get("source", {}).get("datastore_image") not in earlier_ids]
-        sets = {SET_NEW: new_val, SET_EARLIER: history.records()}
+        sets = {SET_HELD_OUT: history.records() + new_val}
         if params.regression_size:
             reg = synthetic_set(workdir / "regression" / "synthetic", params.regression_size, REGRESSION_SEED0)
             sets[SET_SYNTHETIC] = read_manifest(reg)
-        run["set_sizes"] = {name: len(records) for name, records in sets.items()}
+        run["set_sizes"] = {**{name: len(records) for name, records in sets.items()}, "new held-out": len(new_val)}
         return _Work(manifest, sets, new_val)
 
     def _start_scores(self, cache: SyntheticScores, current: int, before: dict, work: _Work,
@@ -247,7 +250,7 @@ class UMindLoRATrain(TrainTask):
         model = load_model(spec, trainable=True)
         run["adapter"] = "attached fresh" if model.config.lora is None else "continued"
         if model.config.lora is None:
-            model.attach_lora()
+            model.attach_lora(lora_settings(params.lora_vision))
         t = time.perf_counter()
         logger.info(f"{PROGRESS_PREFIX} version {run['version']}: training on {work.manifest.name}")
         # the recipe (conf.SERVER_RECIPE) fixes what the loop needs: LoRA, no trainer split, one checkpoint
@@ -267,7 +270,8 @@ class UMindLoRATrain(TrainTask):
         run.update(scores_current={k: _shown(v) for k, v in before.items()},
                    scores_new={k: _shown(v) for k, v in after.items()},
                    scores_start={SET_SYNTHETIC: _shown(start)} if start else {},
-                   gate={name: compare(before[name], after[name], tol, start if name == SET_SYNTHETIC else None)
+                   gate={name: compare(before[name], after[name], tol, start) if name == SET_SYNTHETIC else
+                         compare(before[name], after[name], held_out_tolerance(tol, params.held_out_min_samples))
                          for name in work.sets})
         run["gate_table"] = format_table(run["gate"])
         model.save_pretrained(staging / "model")
