@@ -86,7 +86,7 @@ class UMindApp(MONAILabelApp):
         )
         self.trigger = RetrainTrigger(self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
                                       start=lambda: self.async_training(TRAINER, enqueue=True),
-                                      labeled=lambda: len(self.datastore().get_labeled_images()),
+                                      labeled=lambda: self.datastore().get_labeled_images(),
                                       consumed=self.runtime.versions.labels_consumed)
 
     # ------------------------------------------------------------------ tasks

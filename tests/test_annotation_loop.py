@@ -329,12 +329,12 @@ def test_trigger_counts_labels_beyond_the_last_completed_run():
         state["started"] += 1
         state["busy"] = True
 
-    t = RetrainTrigger(3, start, labeled=lambda: state["labeled"], consumed=lambda: state["consumed"],
-                       busy=lambda: state["busy"])
+    t = RetrainTrigger(3, start, labeled=lambda: [f"img{i}" for i in range(state["labeled"])],
+                       consumed=lambda: state["consumed"], busy=lambda: state["busy"])
 
     def save():
         state["labeled"] += 1
-        return t.on_label("x")
+        return t.on_label(f"img{state['labeled'] - 1}")
 
     assert [save()["retrain"] for _ in range(3)] == ["counting", "counting", "started"]
     assert save()["retrain"].startswith("deferred")  # saved while the run trains
@@ -344,19 +344,32 @@ def test_trigger_counts_labels_beyond_the_last_completed_run():
     state.update(busy=False)  # ... and that run was killed: nothing consumed, the next save starts again
     reply = save()
     assert reply["retrain"] == "started" and reply["labels_since_last_run"] == 4 and state["started"] == 3
-    assert RetrainTrigger(0, start, lambda: 9, lambda: 0).on_label("x") == {"retrain": "disabled"}
+    assert RetrainTrigger(0, start, lambda: [], lambda: 0).on_label("x") == {"retrain": "disabled"}
+
+
+def test_trigger_counts_the_label_just_saved_even_while_the_datastore_briefly_drops_it():
+    """MONAI Label's file watcher removes a rewritten label and adds it back 0.15 s later; a count in between saw 4 of
+    5 labels, started no run, and the loop benchmark scored the previous model for that round."""
+    from lib.retrain import RetrainTrigger
+
+    started = []
+    listed = ["a", "b", "c", "d"]  # "e" was just saved, and the watcher has dropped it for the moment
+    t = RetrainTrigger(5, lambda: started.append(1), labeled=lambda: listed, consumed=lambda: 0, busy=lambda: False)
+    assert t.on_label("e")["retrain"] == "started" and started == [1]
+    assert t.on_label("a")["labels_since_last_run"] == 4  # an image listed already counts once
 
 
 def test_trigger_restarts_a_killed_run_at_server_start_only_when_its_labels_are_due():
     from lib.retrain import RetrainTrigger
 
     started = []
-    due = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: 5, consumed=lambda: 0, busy=lambda: False)
+    due = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: ["a", "b", "c", "d", "e"], consumed=lambda: 0,
+                         busy=lambda: False)
     assert due.after_killed_runs([]) is None and started == []  # nothing was killed: wait for label saves
     assert due.after_killed_runs([{"version": 4, "status": "killed"}])["retrain"] == "started" and started == [1]
-    few = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: 2, consumed=lambda: 0, busy=lambda: False)
+    few = RetrainTrigger(3, lambda: started.append(1), labeled=lambda: ["a", "b"], consumed=lambda: 0, busy=lambda: False)
     assert few.after_killed_runs([{"version": 4, "status": "killed"}])["retrain"] == "counting" and len(started) == 1
-    off = RetrainTrigger(0, lambda: started.append(1), labeled=lambda: 9, consumed=lambda: 0)
+    off = RetrainTrigger(0, lambda: started.append(1), labeled=lambda: [str(i) for i in range(9)], consumed=lambda: 0)
     assert off.after_killed_runs([{"version": 4}]) == {"retrain": "disabled"} and len(started) == 1
 
 
