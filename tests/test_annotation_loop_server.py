@@ -156,6 +156,7 @@ def test_markups_and_finding_from_slicer_train_every_task_with_lora_rehearsal_an
     assert train(server, {})["status"] == "DONE"
     run = info(server)["runs"][-1]
     assert run["status"] in ("promoted", "rejected") and run["adapter"] == "attached fresh"
+    assert run["trained_from"] == 0  # retrain_from "start": every run trains the start model on all labels
     assert any("'apex': a point (400.0, 10.0) lies outside the 256x256 image" in n for n in run["notes"])
 
     (rec,) = exported(server, 1)[image_id]

@@ -6,8 +6,9 @@ One run (in MONAI Label's train subprocess):
    and build every task's conversations from them (dataset.py, corrections.py);
 3. mix in rehearsal images from a seeded synthetic pool (rehearsal.py), so the skills the new labels do
    not cover are trained too;
-4. score the served version, attach a fresh adapter if it has none (the demo model, a plain folder),
-   fine-tune, and score the result, on every task of two sets: the held-out labels (this run's and every
+4. score the served version; load the model the workdir started from (or, with `retrain_from` "served", the
+   served version), attach a fresh adapter if it has none (the demo model, a plain folder), fine-tune on all
+   labels so far, and score the result, on every task of two sets: the held-out labels (this run's and every
    earlier run's, pooled) and a seeded synthetic regression set (evaluate.py);
 5. promote only when no task on any set got worse beyond the tolerance (gate.py); the per-task table is
    in the run record either way, and a rejection names the task that regressed.
@@ -247,7 +248,9 @@ class UMindLoRATrain(TrainTask):
         before = {**score_sets(load_model(spec), todo, max_new), **{k: v for k, v in fixed.items() if v}}
         start = self._start_scores(cache, current, before, work, params) if SET_SYNTHETIC in work.sets else None
         run["seconds_scoring_served"] = round(time.perf_counter() - t, 2)
-        model = load_model(spec, trainable=True)
+        base = spec if params.retrain_from == "served" else self.runtime.spec(START_VERSION)
+        run["trained_from"] = base.version
+        model = load_model(base, trainable=True)
         run["adapter"] = "attached fresh" if model.config.lora is None else "continued"
         if model.config.lora is None:
             model.attach_lora(lora_settings(params.lora_vision))
