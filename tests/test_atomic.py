@@ -42,3 +42,24 @@ def test_remove_dir_renames_away_before_deleting(tmp_path, monkeypatch):
     monkeypatch.undo()
     atomic.remove_dir(tmp_path / ".step-4.old")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_version_folder_has_the_modes_any_folder_and_file_would_have(tmp_path):
+    """tempfile.mkdtemp made the staging folder 0700, and the version kept it after the rename: a server run as
+    another user than the one who trained could not read the version."""
+    import os
+
+    from umind_core.atomic import new_temp_dir, replace_dir, write_text
+
+    old = os.umask(0o022)
+    try:
+        tmp = new_temp_dir(tmp_path / "0001")
+        write_text(tmp / "weights.bin", "x")
+        replace_dir(tmp, tmp_path / "0001")
+        (tmp_path / "plain").mkdir()
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(old)
+    mode = lambda p: p.stat().st_mode & 0o777  # noqa: E731
+    assert mode(tmp_path / "0001") == mode(tmp_path / "plain") == 0o755
+    assert mode(tmp_path / "0001" / "weights.bin") == mode(tmp_path / "plain.txt") == 0o644

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -119,10 +118,20 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[str]:
 
 
 def new_temp_dir(path: str | os.PathLike) -> Path:
-    """An empty folder beside `path`, to be filled and then swapped in with `replace_dir`."""
+    """An empty folder beside `path`, to be filled and then swapped in with `replace_dir`.
+
+    Made with the process's umask like any folder (`os.mkdir`), not `tempfile.mkdtemp`'s 0700: the folder is
+    renamed into place, and a model version saved by one user must stay readable by a server run as another."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary folder name beside {path}")
 
 
 def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
