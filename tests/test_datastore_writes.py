@@ -390,3 +390,30 @@ def test_a_label_in_another_format_replaces_the_old_file(env):
     assert sorted(p.name for p in (studies / "labels" / "final").iterdir()) == ["img.nii.gz"]
     assert ds.get_label_uri("img", "final").endswith("img.nii.gz")
     assert open_store(studies).get_label_info("img", "final")["name"] == "img.nii.gz"
+
+
+def test_a_dataset_export_on_a_full_disk_is_a_507_and_leaves_no_partial_archive(monkeypatch, tmp_path):
+    """GET /datastore/dataset building its zip on a full disk answered 400 (the client's mistake) instead of 507."""
+    import tempfile
+
+    from lib.wall.request_files import dataset_archive_response
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+
+    class FullDisk:
+        def datalist(self):
+            return [{"image": "a", "label": "a"}]
+
+        def get_dataset_archive(self, limit_cases):
+            from lib.wall.request_files import current_scratch
+
+            made.append(current_scratch())
+            (current_scratch() / "partial.zip").write_bytes(b"PK")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(InsufficientStorage) as err:
+        dataset_archive_response(FullDisk(), None)
+    http = to_http(err.value, "download dataset")
+    assert http.status_code == 507 and "disk is full" in http.detail
+    assert made and not made[0].exists()  # the request folder and its partial archive are gone

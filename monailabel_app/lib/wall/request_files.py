@@ -88,7 +88,7 @@ def dataset_archive_response(datastore, limit_cases):
     from fastapi.responses import FileResponse
     from starlette.background import BackgroundTask
 
-    from .errors import BadRequest
+    from .errors import InsufficientStorage
 
     if not datastore.datalist():
         raise HTTPException(404, "download dataset: no image has a final label yet; nothing to export")
@@ -98,8 +98,8 @@ def dataset_archive_response(datastore, limit_cases):
         except BaseException as exc:  # nothing of a failed export stays
             shutil.rmtree(folder, ignore_errors=True)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise BadRequest("download dataset: the server's disk is full; the archive cannot be built") \
-                    from None
+                raise InsufficientStorage("download dataset: the server's disk is full; the archive cannot be "
+                                          "built") from None
             raise
     return FileResponse(path, media_type="application/zip", filename="dataset.zip",
                         background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))
