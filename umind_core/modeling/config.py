@@ -27,8 +27,8 @@ DEFAULT_LORA_TARGETS = (
 )
 
 # The same plus every vision block's attention and MLP: the annotation loop adapts to a new scanner's look,
-# which the vision tower sees first (sweep of 2026-12-05, benchmarks/results/loop_recipe_demo3: 20 labels moved
-# the new look's segmentation +0.009 and +0.015 more with the vision blocks adapted than without)
+# which the vision tower sees first (sweep of 2026-12-05, benchmarks/results/loop_recipe_demo3: with the vision
+# blocks adapted, 20 labels moved the new look's segmentation +0.001 to +0.008 more than the same recipe without)
 VISION_LORA_TARGETS = DEFAULT_LORA_TARGETS[:-1] + r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc(1|2)))"
 
 
