@@ -101,6 +101,16 @@ def test_the_app_serves_the_contracts_models_and_tasks():
     assert infers[wire.INTERACTIVE_MODEL].interactive
 
 
+def test_the_slicer_module_sends_an_examination_where_the_app_reads_one():
+    """`contract.EXAM_MODEL` / `EXAM_TASKS` are the app's one infer model with `exam_tasks`, and those tasks."""
+    import main
+
+    runtime = types.SimpleNamespace(conf=types.SimpleNamespace(labels=("lesion",)))
+    infers = main.UMindApp.init_infers(types.SimpleNamespace(runtime=runtime))
+    readers = {name: task.exam_tasks for name, task in infers.items() if task.exam_tasks}
+    assert readers == {contract.EXAM_MODEL: contract.EXAM_TASKS}
+
+
 def test_the_slicer_copies_ship_with_the_module():
     """Slicer installs the scripts its CMakeLists names: a copy left out would be missing inside Slicer only."""
     module = ROOT / "slicer_module" / "UMind"

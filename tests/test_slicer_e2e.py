@@ -3,8 +3,9 @@
 A headless scene (slicer-core) holds the volume a user would have loaded; `UMindSession` uploads it, runs every
 task of the Widget's task list on the real server (a tiny model that has memorised one answer per task on this
 image), builds the nodes, and submits a corrected label that the test then finds in the server's datastore.
-What the stub tests in test_slicer_lib.py cannot show: that the Lib's requests are the ones the app accepts, and
-that the app's replies land on the right geometry.
+An examination (several volumes, or frames of a clip, read as one) answers once and puts each object on its view's
+volume. What the stub tests in test_slicer_lib.py cannot show: that the Lib's requests are the ones the app accepts,
+and that the app's replies land on the right geometry.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def scene():
     return s
 
 
-def scan_volume(scene, name: str, pixels: np.ndarray):
-    """A 256x256 frame as Slicer loads a 2D scan: one slice, LPS file directions, 0.5 mm pixels."""
+def scan_volume(scene, name: str, pixels: np.ndarray, spacing=SPACING):
+    """A 256x256 frame as Slicer loads a 2D scan: one slice, LPS file directions, 0.5 mm pixels (or ``spacing``)."""
     from vtk.util import numpy_support
 
     vol = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", name)
@@ -73,7 +74,7 @@ def scan_volume(scene, name: str, pixels: np.ndarray):
     img.SetDimensions(256, 256, 1)
     img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(np.ascontiguousarray(pixels).ravel(), deep=True))
     vol.SetAndObserveImageData(img)
-    vol.SetSpacing(*SPACING)
+    vol.SetSpacing(*spacing)
     vol.SetOrigin(*ORIGIN)
     vol.SetIJKToRASDirections(-1, 0, 0, 0, -1, 0, 0, 0, 1)
     return vol
@@ -204,19 +205,25 @@ def test_server_errors_reach_the_user_verbatim(session, volume):
     assert err.value.status == 404 and "no-such-image" in err.value.message
 
 
-def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, scene):
-    """A clip loaded as a Slicer sequence: uploaded once, all frames segmented as a segmentation sequence that
-    the clip's browser keeps in step, and a run on the current frame lands on the proxy volume."""
+def cine_clip(scene, name: str = "cine"):
+    """A clip loaded as a Slicer sequence: the lesion scan, a blank frame, the lesion scan; its browser and proxy."""
     frames = [make_image(0)[..., 0], np.full((256, 256), 200, np.uint8), make_image(0)[..., 0]]
-    seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", "cine")
+    seq = scene.AddNewNodeByClass("vtkMRMLSequenceNode", name)
     seq.SetIndexName("frame")
     seq.SetIndexType(seq.NumericIndex)
     for f, pixels in enumerate(frames):
         seq.SetDataNodeAtValue(scan_volume(slicer.vtkMRMLScene(), f"f{f}", pixels), str(f))
-    browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", "cine browser")
+    browser = scene.AddNewNodeByClass("vtkMRMLSequenceBrowserNode", f"{name} browser")
     browser.SetAndObserveMasterSequenceNodeID(seq.GetID())
-    proxy = scan_volume(scene, "cine proxy", frames[0])
+    proxy = scan_volume(scene, f"{name} proxy", frames[0])
     browser.AddProxyNode(proxy, seq, False)
+    return seq, browser, proxy
+
+
+def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, scene):
+    """A clip loaded as a Slicer sequence: uploaded once, all frames segmented as a segmentation sequence that
+    the clip's browser keeps in step, and a run on the current frame lands on the proxy volume."""
+    _, browser, proxy = cine_clip(scene)
 
     _, nodes = session.run(proxy, RunRequest("segment", prompt="lesion", all_frames=True), browser)
     seg_seq = nodes.segmentation_sequence
@@ -240,6 +247,68 @@ def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, sc
     one.rois[0].GetCenter(centre)
     i, j, k = ijk(proxy, centre)
     assert abs(i - (X0 + X1) / 2) < 12 and abs(j - (Y0 + Y1) / 2) < 12 and abs(k) < 0.5  # on the proxy's slice
+
+
+def test_an_examination_of_two_volumes_answers_once_with_each_object_on_its_views_volume(session, scene, monkeypatch):
+    """Two volumes uploaded and read as one examination (issue 35): one answer in the exam's text node, every object
+    the model found on the volume of its view, on that view's pixels and measured with that view's spacing (the two
+    volumes' spacings differ, so an object placed on the other view would measure otherwise)."""
+    first = scan_volume(scene, "exam first view", make_image(0)[..., 0])
+    second = scan_volume(scene, "exam second view", make_image(1)[..., 0], spacing=(0.25, 0.25, 1.0))
+    sent = []
+    infer = session.client.infer
+    monkeypatch.setattr(session.client, "infer", lambda model, image, params, **kw:
+                        sent.append((model, image, params)) or infer(model, image, params, **kw))
+    for task, prompt in (("report", ""), ("measure", "lesion width")):
+        reply, nodes = session.run_exam([first, second], RunRequest(task, prompt=prompt))
+        ids = [v.GetAttribute(mrml.IMAGE_ID_ATTRIBUTE) for v in (first, second)]
+        assert all(ids) and [(v.image, v.frame) for v in reply.views] == [(ids[0], 0), (ids[1], 0)]
+        assert sent[-1][:2] == ("umind_interpret", ids[0]) and sent[-1][2]["images"] == ids
+        if task == "report":
+            assert reply.answer.strip(), "the model answers the examination"
+        if reply.answer:
+            assert nodes.text.GetName() == f"UMind exam {task}" and nodes.text.GetText() == reply.answer
+        for k, volume in enumerate((first, second)):
+            for node in nodes.views[k].all_markups():
+                assert node.GetAttribute(mrml.EXAM_VIEW_ATTRIBUTE) == str(k) and f"(view {k + 1})" in node.GetName()
+                for p in range(node.GetNumberOfControlPoints()):
+                    i, j, kk = ijk(volume, node.GetNthControlPointPositionVector(p))
+                    # grounding coordinates run over [0, 256] (a box edge or point may sit on the far border)
+                    assert -0.5 <= i <= 256 and -0.5 <= j <= 256 and abs(kk) < 0.5
+            lines = [o for o in reply.views[k].objects if o.line is not None]
+            assert len(nodes.views[k].lines) == len(lines)
+            for line, obj in zip(nodes.views[k].lines, lines):
+                ends = [ijk(volume, line.GetNthControlPointPositionVector(p))[:2] for p in range(2)]
+                assert np.allclose(np.ravel(ends), obj.line, atol=1e-6)
+                assert line.GetLineLengthWorld() == pytest.approx(obj.physical["length_mm"], rel=1e-3)
+    assert sum(len(v.objects) for v in reply.views) == len(reply.objects)
+
+
+def test_the_frames_of_a_clip_read_as_one_examination(session, scene):
+    seq, browser, proxy = cine_clip(scene, "exam cine")
+    reply, nodes = session.run_exam_frames(proxy, RunRequest("report"), [2, 0], browser)
+    clip_id = seq.GetAttribute(mrml.IMAGE_ID_ATTRIBUTE)
+    assert clip_id and [(v.image, v.frame) for v in reply.views] == [(clip_id, 0), (clip_id, 2)]
+    assert reply.answer.strip() and nodes.text.GetText() == reply.answer
+
+
+def test_bad_examinations_are_the_servers_4xx_verbatim_and_place_nothing(session, scene):
+    views = [scan_volume(scene, f"exam cap {k}", make_image(0)[..., 0]) for k in range(5)]
+    with pytest.raises(UMindServerError) as err:
+        session.run_exam(views, RunRequest("report"))
+    assert err.value.status == 400 and "max_exam_views = 4" in err.value.message
+    twin = scan_volume(scene, "exam twin", make_image(0)[..., 0])
+    twin.SetAttribute(mrml.IMAGE_ID_ATTRIBUTE, views[0].GetAttribute(mrml.IMAGE_ID_ATTRIBUTE))
+    with pytest.raises(UMindServerError) as err:
+        session.run_exam([views[0], views[1], twin], RunRequest("report"))
+    assert err.value.status == 400 and "listed twice" in err.value.message
+    gone = scan_volume(scene, "exam gone", make_image(0)[..., 0])
+    gone.SetAttribute(mrml.IMAGE_ID_ATTRIBUTE, "no-such-image")
+    with pytest.raises(UMindServerError) as err:
+        session.run_exam([views[0], gone], RunRequest("diagnose"))
+    assert err.value.status == 404 and "no-such-image" in err.value.message
+    assert scene.GetNodesByClass("vtkMRMLTextNode").GetNumberOfItems() == 0
+    assert scene.GetNodesByClass("vtkMRMLMarkupsNode").GetNumberOfItems() == 0
 
 
 def test_next_sample_then_train_from_the_panel_with_progress(session, server, scene, volume):

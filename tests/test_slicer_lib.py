@@ -26,10 +26,11 @@ from UMindLib import geometry as geo  # noqa: E402
 from UMindLib import labelfiles as lf  # noqa: E402
 from UMindLib import mrml, submit  # noqa: E402
 from UMindLib.client import MultipartFile, UMindClient, UMindServerError  # noqa: E402
-from UMindLib.replies import (InferReply, ParsedReply, ReplyError, ServerResult, parse_reply,  # noqa: E402
-                              train_progress)
+from UMindLib.replies import (ExamReply, InferReply, ParsedReply, ReplyError, ServerResult,  # noqa: E402
+                              parse_reply, train_progress)
 from UMindLib.requests import (ImageTarget, RequestError, RoiBox, RunRequest,  # noqa: E402
-                               build_infer_request, model_for_task)
+                               build_exam_frames_request, build_exam_request, build_infer_request, exam_tasks,
+                               model_for_task)
 from UMindLib.workflow import UMindSession, markup_positions, roi_box  # noqa: E402
 
 SPACING = (0.5, 0.25, 2.0)
@@ -459,6 +460,221 @@ def test_prepare_submission_files_and_errors(scene, volume):
         submit.prepare_submission(scene, single, "", seg)
     with pytest.raises(submit.SubmitError, match="nothing to submit"):
         submit.prepare_submission(scene, single, "img7")
+
+
+# examinations ---------------------------------------------------------------------------
+# A stand-in server made of the app's own parts: it keeps what the Lib uploads (or holds a DICOM "in its
+# datastore") and answers /infer/umind_interpret with the app's `lib/exam.py exam_reply` on those files as
+# umind_core reads them. Only the model's answer (the objects) is given by the test; the door's rules (sites,
+# caps, duplicates) are the real server's, in tests/test_exam_server.py and test_slicer_e2e.py.
+
+class ExamStub:
+    def __init__(self, tmp_path, objects, answer="One lesion in the second view."):
+        self.tmp, self.objects, self.answer = tmp_path, objects, answer
+        self.files: dict[str, Path] = {}
+        self.proxy, self.httpd = None, None
+
+    def __enter__(self):
+        from real_server import start_proxy
+
+        self.proxy, self.httpd = start_proxy("http://127.0.0.1:9")  # every route used is local
+        self.proxy.routes[("PUT", "/datastore/image")] = self.put_image
+        self.proxy.routes[("POST", "/infer/umind_interpret")] = self.infer
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def put_image(self, ex):
+        name, data = multipart_fields(ex)["file"]
+        image_id = ex.query["image"]
+        self.files[image_id] = self.tmp / f"{image_id}{Path(name).suffix}"
+        self.files[image_id].write_bytes(data)
+        return 200, "application/json", json.dumps({"image": image_id}).encode()
+
+    def infer(self, ex):
+        import copy
+
+        from umind_core.imageio import read_study
+        from umind_core.results import Result
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
+        from lib.exam import ExamView, exam_reply
+
+        p = json.loads(multipart_fields(ex)["params"][1])
+        own = read_study(self.files[ex.query["image"]])
+        if p.get("exam") == "frames":
+            views = [ExamView(ex.query["image"], own, own.frames[k], []) for k in p["frames"]]
+        else:
+            studies = [own] + [read_study(self.files[i]) for i in p["images"][1:]]
+            views = [ExamView(i, s, s.frames[0], []) for i, s in zip(p["images"], studies)]
+        result = Result(task=p["task"], answer=self.answer, objects=copy.deepcopy(self.objects))
+        result.attach_views([v.frame for v in views])
+        body = exam_reply(result, views, p["task"], p.get("prompt"), calibrate=True)
+        body.update(geometry=body["exam"]["views"][0]["geometry"], umind={"version": 0, "tasks": [p["task"]]})
+        return 200, "application/json", json.dumps(body).encode()
+
+
+def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read(volume):
+    g = mrml.volume_geometry(volume)
+    a, b = (ImageTarget(i, g.ras_to_ijk, g.dims, n_frames=3, frame=f) for i, f in (("a", 2), ("b", 1)))
+    req = build_exam_request(RunRequest("report"), [a, b])
+    assert (req.model, req.image_id, req.output) == ("umind_interpret", "a", "json")
+    assert req.params == {"task": "report", "images": ["a", "b"], "slice": 2, "umind_client": "slicer-module"}
+    assert build_exam_request(RunRequest("landmarks", prompt=" kidney "), [a, b]).params["prompt"] == "kidney"
+    ask = build_exam_request(RunRequest("ask", prompt="Same lesion?"), [a, b]).params
+    assert ask["task"] == "ask" and ask["question"] == "Same lesion?" and "prompt" not in ask
+    assert exam_tasks() == ["detect", "landmarks", "measure", "diagnose", "report", "ask"]
+    clip = ImageTarget("clip", g.ras_to_ijk, (60, 40, 1), n_frames=5, frame=0, clip=True)
+    req = build_exam_frames_request(RunRequest("measure", prompt="kidney length"), clip, [3, 0, 3])
+    assert req.image_id == "clip" and req.params == {"task": "measure", "prompt": "kidney length", "exam": "frames",
+                                                     "frames": [0, 3], "umind_client": "slicer-module"}
+    for make, words in [
+            (lambda: build_exam_request(RunRequest("segment"), [a, b]), "examination runs detect, landmarks"),
+            (lambda: build_exam_request(RunRequest("report"), [a]), "at least two images"),
+            (lambda: build_exam_request(RunRequest("ask"), [a, b]), "needs a question"),
+            (lambda: build_exam_request(RunRequest("report", foreground=[[0, 0, 0]]), [a, b]), "belong to one image"),
+            (lambda: build_exam_request(RunRequest("report", available_models=["umind_segment"]), [a, b]),
+             "offers no umind_interpret"),
+            (lambda: build_exam_request(RunRequest("report", model="umind_detect"), [a, b]), "read by umind_interpret"),
+            (lambda: build_exam_frames_request(RunRequest("report"), clip, [1, 5]), "frame 5 is outside"),
+            (lambda: build_exam_frames_request(RunRequest("report"), clip, [1, True]), "frame numbers")]:
+        with pytest.raises(RequestError, match=words):
+            make()
+
+
+def _exam_params(views=2, objects=()):
+    return {"task": "detect", "answer": "ok", "objects": list(objects),
+            "exam": {"views": [{"view": k, "image": f"i{k}", "frame": k, "geometry": {"kind": "2d"}, "markups": [],
+                                "warnings": []} for k in range(views)]}}
+
+
+def test_exam_reply_puts_each_object_in_its_view_and_refuses_one_without():
+    reply = ExamReply.from_parsed(ParsedReply(_exam_params(objects=[
+        {"label": "lesion", "box": [1, 2, 3, 4], "view": 1}, {"label": "cyst", "points": [[5, 6]], "view": 0}])))
+    assert [[o.label for o in v.objects] for v in reply.views] == [["cyst"], ["lesion"]]
+    assert [(v.image, v.frame) for v in reply.views] == [("i0", 0), ("i1", 1)]
+    one = reply.views[1].infer_reply("detect")
+    assert one.result.frame_index == 1 and one.result.objects[0].box == (1, 2, 3, 4) and one.answer == ""
+    assert one.geometry == {"kind": "2d"}  # the view's own: what `hidden_calibration` reads for its volume
+    for params, words in [(_exam_params(objects=[{"box": [1, 2, 3, 4], "view": 2}]), r"objects\[0\]\.view: 2"),
+                          (_exam_params(objects=[{"box": [1, 2, 3, 4]}]), r"objects\[0\]\.view: None"),
+                          (_exam_params(objects=[{"view": -1}]), "expected a view number"),
+                          (_exam_params(views=0), "exam.views"), ({"answer": "a single image's"}, "exam.views")]:
+        with pytest.raises(ReplyError, match=words):
+            ExamReply.from_parsed(ParsedReply(params))
+
+
+def _dicom_from_datastore(scene, tmp_path, stub, image_id, col_mm, row_mm):
+    """A DICOM calibrated only in its ultrasound regions, held by the server and loaded as Next sample loads it
+    (ITK: 1 mm per pixel), with the id attribute that says the server holds it."""
+    import fixtures_imaging as fx
+
+    path = fx.with_regions(fx.dicom_mono(tmp_path / f"{image_id}.dcm", fx.ramp(40, 60)), col_mm, row_mm)
+    stub.files[image_id] = path
+    logic = slicer.vtkSlicerVolumesLogic()
+    logic.SetMRMLScene(scene)
+    volume = logic.AddArchetypeVolume(str(path), image_id, 8)
+    volume.SetAttribute(mrml.IMAGE_ID_ATTRIBUTE, image_id)
+    return volume
+
+
+def _lps(node):
+    return [geo.ras_to_lps(node.GetNthControlPointPositionVector(i)) for i in range(node.GetNumberOfControlPoints())]
+
+
+def test_session_runs_an_exam_and_places_each_views_markups_on_its_volume_in_its_geometry(scene, tmp_path):
+    from umind_core.results import GroundedObject
+
+    objects = [GroundedObject(label="lesion", line=(5, 6, 40, 30), view=0),
+               GroundedObject(label="lesion", line=(10, 8, 50, 20), box=(10, 8, 50, 20), view=1)]
+    with ExamStub(tmp_path, objects) as stub:
+        first = _dicom_from_datastore(scene, tmp_path, stub, "us-dicom", 0.15, 0.30)
+        second = make_volume(scene, dims=(60, 40, 1), name="second view")  # uploaded by the session
+        assert first.GetSpacing()[:2] == pytest.approx((1.0, 1.0))  # ITK does not read the regions
+        session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))
+        reply, nodes = session.run_exam([first, second], RunRequest("measure", prompt="lesion"))
+        uploads = [e for e in stub.proxy.exchanges if e.path == "/datastore/image"]
+        assert [e.query["image"] for e in uploads] == ["second_view"]  # the datastore's DICOM is not sent again
+        infer = stub.proxy.last("POST", "/infer/umind_interpret")
+        assert infer.query == {"image": "us-dicom", "output": "json"}
+        assert json.loads(multipart_fields(infer)["params"][1]) == {
+            "task": "measure", "prompt": "lesion", "images": ["us-dicom", "second_view"], "slice": 0,
+            "umind_client": "slicer-module"}
+        body = json.loads(infer.reply)
+        assert [v.image for v in reply.views] == ["us-dicom", "second_view"]
+        # each view's own calibration: the hidden one onto the DICOM's volume, the NRRD's own header left as it was
+        assert first.GetSpacing() == pytest.approx((0.15, 0.30, 1.0))
+        assert second.GetSpacing() == pytest.approx(SPACING)
+        assert nodes.text.GetName() == "UMind exam measure" and nodes.text.GetText() == body["answer"]
+        assert nodes.volumes == [first, second] and [len(v.lines) for v in nodes.views] == [1, 1]
+        for k, (view, volume) in enumerate(zip(body["exam"]["views"], (first, second))):
+            (line,) = nodes.views[k].lines
+            (obj,) = [o for o in body["objects"] if o["view"] == k]
+            assert line.GetName() == f"lesion (view {k + 1})" and line.GetAttribute(mrml.EXAM_VIEW_ATTRIBUTE) == str(k)
+            ijk = [geo.ras_to_ijk(mrml.volume_geometry(volume).ras_to_ijk, line.GetNthControlPointPositionVector(i))
+                   for i in range(2)]
+            assert np.allclose(np.ravel([p[:2] for p in ijk]), obj["line"])  # on this view's pixels
+            (server_line,) = [m for m in view["markups"] if m["type"] == "Line"]
+            assert np.allclose(_lps(line), server_line["points_lps"])  # where the server's markups put it
+            assert line.GetLineLengthWorld() == pytest.approx(obj["physical"]["length_mm"], rel=1e-6)
+        (roi,) = nodes.views[1].rois
+        assert roi.GetName() == "lesion (view 2)" and np.allclose(roi.GetSize()[:2], (40 * 0.5, 12 * 0.25))
+        _, again = session.run_exam([first, second], RunRequest("measure", prompt="lesion"), previous=nodes)
+        assert again.text is nodes.text and sum(e.path == "/datastore/image" for e in stub.proxy.exchanges) == 1
+
+
+def test_exam_errors_reach_the_user_verbatim_and_place_nothing(scene, tmp_path):
+    detail = "the examination has 5 views (the request's image and 4 in images), over the cap max_exam_views = 4"
+    with ExamStub(tmp_path, []) as stub:
+        a, b = (make_volume(scene, dims=(60, 40, 1), name=n) for n in ("a", "b"))
+        session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))
+        stub.proxy.routes[("POST", "/infer/umind_interpret")] = \
+            lambda ex: (400, "application/json", json.dumps({"detail": detail}).encode())
+        with pytest.raises(UMindServerError) as err:
+            session.run_exam([a, b], RunRequest("report"))
+        assert err.value.status == 400 and err.value.message == detail
+        stub.proxy.routes[("POST", "/infer/umind_interpret")] = lambda ex: stub.infer(_swapped(ex))
+        with pytest.raises(mrml.MRMLBuildError, match="not those asked"):
+            session.run_exam([a, b], RunRequest("report"))
+        assert scene.GetFirstNodeByName("UMind exam report") is None
+        assert scene.GetNumberOfNodesByClass("vtkMRMLMarkupsNode") == 0
+
+
+def _swapped(ex):
+    """The exchange with its views in the other order: a reply about other views than those the Lib asked."""
+    import dataclasses
+
+    from UMindLib.client import encode_multipart
+
+    p = json.loads(multipart_fields(ex)["params"][1])
+    p["images"] = p["images"][::-1]
+    body, ctype = encode_multipart({"params": json.dumps(p)})
+    return dataclasses.replace(ex, query={**ex.query, "image": p["images"][0]}, body=body,
+                               headers={**ex.headers, "Content-Type": ctype})
+
+
+def test_session_reads_frames_of_a_clip_as_one_exam(scene, tmp_path):
+    from umind_core.results import GroundedObject
+
+    objects = [GroundedObject(label="apex", points=[(7, 6)], view=0),
+               GroundedObject(label="apex", points=[(9, 8)], view=1)]
+    with ExamStub(tmp_path, objects) as stub:
+        _, browser, proxy_volume = _clip(scene)
+        session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))
+        reply, nodes = session.run_exam_frames(proxy_volume, RunRequest("landmarks", prompt="apex"), [2, 0], browser)
+        (upload,) = [e for e in stub.proxy.exchanges if e.path == "/datastore/image"]
+        assert lf.decode_label_file(multipart_fields(upload)["file"][1]).array.shape == (3, 40, 60)  # the whole clip
+        sent = json.loads(multipart_fields(stub.proxy.last("POST", "/infer/umind_interpret"))["params"][1])
+        assert (sent["task"], sent["exam"], sent["frames"]) == ("keypoints", "frames", [0, 2])
+        assert [(v.image, v.frame) for v in reply.views] == [("clip", 0), ("clip", 2)]
+        g = mrml.volume_geometry(proxy_volume)
+        names = [n.GetName() for n in nodes.all_markups()]
+        assert names == ["UMind points (frame 0)", "UMind points (frame 2)"]
+        for node, (x, y) in zip(nodes.all_markups(), [(7, 6), (9, 8)]):  # the proxy holds one frame: k = 0
+            assert np.allclose(node.GetNthControlPointPositionVector(0), geo.ijk_to_ras(g.ijk_to_ras, (x, y, 0)))
+        assert nodes.text.GetName() == "UMind exam landmarks"
 
 
 # HTTP client and whole round trips against the real server ---------------------------------

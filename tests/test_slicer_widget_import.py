@@ -195,3 +195,41 @@ def test_run_hands_the_logic_one_request_and_reports_the_sessions_frame(umind, m
                                                                  ["umind_segment"])
     assert request.foreground == [] and request.roi is None
     assert ui.statusLabel.setText.call_args.args[0].startswith("Done on frame 3:")
+
+
+def test_run_on_exam_sends_the_image_first_then_the_checked_volumes_and_submit_refuses_its_answer(umind, monkeypatch):
+    """Run on exam: the selected image is the first view and the volumes checked beside it follow (the image itself
+    checked too is not sent twice); the exam's answer fills the answer box, and Submit then refuses to send it as one
+    image's label. The exam row shows for the tasks an examination runs only."""
+    from UMindLib.mrml import ExamNodes
+
+    widget, ui = make_widget(umind, monkeypatch)
+    image, other = MagicMock(name="image"), MagicMock(name="other")
+    image.GetID.return_value, other.GetID.return_value = "vtkMRMLScalarVolumeNode1", "vtkMRMLScalarVolumeNode2"
+    monkeypatch.setattr(widget, "_volumeAndBrowser", lambda: (image, None))
+    monkeypatch.setattr(widget, "_browserOf", lambda v: None)
+    monkeypatch.setattr(widget, "_currentSlice", lambda v: 0)
+    ui.examVolumesComboBox.checkedNodes.return_value = [other, image]
+    ui.taskComboBox.currentText, ui.promptComboBox.currentText = "report", " "
+    widget.info = types.SimpleNamespace(models={"umind_interpret": {}})
+    widget.logic.session = object()
+    calls, nodes = [], ExamNodes()
+    reply = types.SimpleNamespace(answer="Two views, one benign lesion.", views=[0, 1], finding="benign", warnings=[])
+    monkeypatch.setattr(widget.logic, "runExam", lambda *a, **kw: calls.append((a, kw)) or (reply, nodes))
+    widget.onRunExam()
+    (args, kw), = calls
+    assert args[0] == [image, other] and args[2] == [None, None] and kw == {"previous": None}
+    request = args[1]
+    assert (request.task, request.prompt, request.current_frame, list(request.available_models)) == \
+        ("report", "", 0, ["umind_interpret"])
+    ui.answerTextEdit.setPlainText.assert_called_with("Two views, one benign lesion.")
+    assert ui.statusLabel.setText.call_args.args[0] == "Examination of 2 views done (benign): 0 markup(s)"
+    assert widget.examNodes is nodes and widget.resultNodes is None
+    widget.onRunExam()
+    assert calls[-1][1] == {"previous": nodes}  # the exam's text node is reused
+    widget.onSubmit()
+    assert ui.statusLabel.setText.call_args.args[0].startswith("Submit failed: the answer is an examination's")
+    for task, shown in (("segment", False), ("measure", True), ("ask", True)):
+        ui.taskComboBox.currentText = task
+        widget.onTaskChanged(0)
+        ui.examRow.setVisible.assert_called_with(shown)

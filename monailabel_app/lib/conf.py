@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from umind_core.data.manifest import MAX_EXAM_VIEWS
 from umind_core.modeling.fast_decode import DECODE_MODES
 from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
 from umind_core.training.config import TrainConfig, TrainingError, check_settings, read_setting, setting
@@ -145,6 +146,9 @@ class AppConfig:
     max_clicks: int = 64  # foreground + background clicks of one interactive request
     max_targets: int = 32  # comma-separated prompt targets (one label each)
     max_frames: int = 128  # frames one request runs the model on
+    #: views of one examination (interpret with `images`, or `exam: "frames"`); at most MAX_EXAM_VIEWS, what the
+    #: model is trained to read together
+    max_exam_views: int = MAX_EXAM_VIEWS
     max_pixels: int = 50_000_000  # pixels of the whole study (it is decoded whole)
     #: the largest request body (an upload) in MiB, checked from Content-Length and while it streams
     max_upload_mb: int = 1024
@@ -159,6 +163,14 @@ class AppConfig:
     batch_regroup_ms: float = DEFAULT_REGROUP_MS
     #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "static"
     decode: str = ""
+
+
+def _exam_views(value: object) -> int:
+    n = _int("max_exam_views", value, 1)
+    if n > MAX_EXAM_VIEWS:
+        raise ConfError(f"max_exam_views must be at most {MAX_EXAM_VIEWS} (the most views the model reads as one "
+                        f"examination, manifest.MAX_EXAM_VIEWS), got {n}")
+    return n
 
 
 def _int(key: str, value: object, minimum: int | None = None) -> int:
@@ -300,6 +312,7 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
         max_clicks=_int("max_clicks", conf.get("max_clicks", AppConfig.max_clicks), 1),
         max_targets=_int("max_targets", conf.get("max_targets", AppConfig.max_targets), 1),
         max_frames=_int("max_frames", conf.get("max_frames", AppConfig.max_frames), 1),
+        max_exam_views=_exam_views(conf.get("max_exam_views", AppConfig.max_exam_views)),
         max_pixels=_int("max_pixels", conf.get("max_pixels", AppConfig.max_pixels), 64),
         max_upload_mb=_int("max_upload_mb", conf.get("max_upload_mb", AppConfig.max_upload_mb), 1),
         image_dirs=_image_dirs(conf.get("image_dirs", "")),

@@ -16,7 +16,7 @@ from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
 from UMindLib.replies import ReplyError, run_summary, train_progress
-from UMindLib.requests import RequestError, RunRequest, current_frame
+from UMindLib.requests import RequestError, RunRequest, current_frame, exam_tasks
 
 SETTINGS_URLS = "UMind/ServerUrlHistory"
 SETTINGS_PROMPTS = "UMind/PromptHistory"
@@ -48,6 +48,8 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         self.logic = None
         self.info = None
         self.resultNodes = None
+        self.examNodes = None  # the last examination's nodes (its text node is reused)
+        self.answerIsExam = False  # the answer box holds an examination's answer, which Submit must not send
         self.trainTimer = None
 
     def setup(self):
@@ -73,6 +75,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         self.ui.clearPromptsButton.connect("clicked(bool)", self.onClearPrompts)
         self.ui.runButton.connect("clicked(bool)", lambda: self.onRun(allFrames=False))
         self.ui.runAllFramesButton.connect("clicked(bool)", lambda: self.onRun(allFrames=True))
+        self.ui.runExamButton.connect("clicked(bool)", self.onRunExam)
         self.ui.submitButton.connect("clicked(bool)", self.onSubmit)
         self.ui.nextSampleButton.connect("clicked(bool)", self.onNextSample)
         self.ui.trainButton.connect("clicked(bool)", self.onTrain)
@@ -140,10 +143,13 @@ class UMindWidget(ScriptedLoadableModuleWidget):
 
     def _volumeAndBrowser(self):
         volume = self.ui.inputVolumeSelector.currentNode()
-        browser = None
-        if volume is not None:
-            browser = slicer.modules.sequences.logic().GetFirstBrowserNodeForProxyNode(volume)
-        return volume, browser
+        return volume, self._browserOf(volume)
+
+    def _browserOf(self, volume):
+        """The sequence browser whose proxy the volume is (a cine clip), or None."""
+        if volume is None:
+            return None
+        return slicer.modules.sequences.logic().GetFirstBrowserNodeForProxyNode(volume)
 
     def _currentSlice(self, volume):
         """The volume's current frame (UMindLib.requests.current_frame): k of the red view's slice through it,
@@ -196,6 +202,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
         preset = TASK_PRESETS.get(task)
         if preset is not None:
             self.ui.promptComboBox.lineEdit().setPlaceholderText(preset.hint)
+        self.ui.examRow.setVisible(task in exam_tasks())
 
     def onClearPrompts(self):
         for widget in (self.ui.positivePointsPlaceWidget, self.ui.negativePointsPlaceWidget,
@@ -226,7 +233,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 replace=self.ui.replaceSegmentsCheckBox.checked,
                 available_models=list(self.info.models) if self.info and not model else [])
             reply, nodes = self.logic.run(volume, request, browser=browser, previous=self.resultNodes)
-            self.resultNodes = nodes
+            self.resultNodes, self.answerIsExam = nodes, False
             self._remember(self.ui.promptComboBox, SETTINGS_PROMPTS, request.prompt)
             self.ui.answerTextEdit.setPlainText(reply.answer)
             if reply.version:
@@ -237,10 +244,37 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                          f"{len(nodes.all_markups())} markup(s){warn}")
         self._guard("Run", run)
 
+    def onRunExam(self):
+        """The image (first view) and the volumes checked beside it, read as one examination."""
+        def runExam():
+            if self.logic.session is None:
+                raise RequestError("connect to a server first")
+            volume, browser = self._volumeAndBrowser()
+            if volume is None:
+                raise RequestError("select an image first: it is the examination's first view")
+            others = [n for n in self.ui.examVolumesComboBox.checkedNodes() if n.GetID() != volume.GetID()]
+            request = RunRequest(
+                task=self.ui.taskComboBox.currentText, prompt=self.ui.promptComboBox.currentText.strip(),
+                current_frame=None if browser else self._currentSlice(volume),
+                available_models=list(self.info.models) if self.info else [])
+            browsers = [browser] + [self._browserOf(n) for n in others]
+            reply, nodes = self.logic.runExam([volume] + others, request, browsers, previous=self.examNodes)
+            self.examNodes, self.resultNodes, self.answerIsExam = nodes, None, True
+            self._remember(self.ui.promptComboBox, SETTINGS_PROMPTS, request.prompt)
+            self.ui.answerTextEdit.setPlainText(reply.answer)
+            finding = f" ({reply.finding})" if reply.finding else ""
+            warn = ("; warnings: " + "; ".join(reply.warnings)) if reply.warnings else ""
+            self._status(f"Examination of {len(reply.views)} views done{finding}: "
+                         f"{len(nodes.all_markups())} markup(s){warn}")
+        self._guard("Run on exam", runExam)
+
     def onSubmit(self):
         def submit():
             if self.logic.session is None:
                 raise RequestError("connect to a server first")
+            if self.answerIsExam:
+                raise RequestError("the answer is an examination's; Submit sends one image's label: Run on the "
+                                   "image first")
             volume, browser = self._volumeAndBrowser()
             answer = self.ui.answerTextEdit.toPlainText()
             finding = self.ui.findingComboBox.currentText
@@ -262,7 +296,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 raise RequestError("the server lists no active-learning strategy")
             node = self.logic.loadNextSample(strategy)
             self.ui.inputVolumeSelector.setCurrentNode(node)
-            self.resultNodes = None
+            self.resultNodes, self.answerIsExam = None, False
             self.ui.answerTextEdit.setPlainText("")
             self._status(f"Loaded sample {node.GetName()} ({strategy}).")
         self._guard("Next sample", nextSample)
@@ -321,6 +355,18 @@ class UMindLogic(ScriptedLoadableModuleLogic):
             nodes.segmentation.SetReferenceImageGeometryParameterFromVolumeNode(volume)
             slicer.util.setSliceViewerLayers(background=volume)
         return reply, nodes
+
+    def runExam(self, volumes, request, browsers=(), previous=None):
+        """`volumes`: the examination's images, the first the request's; `previous`: the last exam's ExamNodes."""
+        if self.session is None:
+            raise RequestError("connect to a server first")
+        return self.session.run_exam(volumes, request, browsers, previous)
+
+    def runExamFrames(self, volume, request, frames, browser=None, previous=None):
+        """The chosen frames of one clip or multi-frame volume as the views of one examination."""
+        if self.session is None:
+            raise RequestError("connect to a server first")
+        return self.session.run_exam_frames(volume, request, frames, browser, previous)
 
     def submit(self, volume, resultNodes, answer="", browser=None, finding="", report="", landmark_target=""):
         if self.session is None:

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..findings import FINDINGS, answer_finding, normal_finding
 from .manifest import (MAX_EXAM_VIEWS, AnyRecord, ExamRecord, ManifestError, ManifestObject, ManifestRecord, _Invalid,
-                       is_exam, rebase, record_from_json, write_manifest)
+                       is_exam, rebase, record_from_json, site_conflict, write_manifest)
 
 __all__ = ["Problem", "CheckedRecord", "CheckResult", "check_manifest", "check_line", "report_lines",
            "training_manifest", "CHECKED_NAME"]
@@ -462,15 +462,11 @@ def exam_rule_problems(record: ExamRecord, lineno: int) -> list[Problem]:
     if len(record.images) > MAX_EXAM_VIEWS:
         out.append(Problem(lineno, "images", f"{len(record.images)} views: an examination holds at most "
                            f"MAX_EXAM_VIEWS={MAX_EXAM_VIEWS} (views past it are not checked)", "exam"))
-    site = record.site
-    for i, view in enumerate(record.images):
-        if view.site is None:
-            continue
-        if site is None:
-            site = view.site
-        elif view.site != site:
-            out.append(Problem(lineno, f"images[{i}].site", f"view {i + 1} shows {view.site!r}, the examination "
-                               f"{site!r}: the views of one examination show one site", "exam"))
+    conflict = site_conflict([v.site for v in record.images], record.site)
+    if conflict:
+        i, shown, site = conflict
+        out.append(Problem(lineno, f"images[{i}].site", f"view {i + 1} shows {shown!r}, the examination "
+                           f"{site!r}: the views of one examination show one site", "exam"))
     return out
 
 

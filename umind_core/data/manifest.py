@@ -367,6 +367,21 @@ class ManifestRecord:
 #: tokens in one sequence, and four covers the usual sets (two planes of a lesion, both thyroid lobes in two
 #: planes, a fetal biometry set)
 MAX_EXAM_VIEWS = 4
+def site_conflict(sites: Sequence[str | None], site: str | None = None) -> tuple[int, str, str] | None:
+    """The first view that shows another site than the views before it (and the examination's own `site`):
+    (0-based index, its site, the site before it), or None. The views of one examination show one site: the
+    report speaks for all of them, and an exam of a breast and a thyroid view has no one report. A view
+    without a site (unknown) conflicts with nothing. One rule for `umind check` and the server's exams."""
+    for i, view_site in enumerate(sites):
+        if view_site is None:
+            continue
+        if site is None:
+            site = view_site
+        elif view_site != site:
+            return i, view_site, site
+    return None
+
+
 _VIEW_KEYS = ("name", "image", "frame", "spacing", "site", "scan_mask", "annotations")
 _EXAM_KEYS = ("id", "site", "images", "annotations", "conversations")
 

@@ -227,6 +227,7 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
         "SOPClassUID": str(ds.get("SOPClassUID", "")),
         "Modality": str(ds.get("Modality", "")),
         "Manufacturer": str(ds.get("Manufacturer", "")),
+        "BodyPartExamined": str(ds.get("BodyPartExamined", "")),  # an examination's views show one site
         "NumberOfFrames": n,
         "FrameTime": float(frame_time) if frame_time not in (None, "") else None,
         "spacing_source": spacing_source,

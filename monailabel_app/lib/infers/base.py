@@ -40,6 +40,7 @@ from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geo
 from umind_core.predictor import Job
 from umind_core.results import Result
 
+from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
 from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
@@ -64,6 +65,8 @@ class UMindInferTask(InferTask):
     #: a comma-separated prompt names several targets, one label each
     multi_target: ClassVar[bool] = False
     description_text: ClassVar[str] = ""
+    #: Predictor tasks this MONAI Label task may run on an examination (`lib/exam.py`); empty = single images only
+    exam_tasks: ClassVar[tuple[str, ...]] = ()
     #: user options the Slicer extension renders (a list is a choice, its first item the default)
     default_config: ClassVar[dict[str, Any]] = {}
 
@@ -93,6 +96,8 @@ class UMindInferTask(InferTask):
             targets = self._targets(opts)
             study = self._read(opts)
             t1 = time.perf_counter()
+            if is_exam_request(opts):
+                return self._exam(study, opts, t0, t1)
             with PREDICT_LOCK:
                 scheduler, version = self.runtime.scheduler()
             t2 = time.perf_counter()
@@ -109,6 +114,29 @@ class UMindInferTask(InferTask):
 
     def _name(self) -> str:
         return type(self).__name__
+
+    def _exam(self, study: Study, opts: dict, t0: float, t1: float):
+        """An examination (`lib/exam.py`): the views read together, one answer with each object on its view."""
+        if not self.exam_tasks:
+            raise BadRequest(f"{self._name()} reads one image; an examination (images, exam) is read by the "
+                             "interpret task")
+        task = opts.get("task", self.exam_tasks[0])
+        if task not in self.exam_tasks:
+            raise BadRequest(f"an examination's task must be one of {', '.join(self.exam_tasks)}, got {task!r}")
+        prompt = exam_prompt(task, opts)
+        views = read_exam(opts, study, self.runtime.conf)
+        with PREDICT_LOCK:
+            predictor, version = self.runtime.predictor()
+        t2 = time.perf_counter()
+        result = answer_exam(predictor, views, task, prompt)
+        t3 = time.perf_counter()
+        body = exam_reply(result, views, task, prompt, calibrate=not is_stock_extension(opts))
+        body["geometry"] = body["exam"]["views"][0]["geometry"]
+        t4 = time.perf_counter()
+        body["umind"] = {"version": version, "tasks": [task]}
+        body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
+                             "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
+        return None, body
 
     def _read(self, opts: dict) -> Study:
         image = opts.get("image")

@@ -12,6 +12,7 @@ from monailabel.interfaces.datastore import DefaultLabelTag
 
 from ..conf import AppConfig
 from .errors import BadRequest
+from .exam_ref import check_exam_images
 from .image_ref import resolve_infer_image
 from .names import check_name
 from ..params import parse_bool
@@ -33,11 +34,13 @@ def _nothing_after_the_image(path: str) -> None:
 
 
 def check_infer_request(request: dict, datastore, conf: AppConfig, uploaded: bool) -> dict:
-    """A copy of `request` with `image` resolved and `save_label`/`label_tag` checked (BadRequest/NotFound)."""
+    """A copy of `request` with `image` (and an examination's `images`, `exam_ref`) resolved and
+    `save_label`/`label_tag` checked (BadRequest/NotFound)."""
     out = dict(request)
     out["image"], is_id = resolve_infer_image(request.get("image"), datastore, conf.image_dirs, uploaded)
     if not is_id and uploaded:
         _nothing_after_the_image(out["image"])
+    check_exam_images(request, out, datastore, conf.max_exam_views, is_id)
     save = parse_bool("save_label", request.get("save_label", False))
     out["save_label"] = save and is_id
     if save:

@@ -7,10 +7,10 @@ also works in a plain Python.
 
 from .client import MultipartFile, UMindClient, UMindServerError
 from .geometry import GeometryError
-from .replies import InferReply, ParsedReply, ReplyError, ServerObject, ServerResult
+from .replies import ExamReply, InferReply, ParsedReply, ReplyError, ServerObject, ServerResult
 from .requests import (TASK_PRESETS, ImageTarget, InferRequest, RequestError, RoiBox, RunRequest,
                        build_infer_request)
 
-__all__ = ["UMindClient", "UMindServerError", "MultipartFile", "GeometryError", "InferReply",
+__all__ = ["UMindClient", "UMindServerError", "MultipartFile", "GeometryError", "ExamReply", "InferReply",
            "ParsedReply", "ReplyError", "ServerObject", "ServerResult", "TASK_PRESETS",
            "ImageTarget", "InferRequest", "RequestError", "RoiBox", "RunRequest", "build_infer_request"]

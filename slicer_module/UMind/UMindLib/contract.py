@@ -2,8 +2,9 @@
 
 The owner is the app's ``monailabel_app/lib/wire.py`` (findings from ``umind_core.findings``); neither can be
 imported inside Slicer, so this copy holds what the module sends: the label info's keys, the finding classes,
-the request marker, the interactive model and the trainer. The task presets (model and prompt key per task)
-are in `requests.TASK_PRESETS`. tests/test_one_owner.py holds all of them, and the finding box of
+the request marker, the interactive model, the trainer and what reads an examination (the model and its tasks,
+owned by the app's ``infers/interpret.py``). The task presets (model and prompt key per task) are in
+`requests.TASK_PRESETS`. tests/test_one_owner.py holds all of them, and the finding box of
 ``Resources/UI/UMind.ui``, to the owner: a key renamed on one side only would otherwise lose corrections in
 silence (the trainer finds nothing under the old name).
 """
@@ -11,7 +12,7 @@ silence (the trainer finds nothing under the old name).
 from __future__ import annotations
 
 __all__ = ["FINDINGS", "LABEL_NAMES", "ANSWER", "MARKUPS", "FINDING", "REPORT", "LANDMARK_TARGET", "LABEL_INFO_KEYS",
-           "CLIENT_MARKER", "SEGMENT_MODEL", "INTERACTIVE_MODEL", "TRAINER"]
+           "CLIENT_MARKER", "SEGMENT_MODEL", "INTERACTIVE_MODEL", "TRAINER", "EXAM_MODEL", "EXAM_TASKS"]
 
 #: what the finding of a submission may be (the server's trainer reads these, and skips anything else)
 FINDINGS = ("normal", "benign", "malignant")
@@ -33,3 +34,7 @@ SEGMENT_MODEL = "umind_segment"
 INTERACTIVE_MODEL = "umind_interactive"
 #: the server's trainer (POST /train/<name>)
 TRAINER = "umind_lora"
+#: the one server model that reads an examination (several views, params `images` or `exam: "frames"`), and the
+#: server tasks it reads one for (the app's `UMindInterpret.exam_tasks`; masks stay single-image)
+EXAM_MODEL = "umind_interpret"
+EXAM_TASKS = ("diagnose", "report", "ask", "measure", "detect", "keypoints")

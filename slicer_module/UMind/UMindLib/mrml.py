@@ -29,10 +29,13 @@ __all__ = [
     "segment_array", "add_fiducials", "add_lines", "add_rois", "set_answer_text",
     "markups_dict_to_nodes", "ResultNodes", "build_result_nodes", "frame_slice",
     "sequence_frames", "segmentation_sequence", "IMAGE_ID_ATTRIBUTE", "set_calibrated_spacing",
+    "ExamNodes", "build_exam_nodes", "EXAM_VIEW_ATTRIBUTE",
 ]
 
 IMAGE_ID_ATTRIBUTE = "UMind.ImageId"
 LENGTH_ATTRIBUTE = "UMind.ServerLengthMm"
+#: on an examination's markups: the 0-based view (of the reply) they belong to
+EXAM_VIEW_ATTRIBUTE = "UMind.ExamView"
 
 # Distinct, colour-blind-friendlier hues (Okabe-Ito first, then Tableau), RGB 0..1.
 SEGMENT_COLORS: list[tuple[float, float, float]] = [
@@ -440,6 +443,45 @@ def build_result_nodes(scene: Any, volume_node: Any, reply: InferReply, labels: 
         out.markups = markups_dict_to_nodes(scene, reply.markups)
     if reply.answer:
         out.text = set_answer_text(scene, reply.answer, text_node)
+    return out
+
+
+# examinations -------------------------------------------------------------------------------
+
+@dataclass
+class ExamNodes:
+    """Nodes one examination's reply produced: the answer's text node and, per view, the nodes on that view's
+    volume (``views[k]`` on ``volumes[k]``; several views may share a volume: the frames of one clip)."""
+
+    text: Any = None
+    views: list[ResultNodes] = field(default_factory=list)
+    volumes: list[Any] = field(default_factory=list)
+
+    def all_markups(self) -> list[Any]:
+        return [n for v in self.views for n in v.all_markups()]
+
+
+def build_exam_nodes(scene: Any, volume_nodes: list[Any], view_replies: list[InferReply], answer: str,
+                     view_names: list[str], text_node: Any = None, name: str = "UMind exam") -> ExamNodes:
+    """An examination's reply -> nodes: each view's reply (`replies.ExamView.infer_reply`) onto that view's volume
+    by `build_result_nodes`, so that a view is placed exactly as the same image run alone would be, its markups
+    named after the view (two views' "lesion" stay apart); the one answer -> one text node called ``name``.
+
+    The caller gives each volume its view's calibration first (`workflow.UMindSession`), as for a single image."""
+    if not len(volume_nodes) == len(view_replies) == len(view_names):
+        raise MRMLBuildError(f"{len(view_replies)} view replies for {len(volume_nodes)} volumes and "
+                             f"{len(view_names)} names")
+    out = ExamNodes(volumes=list(volume_nodes))
+    for k, (volume, reply, view_name) in enumerate(zip(volume_nodes, view_replies, view_names)):
+        if volume is None:
+            raise MRMLBuildError(f"view {k + 1} has no volume to place its results on")
+        nodes = build_result_nodes(scene, volume, reply, None)
+        for node in nodes.all_markups():
+            node.SetName(f"{node.GetName()} ({view_name})")
+            node.SetAttribute(EXAM_VIEW_ATTRIBUTE, str(k))
+        out.views.append(nodes)
+    if answer:
+        out.text = set_answer_text(scene, answer, text_node, name)
     return out
 
 

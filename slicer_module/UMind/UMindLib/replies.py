@@ -4,7 +4,9 @@ MONAI Label answers /infer with multipart/form-data (a ``params`` JSON part and 
 part), with the file alone (output=image) or with JSON alone (output=json). The stock Slicer
 client chokes on the JSON-only form; here all three come out as one `ParsedReply`, and
 `InferReply.from_parsed` reads the UMind params (results of `umind_core.results.Result.to_dict`)
-without importing umind_core, which is not installed inside Slicer.
+without importing umind_core, which is not installed inside Slicer. An examination's reply (several views, one
+answer) is `ExamReply.from_parsed`; each of its views reads as a single-image `InferReply` (`ExamView.infer_reply`),
+so one set of builders places single-image and examination results alike.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply", "run_summary",
-           "parse_reply", "filename_from_disposition", "train_progress", "hidden_calibration"]
+__all__ = ["ReplyError", "ParsedReply", "ServerObject", "ServerResult", "InferReply", "ExamView", "ExamReply",
+           "run_summary", "parse_reply", "filename_from_disposition", "train_progress", "hidden_calibration"]
 
 
 class ReplyError(ValueError):
@@ -112,6 +114,8 @@ class ServerObject:
     score: float | None = None
     mask: dict | None = None
     physical: dict = field(default_factory=dict)
+    #: an examination's object: the 0-based view it is in (its coordinates are that view's pixels); None otherwise
+    view: int | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> "ServerObject":
@@ -120,8 +124,10 @@ class ServerObject:
         pts = d.get("points") or []
         if not isinstance(pts, list):
             raise ReplyError(f"{where}.points: expected a list, got {pts!r}")
-        score = d.get("score")
-        return cls(label=d.get("label") or None,
+        score, view = d.get("score"), d.get("view")
+        if view is not None and (isinstance(view, bool) or not isinstance(view, int) or view < 0):
+            raise ReplyError(f"{where}.view: expected a view number (0 = the first), got {view!r}")
+        return cls(label=d.get("label") or None, view=view,
                    box=_opt_floats(d.get("box"), 4, f"{where}.box"),  # type: ignore[arg-type]
                    points=[_opt_floats(p, 2, f"{where}.points[{i}]")  # type: ignore[misc]
                            for i, p in enumerate(pts)],
@@ -234,6 +240,94 @@ class InferReply:
         return cls(label_names=label_names, result=results[0] if results else None, results=results,
                    markups=markups, answer=str(answer or ""), version="" if version is None else str(version),
                    label_bytes=label_bytes, label_filename=label_filename, params=p, geometry=geometry)
+
+
+@dataclass
+class ExamView:
+    """One view of an examination's reply: its image (datastore id), the frame that was read, the geometry its
+    coordinates are in (a single-image reply's `geometry`, this view's own), its objects (pixels of that frame) and
+    the server's markups of them in that geometry."""
+
+    view: int
+    image: str
+    frame: int = 0
+    geometry: dict = field(default_factory=dict)
+    objects: list[ServerObject] = field(default_factory=list)
+    markups: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def infer_reply(self, task: str) -> InferReply:
+        """This view as a single-image reply on its frame, so that the single-image builders place its objects
+        (`mrml.build_result_nodes`) and `hidden_calibration` reads its geometry; the answer stays the exam's."""
+        result = ServerResult(task=task, objects=list(self.objects), warnings=list(self.warnings),
+                              frame_index=self.frame)
+        return InferReply(result=result, results=[result], geometry=dict(self.geometry),
+                          markups={"markups": list(self.markups)} if self.markups else None)
+
+
+@dataclass
+class ExamReply:
+    """What an examination's /infer call answered (the app's `lib/exam.py exam_reply`): one answer about all views,
+    and per view (`views`, in the order the server read them) the objects in it."""
+
+    task: str = ""
+    prompt: str = ""
+    answer: str = ""
+    text: str = ""
+    finding: str | None = None  # the class of a diagnose answer
+    confidence: dict = field(default_factory=dict)  # the model's own (token_prob_mean, ...), as a Result's
+    warnings: list[str] = field(default_factory=list)
+    views: list[ExamView] = field(default_factory=list)
+    version: str = ""
+    params: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def objects(self) -> list[ServerObject]:
+        return [o for v in self.views for o in v.objects]
+
+    @classmethod
+    def from_parsed(cls, parsed: ParsedReply) -> "ExamReply":
+        """Read the reply; every object must name a view the reply lists, or it could land on the wrong image."""
+        p = parsed.params or {}
+        exam = p.get("exam")
+        raw_views = exam.get("views") if isinstance(exam, dict) else None
+        if not isinstance(raw_views, list) or not raw_views:
+            raise ReplyError("exam.views: expected the examination's views, got "
+                             f"{type(raw_views).__name__ if raw_views is not None else 'none'}")
+        views = [_exam_view(v, k) for k, v in enumerate(raw_views)]
+        objs = p.get("objects") or []
+        if not isinstance(objs, list):
+            raise ReplyError("objects: expected a list")
+        for i, o in enumerate(objs):
+            obj = ServerObject.from_dict(o, f"objects[{i}]")
+            if obj.view is None or obj.view >= len(views):
+                raise ReplyError(f"objects[{i}].view: {obj.view!r} is not one of the {len(views)} views")
+            views[obj.view].objects.append(obj)
+        umind = p.get("umind") if isinstance(p.get("umind"), dict) else {}
+        conf = p.get("confidence")
+        return cls(task=str(p.get("task") or ""), prompt=str(p.get("prompt") or ""),
+                   answer=str(p.get("answer") or ""), text=str(p.get("text") or ""),
+                   finding=str(p["class"]) if p.get("class") else None,
+                   confidence=dict(conf) if isinstance(conf, dict) else {},
+                   warnings=[str(w) for w in p.get("warnings") or []], views=views,
+                   version="" if umind.get("version") is None else str(umind["version"]), params=p)
+
+
+def _exam_view(d: Any, k: int) -> ExamView:
+    where = f"exam.views[{k}]"
+    if not isinstance(d, dict):
+        raise ReplyError(f"{where}: expected a dict, got {type(d).__name__}")
+    if d.get("view", k) != k:
+        raise ReplyError(f"{where}.view: expected {k}, got {d.get('view')!r}")
+    frame, geometry, markups = d.get("frame") or 0, d.get("geometry") or {}, d.get("markups") or []
+    if isinstance(frame, bool) or not isinstance(frame, int) or frame < 0:
+        raise ReplyError(f"{where}.frame: expected a frame number, got {frame!r}")
+    if not isinstance(geometry, dict):
+        raise ReplyError(f"{where}.geometry: expected a dict, got {type(geometry).__name__}")
+    if not isinstance(markups, list) or not all(isinstance(m, dict) for m in markups):
+        raise ReplyError(f"{where}.markups: expected a list of markup dicts")
+    return ExamView(view=k, image=str(d.get("image") or ""), frame=frame, geometry=geometry, markups=markups,
+                    warnings=[str(w) for w in d.get("warnings") or []])
 
 
 def hidden_calibration(geometry: dict) -> tuple[float, float] | None:

@@ -10,6 +10,8 @@ Label module sends them: ``foreground`` / ``background`` [[i, j, k], ...], ``roi
 [i0, i1, j0, j1, k0, k1]; the frame selection is ``frames`` ("current" | "all") plus
 ``slice`` = the current frame. Slicer places markups in RAS, so every point passes through the
 volume's RAS->IJK matrix here, and a click outside the image is refused instead of clipped.
+An examination (several views answered as one: `build_exam_request`, `build_exam_frames_request`) goes to the one
+model that reads them, with the same task, prompt key and marker as a single image's request.
 (Named ``requests`` after the job, not the PyPI package, which the Lib never imports.)
 """
 
@@ -20,11 +22,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .contract import CLIENT_MARKER, INTERACTIVE_MODEL, SEGMENT_MODEL
+from .contract import CLIENT_MARKER, EXAM_MODEL, EXAM_TASKS, INTERACTIVE_MODEL, SEGMENT_MODEL
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
 __all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
-           "InferRequest", "build_infer_request", "current_frame", "model_for_task"]
+           "InferRequest", "build_infer_request", "current_frame", "preset_for", "model_for_task", "exam_tasks",
+           "build_exam_request", "build_exam_frames_request"]
 
 
 class RequestError(ValueError):
@@ -63,12 +66,17 @@ TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
 ]}
 
 
+def preset_for(task: str) -> TaskPreset:
+    """The task's preset; an unknown task is a `RequestError` naming the ones there are."""
+    if task not in TASK_PRESETS:
+        raise RequestError(f"unknown task {task!r}; choose one of {', '.join(TASK_PRESETS)}")
+    return TASK_PRESETS[task]
+
+
 def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str] = ()) -> str:
     """The server model for a task: clicks/ROI on a segmentation go to the DEEPGROW model;
     when the server lacks the preferred one, fall back to the segmentation model."""
-    if task not in TASK_PRESETS:
-        raise RequestError(f"unknown task {task!r}; choose one of {', '.join(TASK_PRESETS)}")
-    model = TASK_PRESETS[task].model
+    model = preset_for(task).model
     if task == "segment" and has_visual_prompts:
         model = INTERACTIVE_MODEL
     if available and model not in available:
@@ -165,13 +173,8 @@ class InferRequest:
 
 def build_infer_request(request: RunRequest, target: ImageTarget) -> InferRequest:
     """The /infer request for ``request`` on ``target``; every problem is a `RequestError` for the user."""
-    if request.task not in TASK_PRESETS:
-        raise RequestError(f"unknown task {request.task!r}; choose one of "
-                           f"{', '.join(TASK_PRESETS)}")
-    preset = TASK_PRESETS[request.task]
-    prompt = (request.prompt or "").strip()
-    if preset.needs_prompt and not prompt:
-        raise RequestError(f"task {request.task!r} needs a question in the prompt box")
+    preset = preset_for(request.task)
+    prompt = _typed_prompt(request, preset)
     model = request.model or model_for_task(request.task, request.has_visual_prompts,
                                             request.available_models)
     frames = "all" if request.all_frames else "current"
@@ -189,6 +192,14 @@ def build_infer_request(request: RunRequest, target: ImageTarget) -> InferReques
         params.update(_visual_prompts(request, target, dims))
     return InferRequest(model=model, image_id=target.image_id, params=params,
                         output=preset.output)
+
+
+def _typed_prompt(request: RunRequest, preset: TaskPreset) -> str:
+    """The typed text, stripped; a task that needs it (ask) refuses to run without it."""
+    prompt = (request.prompt or "").strip()
+    if preset.needs_prompt and not prompt:
+        raise RequestError(f"task {request.task!r} needs a question in the prompt box")
+    return prompt
 
 
 def _visual_prompts(request: RunRequest, target: ImageTarget, dims: list[int]) -> dict[str, Any]:
@@ -211,3 +222,58 @@ def _visual_prompts(request: RunRequest, target: ImageTarget, dims: list[int]) -
         if "roi" in out:
             out["roi"] = out["roi"][:4] + [k, k]
     return out
+
+
+# examinations ---------------------------------------------------------------------------
+
+def exam_tasks() -> list[str]:
+    """The panel's tasks an examination can run (their server task is one of `contract.EXAM_TASKS`)."""
+    return [t for t, p in TASK_PRESETS.items() if p.server_task in EXAM_TASKS]
+
+
+def build_exam_request(request: RunRequest, targets: Sequence[ImageTarget]) -> InferRequest:
+    """The /infer request that reads several images as one examination: each view's `ImageTarget`, the first the
+    request's own image. `images` lists every view's id, the first again first (the server allows it), so the list
+    the server counts and checks is the whole exam; ``slice`` is the first view's current frame (the server reads
+    the other views at its default frame and names each view's frame in the reply)."""
+    ids = [str(t.image_id) for t in targets]
+    if len(ids) < 2:
+        raise RequestError("an examination needs at least two images: check more volumes (Run reads one image)")
+    params = _exam_params(request)
+    params.update({"images": ids, "slice": int(targets[0].frame)})
+    return InferRequest(model=EXAM_MODEL, image_id=ids[0], params=params, output="json")
+
+
+def build_exam_frames_request(request: RunRequest, target: ImageTarget, frames: Sequence[int]) -> InferRequest:
+    """The /infer request that reads the chosen ``frames`` of one clip or multi-frame volume as the views of one
+    examination (``exam: "frames"``, e.g. the frames of a sweep). Frames outside the image are refused here, as a
+    current frame outside the clip is; how many views an exam may have is the server's rule (`max_exam_views`)."""
+    if not all(isinstance(f, (int, np.integer)) and not isinstance(f, bool) for f in frames):
+        raise RequestError(f"frames must be frame numbers, got {list(frames)!r}")
+    idx = sorted({int(f) for f in frames})  # the server reads them in this order, once each
+    n = int(target.n_frames or 1)
+    outside = [f for f in idx if not 0 <= f < n]
+    if outside:
+        raise RequestError(f"frame {outside[0]} is outside the image's {n} frame(s)")
+    params = _exam_params(request)
+    params.update({"exam": "frames", "frames": idx})
+    return InferRequest(model=EXAM_MODEL, image_id=str(target.image_id), params=params, output="json")
+
+
+def _exam_params(request: RunRequest) -> dict[str, Any]:
+    """Task, prompt and marker of an examination, checked as a single image's are (`build_infer_request`)."""
+    preset = preset_for(request.task)
+    if preset.server_task not in EXAM_TASKS:
+        raise RequestError(f"an examination runs {', '.join(exam_tasks())}, not {request.task!r}")
+    if request.has_visual_prompts:
+        raise RequestError("points and an ROI belong to one image; an examination reads its views without them")
+    if request.model and request.model != EXAM_MODEL:
+        raise RequestError(f"an examination is read by {EXAM_MODEL}, not {request.model}")
+    if request.available_models and EXAM_MODEL not in request.available_models:
+        raise RequestError(f"the server offers no {EXAM_MODEL}, which reads examinations")
+    prompt = _typed_prompt(request, preset)
+    params: dict[str, Any] = dict(request.options)
+    params.update({"task": preset.server_task, CLIENT_MARKER[0]: CLIENT_MARKER[1]})
+    if prompt:
+        params[preset.prompt_key] = prompt
+    return params

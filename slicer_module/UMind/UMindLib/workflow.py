@@ -15,11 +15,12 @@ import numpy as np
 
 from .client import MultipartFile, UMindClient, UMindServerError
 from .labelfiles import decode_label_file, encode_image_nrrd
-from .mrml import (IMAGE_ID_ATTRIBUTE, MRMLBuildError, ResultNodes, build_result_nodes,
-                   sequence_frames, segmentation_sequence, set_calibrated_spacing, volume_array,
-                   volume_geometry)
-from .replies import InferReply, hidden_calibration
-from .requests import ImageTarget, RequestError, RoiBox, RunRequest, build_infer_request
+from .mrml import (IMAGE_ID_ATTRIBUTE, ExamNodes, MRMLBuildError, ResultNodes, build_exam_nodes,
+                   build_result_nodes, sequence_frames, segmentation_sequence, set_calibrated_spacing,
+                   volume_array, volume_geometry)
+from .replies import ExamReply, InferReply, hidden_calibration
+from .requests import (ImageTarget, InferRequest, RequestError, RoiBox, RunRequest, build_exam_frames_request,
+                       build_exam_request, build_infer_request)
 from .requests import current_frame as current_frame_rule  # image_target has a parameter of that name
 from .submit import prepare_submission
 
@@ -154,10 +155,7 @@ class UMindSession:
         req = build_infer_request(request, target)
         reply = InferReply.from_parsed(
             self.client.infer(req.model, req.image_id, req.params, output=req.output))
-        spacing = hidden_calibration(reply.geometry)
-        if spacing is not None:  # the image file hides its calibration from Slicer: give the volume the server's
-            sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
-            set_calibrated_spacing(volume_node, spacing, sequence)
+        _calibrate(volume_node, reply.geometry, browser_node)
         labels = None
         if reply.label_bytes:
             labels = decode_label_file(reply.label_bytes, reply.label_filename or "label").array
@@ -196,6 +194,61 @@ class UMindSession:
         return build_result_nodes(self.scene, volume_node, one, labels, segmentation_node,
                                   replace, text_node)
 
+    # examinations ------------------------------------------------------------------------
+
+    def run_exam(self, volume_nodes: Sequence[Any], request: RunRequest, browser_nodes: Sequence[Any] = (),
+                 previous: ExamNodes | None = None) -> tuple[ExamReply, ExamNodes]:
+        """Read several images as one examination and put the answer into the scene: the one answer in a text node
+        ("UMind exam <task>", ``previous``'s when given), each view's objects on that view's volume.
+
+        The first volume is the request's image. Each is uploaded once as Run uploads it (`image_target`);
+        ``browser_nodes`` (beside the volumes, None for a plain volume) make a clip a view, its browser's frame the
+        first view's current frame. The server reads the other views at its default frame and names each."""
+        volumes = list(volume_nodes)
+        if not volumes or any(v is None for v in volumes):
+            raise RequestError("select the examination's images first")
+        browsers = (list(browser_nodes) + [None] * len(volumes))[:len(volumes)]
+        targets = [self.image_target(v, b, request.current_frame if k == 0 else None)
+                   for k, (v, b) in enumerate(zip(volumes, browsers))]
+        req = build_exam_request(request, targets)
+        reply = self._ask_exam(req, [t.image_id for t in targets])
+        names = [f"view {k + 1}" for k in range(len(volumes))]
+        return reply, self._place_exam(reply, volumes, browsers, names, request.task, previous)
+
+    def run_exam_frames(self, volume_node: Any, request: RunRequest, frames: Sequence[int],
+                        browser_node: Any = None, previous: ExamNodes | None = None) -> tuple[ExamReply, ExamNodes]:
+        """Read the chosen frames of one clip (a browser's sequence, uploaded whole as Run uploads it) or of a
+        multi-frame volume as the views of one examination, e.g. the frames of a sweep. Each view's objects land on
+        its frame: a volume's slice, or a clip's proxy (which holds one frame) named by the frame."""
+        if volume_node is None:
+            raise RequestError("select an image first")
+        target = self.image_target(volume_node, browser_node, request.current_frame)
+        req = build_exam_frames_request(request, target, frames)
+        reply = self._ask_exam(req, [target.image_id] * len(req.params["frames"]), req.params["frames"])
+        n = len(reply.views)
+        return reply, self._place_exam(reply, [volume_node] * n, [browser_node] * n,
+                                       [f"frame {v.frame}" for v in reply.views], request.task, previous)
+
+    def _ask_exam(self, req: InferRequest, images: list[str], frames: Sequence[int] | None = None) -> ExamReply:
+        """Send the exam and read its reply; a reply about other views than those asked places nothing, since each
+        view's objects would land on the wrong volume."""
+        reply = ExamReply.from_parsed(self.client.infer(req.model, req.image_id, req.params, output=req.output))
+        answered, read = [v.image for v in reply.views], [v.frame for v in reply.views]
+        if answered != images or (frames is not None and read != list(frames)):
+            asked = images if frames is None else f"{images} (frames {list(frames)})"
+            raise MRMLBuildError(f"the server answered about the views {answered} (frames {read}), not those "
+                                 f"asked: {asked}; nothing was placed")
+        return reply
+
+    def _place_exam(self, reply: ExamReply, volumes: list[Any], browsers: list[Any], names: list[str],
+                    task: str, previous: ExamNodes | None) -> ExamNodes:
+        """Each view's calibration onto its volume (as `run` does for one image), then the nodes."""
+        views = [view.infer_reply(reply.task) for view in reply.views]
+        for one, volume, browser in zip(views, volumes, browsers):
+            _calibrate(volume, one.geometry, browser)
+        return build_exam_nodes(self.scene, volumes, views, reply.answer, names,
+                                previous.text if previous is not None else None, f"UMind exam {task}")
+
     # labels and learning -------------------------------------------------------------------
 
     def submit(self, volume_node: Any, segmentation_node: Any = None,
@@ -212,6 +265,17 @@ class UMindSession:
         sample = self.client.next_sample(strategy)
         data, name = self.client.download_image(str(sample["id"]))
         return str(sample["id"]), data, name
+
+
+def _calibrate(volume_node: Any, geometry: dict, browser_node: Any = None) -> None:
+    """Where the image file hides its calibration from Slicer (`replies.hidden_calibration` of the reply's
+    `geometry`: a DICOM calibrated only in its ultrasound regions), give the volume, and a clip's every frame, the
+    spacing the server measured with, so that Slicer's lengths are the server's. Run does it for its image, an
+    examination for each view with that view's geometry."""
+    spacing = hidden_calibration(geometry)
+    if spacing is not None:
+        sequence = browser_node.GetMasterSequenceNode() if browser_node is not None else None
+        set_calibrated_spacing(volume_node, spacing, sequence)
 
 
 def _frame_result(reply: InferReply, frame: int):

@@ -1,0 +1,138 @@
+"""An interpret request about a whole examination: its views read, checked and answered as one.
+
+Two ways to name the views: `images` (datastore ids, the request's own image first; resolved at the door by
+`wall/exam_ref.py`) or `exam: "frames"` (the selected frames of the request's own clip or series, e.g. the frames
+of a biometry sweep). Each view is read and capped like any infer image; views that show different sites
+(the datastore image info's `site`, or a DICOM's BodyPartExamined) are refused with the rule `umind check` uses
+(`manifest.site_conflict`). The model reads all views in one conversation (`Predictor.predict_exam`, on the
+model thread, so it never runs beside a batch); every grounded object names its view, is measured with that
+view's spacing and comes back as markups in that view's geometry, so a client puts it on the right image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from umind_core.data.manifest import site_conflict
+from umind_core.findings import answer_finding
+from umind_core.frames import current_frame, parse_frames
+from umind_core.imageio import Frame, Study, read_study
+from umind_core.outputs import frame_markups, geometry_info
+from umind_core.results import Result
+
+from .model_holder import MODEL_THREAD
+from .params import parse_prompt
+from .wall.caps import check_image_budget
+from .wall.errors import BadRequest
+from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES
+from .wire import prompt_key
+
+__all__ = ["ExamView", "is_exam_request", "read_exam", "answer_exam", "exam_reply", "exam_prompt", "EXAM_FRAMES"]
+
+#: the `exam` value that makes the selected frames of the request's own image the views
+EXAM_FRAMES = "frames"
+
+
+@dataclass
+class ExamView:
+    image: str  # datastore id ("upload" for an uploaded request image)
+    study: Study
+    frame: Frame
+    warnings: list[str]
+
+
+def is_exam_request(opts: dict) -> bool:
+    return bool(opts.get(EXAM_PATHS)) or opts.get("exam") not in (None, "", False)
+
+
+def _frame_of(study: Study, current: object) -> tuple[Frame, list[str]]:
+    """The frame of one view: the client's current frame (`slice`) of the request's image, else the frame a viewer
+    opens on; a clip read as one view says so."""
+    n = study.geometry.n_frames
+    cur = current if isinstance(current, int) and not isinstance(current, bool) and 0 <= current < n else None
+    k = current_frame(study.geometry.kind, n, cur)
+    notes = [] if n == 1 else [f"a clip of {n} frames: frame {k} was read as the view"]
+    return study.frames[k], notes
+
+
+def read_exam(opts: dict, study: Study, conf) -> list[ExamView]:
+    """The examination's views, checked (BadRequest): the request's own `study` first."""
+    mode = opts.get("exam")
+    if mode not in (None, "", False, EXAM_FRAMES):
+        raise BadRequest(f"exam must be {EXAM_FRAMES!r} (the selected frames as the views) or left out, got {mode!r}")
+    if mode == EXAM_FRAMES:
+        if opts.get(EXAM_PATHS):
+            raise BadRequest("give either images (other datastore images as views) or exam: 'frames', not both")
+        current = opts.get("slice")
+        idx = parse_frames(opts.get("frames")).select(
+            study.geometry, current=current if isinstance(current, int) and not isinstance(current, bool) else None,
+            past_end="refuse")
+        if len(idx) > conf.max_exam_views:
+            raise BadRequest(f"the examination has {len(idx)} views (the selected frames), over the cap "
+                             f"max_exam_views = {conf.max_exam_views}; choose fewer with 'frames'")
+        if len(idx) < 2:
+            raise BadRequest(f"exam: 'frames' needs at least 2 frames as views, the selection has {len(idx)}")
+        image = str((opts.get(EXAM_IDS) or ["image"])[0])
+        return [ExamView(image, study, study.frames[k], []) for k in idx]
+    paths, ids = opts[EXAM_PATHS], opts[EXAM_IDS]
+    views = []
+    for i, (path, image) in enumerate(zip(paths, ids)):
+        view_study = study if i == 0 else _read_view(path, image, conf)
+        frame, notes = _frame_of(view_study, opts.get("slice") if i == 0 else None)
+        views.append(ExamView(image, view_study, frame, [f"view {i + 1} ({image}): {n}" for n in notes]))
+    _check_sites(views, opts.get(EXAM_SITES) or [None] * len(views))
+    return views
+
+
+def _read_view(path: str, image: str, conf) -> Study:
+    try:
+        check_image_budget(path, conf)
+        return read_study(path)
+    except BadRequest as exc:
+        raise BadRequest(f"view {image!r}: {exc.detail}") from None
+
+
+def _site_of(view: ExamView, recorded: str | None) -> str | None:
+    if recorded:
+        return recorded
+    part = str(view.study.meta.get("BodyPartExamined") or "").strip().lower()
+    return part or None
+
+
+def _check_sites(views: list[ExamView], recorded: list) -> None:
+    sites = [_site_of(v, r) for v, r in zip(views, recorded)]
+    conflict = site_conflict(sites)
+    if conflict:
+        i, shown, site = conflict
+        raise BadRequest(f"view {i + 1} ({views[i].image!r}) shows {shown!r}, an earlier view {site!r}: the views of "
+                         "one examination show one site")
+
+
+def answer_exam(predictor, views: list[ExamView], task: str, prompt: str | None) -> Result:
+    """The model's answer about all views, on the model thread (never beside a batch); `predict_exam` measures each
+    object with its own view's spacing."""
+    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, [v.frame for v in views]).result()
+
+
+def exam_reply(result: Result, views: list[ExamView], task: str, prompt: str | None, calibrate: bool) -> dict:
+    """The answer JSON: the answer and objects (each with its 0-based `view`), and per view its image, frame,
+    geometry and the markups of its objects in that geometry (where the client loads that view)."""
+    out_views = []
+    for k, view in enumerate(views):
+        geometry = view.study.output_geometry(calibrate=calibrate)
+        mine = Result(task=result.task, objects=[replace(o, view=None) for o in result.objects if o.view == k],
+                      frame_index=view.frame.index, image_size=view.frame.size)
+        out_views.append({"view": k, "image": view.image, "frame": view.frame.index,
+                          "geometry": geometry_info(view.study, geometry),
+                          "markups": frame_markups([mine], geometry), "warnings": view.warnings})
+    cls = answer_finding(result.answer) if task == "diagnose" else None
+    return {"task": task, "prompt": prompt, "answer": result.answer, "text": result.text, "class": cls,
+            "objects": [o.to_dict() for o in result.objects], "confidence": result.confidence,
+            "warnings": result.warnings + [w for v in views for w in v.warnings],
+            "exam": {"views": out_views}}
+
+
+def exam_prompt(task: str, opts: dict) -> str | None:
+    """The prompt of an exam task: the question for `ask` (required), else the optional target."""
+    key = prompt_key(task)
+    return parse_prompt(key, opts.get(key), required=key == "question")

@@ -1,0 +1,134 @@
+"""Examinations through the real server (issue 35): several datastore images, or a clip's frames, read as one exam.
+
+One `monailabel start_server` with the bundled demo model. The demo model is not trained on examinations, so these
+tests check the path, not the answer's quality: the views the reply lists, each object on a view that exists and
+its markups in that view's geometry, lengths measured with the view's own spacing, and every bad exam a 4xx naming
+the problem.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pydicom
+import pytest
+import requests
+
+from fixtures_imaging import dicom_mono, dicom_mono_multiframe
+from server_utils import start_server
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def _dicom_view(path, pixels: np.ndarray, spacing_xy, body_part: str):
+    grey = pixels if pixels.ndim == 2 else pixels[..., 0]
+    dicom_mono(path, grey.astype(np.uint8), pixel_spacing=(spacing_xy[1], spacing_xy[0]))
+    ds = pydicom.dcmread(str(path))
+    ds.BodyPartExamined = body_part
+    ds.save_as(str(path), write_like_original=False)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from umind_core.data.exams import generate_exam
+
+    root = tmp_path_factory.mktemp("exam_server")
+    studies = root / "studies"
+    studies.mkdir()
+    breast = generate_exam(3, site="breast", n_views=2)
+    for k, view in enumerate(breast.views):
+        _dicom_view(studies / f"breast{k + 1}.dcm", view.image, view.spacing, "BREAST")
+    thyroid = generate_exam(4, site="thyroid", n_views=2).views[0]
+    _dicom_view(studies / "thyroid.dcm", thyroid.image, thyroid.spacing, "THYROID")
+    for k in range(5):
+        _dicom_view(studies / f"plain{k}.dcm", breast.views[k % 2].image, (0.2, 0.2), "")
+    dicom_mono_multiframe(studies / "cine.dcm", n=4)
+    conf = {"workdir": str(root / "work"), "auto_retrain": "false", "max_new_tokens": "96", "max_exam_views": "3"}
+    srv = start_server(studies, conf, root / "server.log")
+    srv.spacings = {f"breast{k + 1}": v.spacing for k, v in enumerate(breast.views)}
+    yield srv
+    srv.stop()
+
+
+def interpret(server, image: str, params: dict) -> requests.Response:
+    return requests.post(f"{server.url}/infer/umind_interpret?image={image}",
+                         data={"params": json.dumps(params)}, timeout=300)
+
+
+@pytest.mark.parametrize("task", ["report", "diagnose", "measure"])
+def test_two_views_answer_as_one_examination_with_each_object_on_its_view(server, task):
+    params = {"task": task, "images": ["breast1", "breast2"]}
+    if task == "measure":
+        params["prompt"] = "breast lesion long axis"
+    resp = interpret(server, "breast1", params)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    views = body["exam"]["views"]
+    assert [(v["view"], v["image"], v["frame"]) for v in views] == [(0, "breast1", 0), (1, "breast2", 0)]
+    assert body["task"] == task and isinstance(body["answer"], str) and body["answer"].strip()
+    assert body["geometry"] == views[0]["geometry"] and all(v["geometry"]["calibrated"] for v in views)
+    for v in views:  # the geometry a client places view k's markups in: that view's own calibrated spacing
+        assert v["geometry"]["frame_spacing"] == pytest.approx(list(server.spacings[v["image"]]))
+    per_view = [0, 0]
+    for obj in body["objects"]:
+        assert obj["view"] in (0, 1)
+        per_view[obj["view"]] += bool(obj.get("box") or obj.get("line") or obj.get("points"))
+        if obj.get("line"):  # measured with its own view's spacing
+            (x1, y1, x2, y2), (sx, sy) = obj["line"], server.spacings[f"breast{obj['view'] + 1}"]
+            assert obj["physical"]["length_mm"] == pytest.approx(np.hypot((x2 - x1) * sx, (y2 - y1) * sy), rel=1e-3)
+    assert [len(v["markups"]) > 0 for v in views] == [n > 0 for n in per_view]
+    if task == "diagnose":
+        assert body["class"] in (None, "normal", "benign", "malignant")
+
+
+def test_the_request_image_may_lead_or_be_left_out_of_images(server):
+    a = interpret(server, "breast2", {"task": "diagnose", "images": ["breast1"]})
+    b = interpret(server, "breast2", {"task": "diagnose", "images": ["breast2", "breast1"]})
+    assert a.status_code == b.status_code == 200
+    assert [v["image"] for v in a.json()["exam"]["views"]] == ["breast2", "breast1"]
+    assert a.json()["answer"] == b.json()["answer"]
+
+
+def test_a_clips_frames_are_the_views_with_exam_frames(server):
+    resp = interpret(server, "cine", {"task": "report", "exam": "frames", "frames": [0, 2]})
+    assert resp.status_code == 200, resp.text
+    assert [(v["image"], v["frame"]) for v in resp.json()["exam"]["views"]] == [("cine", 0), ("cine", 2)]
+
+
+@pytest.mark.parametrize("image, params, status, words", [
+    ("breast1", {"task": "report", "images": ["thyroid"]}, 400, "view 2 ('thyroid') shows 'thyroid'"),
+    ("breast1", {"task": "report", "images": []}, 400, "images is empty"),
+    ("breast1", {"task": "report", "images": ["plain0", "plain1", "plain2"]}, 400, "max_exam_views = 3"),
+    ("breast1", {"task": "report", "images": ["breast2", "breast2"]}, 400, "listed twice"),
+    ("breast1", {"task": "report", "images": ["nope"]}, 404, "nope"),
+    ("breast1", {"task": "report", "images": ["../etc/passwd"]}, 400, "not a datastore id"),
+    ("breast1", {"task": "report", "images": "breast2"}, 400, "must be a list"),
+    ("breast1", {"task": "segment", "images": ["breast2"]}, 400, "examination's task must be one of"),
+    ("cine", {"task": "report", "exam": "frames", "frames": [0, 1, 2, 3]}, 400, "max_exam_views = 3"),
+    ("cine", {"task": "report", "exam": "frames", "frames": [1]}, 400, "at least 2 frames"),
+    ("cine", {"task": "report", "exam": "views"}, 400, "exam must be 'frames'"),
+])
+def test_bad_examinations_are_a_4xx_naming_the_problem(server, image, params, status, words):
+    resp = interpret(server, image, params)
+    assert resp.status_code == status, resp.text
+    assert words in resp.text
+
+
+def test_only_interpret_reads_an_examination_and_a_client_cannot_name_server_paths(server):
+    resp = requests.post(f"{server.url}/infer/umind_segment?image=breast1",
+                         data={"params": json.dumps({"images": ["breast2"]})}, timeout=120)
+    assert resp.status_code == 400 and "interpret task" in resp.text
+    sneaky = {"task": "report", "_umind_exam_paths": ["/etc/hostname", "/etc/hostname"],
+              "_umind_exam_ids": ["a", "b"]}
+    body = interpret(server, "breast1", sneaky).json()  # the wall drops the keys: a single-image answer
+    assert "exam" not in body
+
+
+def test_the_site_recorded_with_an_image_counts_too(server):
+    put = requests.put(f"{server.url}/datastore/image/info?image=plain3", data={"info": json.dumps({"site": "kidney"})},
+                       timeout=30)
+    assert put.status_code == 200, put.text
+    resp = interpret(server, "breast1", {"task": "report", "images": ["plain3"]})
+    assert resp.status_code == 400 and "shows 'kidney'" in resp.text
+    assert interpret(server, "breast1", {"task": "report", "images": ["plain4"]}).status_code == 200
