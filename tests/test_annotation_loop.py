@@ -356,7 +356,11 @@ def test_trigger_counts_the_label_just_saved_even_while_the_datastore_briefly_dr
     listed = ["a", "b", "c", "d"]  # "e" was just saved, and the watcher has dropped it for the moment
     t = RetrainTrigger(5, lambda: started.append(1), labeled=lambda: listed, consumed=lambda: 0, busy=lambda: False)
     assert t.on_label("e")["retrain"] == "started" and started == [1]
-    assert t.on_label("a")["labels_since_last_run"] == 4  # an image listed already counts once
+    listed[:] = ["a", "b", "c", "d"]
+    two = RetrainTrigger(6, lambda: started.append(2), labeled=lambda: listed, consumed=lambda: 0, busy=lambda: False)
+    two.on_label("e")  # saved, listed, then dropped by the watcher while "f" is saved
+    assert two.on_label("f")["labels_since_last_run"] == 6 and started == [1, 2]
+    assert two.on_label("a")["labels_since_last_run"] == 6  # an image listed already counts once
 
 
 def test_trigger_restarts_a_killed_run_at_server_start_only_when_its_labels_are_due():

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 __all__ = ["RetrainTrigger", "train_busy"]
 
 logger = logging.getLogger(__name__)
+#: how long a saved label counts even when the datastore's index does not list it (its file watcher's re-add lag)
+RECENT_S = 10.0
 
 
 def train_busy() -> bool:
@@ -36,6 +39,7 @@ class RetrainTrigger:
         self._labeled, self._consumed = labeled, consumed
         self._lock = threading.Lock()
         self._runs_started = 0
+        self._recent: dict[str, float] = {}  # image id -> when its label was saved (monotonic seconds)
 
     def state(self) -> dict:
         try:
@@ -45,13 +49,16 @@ class RetrainTrigger:
         return {"since_last_run": since, "runs_started": self._runs_started}
 
     def _since(self, saved: str | None = None) -> int:
-        """Labels since the last completed run. The image whose label was just saved counts whatever the datastore
-        lists at this instant: MONAI Label's file watcher drops a label it sees rewritten ("Removing non existing
-        Label Id") and adds it back some 0.15 s later, and a count taken in between missed it (measured on the loop
-        benchmark: the fifth save counted 4, no run started, and the round's scores were the previous model's)."""
-        ids = set(self._labeled())
+        """Labels since the last completed run. A label saved in the last `RECENT_S` seconds counts whatever the
+        datastore lists at this instant: MONAI Label's file watcher drops a label it sees rewritten ("Removing non
+        existing Label Id") and adds it back some 0.15 s later, and a count taken in between missed it (measured on
+        the loop benchmark, saves 50 ms apart: the fifth save counted 4, no run started, and the round's scores
+        were the previous model's; counting only the label just saved still missed the one before it)."""
+        now = time.monotonic()
         if saved:
-            ids.add(saved)
+            self._recent[saved] = now
+        self._recent = {k: t for k, t in self._recent.items() if now - t <= RECENT_S}
+        ids = set(self._labeled()) | set(self._recent)
         return max(0, len(ids) - int(self._consumed()))
 
     def on_label(self, image_id: str) -> dict:
