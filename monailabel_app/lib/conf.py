@@ -73,7 +73,7 @@ class TrainParams:
     score_tolerance: float = setting(0.02, 0.0, 1.0)  # gate: a score (mIoU, F1, accuracy) may drop this much
     error_tolerance: float = setting(0.05, 0.0)  # gate: an error (keypoint, caliper) may grow this much (relative)
     gate_min_samples: int = setting(10, 1)  # gate: a task with fewer scored samples on a set does not gate there
-    #: gate: the same for the held-out labels, judged with no tolerance (trainers/gate.py held_out_tolerance)
+    #: gate: the same for the held-out labels, judged with a quarter of the tolerance (trainers/gate.py held_out_tolerance)
     held_out_min_samples: int = setting(3, 1)
     #: gate: a change beyond the tolerance must also exceed this many paired standard errors (0 = tolerance only);
     #: at 150 suite images caliper error's is 0.008 against a 0.0047 tolerance (gate.py)
