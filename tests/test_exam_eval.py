@@ -11,17 +11,14 @@ import pytest
 from umind_core.cli import main
 from umind_core.data.exams import write_exam_dataset
 from umind_core.data.manifest import read_manifest
-from umind_core.evaluation.runner import (
+from umind_core.evaluation.exams import (
     BEST_VIEW_RULE,
-    EvalError,
-    aggregate,
     best_view,
-    evaluate,
     exam_truth_sizes,
     parse_report_sizes,
     score_exam,
-    write_eval,
 )
+from umind_core.evaluation.runner import EvalError, aggregate, evaluate, write_eval
 from umind_core.results import Result
 
 

@@ -19,12 +19,10 @@ text. Diagnosis: benign vs malignant images only (the report's Table 5); an answ
 "normal", is wrong. Refusal: for every image of a known site one question about anatomy foreign to it (should be
 refused) and one about what is there (should be answered), in the same task, so the pair differs in the target only.
 
-Examinations (manifest lines with ``images``, issue 35) are read whole: `Predictor.set_exam` once, then
-`predict_exam` per task, and scored at the exam level (`score_exam`): diagnosis (benign vs malignant, as for one
-image), and the report (BLEU-4 against the exam's report, and its sizes against the exam's measurements, read off
-the text by `parse_report_sizes`). Beside each exam reading the same model reads the single best view alone
-(`best_view`: the view a sonographer reports a lesion from, its long-axis plane), so the report can set "exam
-reading vs single best view" side by side. An examination's views' own objects are not scored yet.
+Examinations (manifest lines with ``images``, issue 35) are read whole and scored at the exam level by
+`umind_core.evaluation.exams`, which owns that reading; `evaluate`, `aggregate`, `summary_table` and `write_eval`
+hand examinations and their metrics to it (imported inside those functions: exams.py imports this module's
+`EvalError`, `DIAGNOSIS_LABELS` and `parse_diagnosis`).
 
 Keys starting with "_" in a sample (masks, the record) are for overlays and aggregation in memory; `write_eval`
 leaves them out of metrics.json.
@@ -51,8 +49,6 @@ from . import metrics as M
 
 __all__ = [
     "EVAL_TASKS",
-    "EXAM_TASKS",
-    "BEST_VIEW_RULE",
     "DIAGNOSIS_LABELS",
     "SUMMARY_KEYS",
     "EvalError",
@@ -60,10 +56,6 @@ __all__ = [
     "Query",
     "build_queries",
     "parse_diagnosis",
-    "parse_report_sizes",
-    "best_view",
-    "exam_truth_sizes",
-    "score_exam",
     "match_keypoints",
     "score",
     "aggregate",
@@ -88,12 +80,6 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "exam_report_size_rel_error", "exam_best_view_report_size_rel_error",
     "exam_report_bleu4", "exam_best_view_report_bleu4",
 )
-#: What an examination is scored on (`umind eval --tasks`); "report" is asked of examinations only.
-EXAM_TASKS: tuple[str, ...] = ("diagnose", "report")
-#: The two readings of an examination that the report sets side by side.
-READINGS: tuple[str, ...] = ("exam", "best_view")
-BEST_VIEW_RULE = ("the view holding the examination's longest lesion long-axis caliper ('<label> long axis'), "
-                  "else its longest caliper of any name (kidney length, BPD), else the first view")
 #: Refusal questions use the templates the conversation builder trains refusals with (segment, detect, ask).
 REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")
 REFUSAL_QUESTION = "Where is the {target} in this image?"
@@ -101,13 +87,6 @@ SITE_QUESTION = "What site does this ultrasound image show?"
 _CHUNK_RECORDS = 64  # records whose images are held in memory at once
 _DIAGNOSIS_RE = re.compile(r"\b(malignan\w*|benign|normal)\b", re.I)
 _MM_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*mm\b", re.I)
-_NUM = r"\d+(?:\.\d+)?"
-# "Size: 25.0 x 18.5 x 14.9 mm (length x width x depth)" (an exam) or "Size: 15.2 x 9.7 mm (long x short axis)"
-_SIZE_RE = re.compile(rf"\bsize:\s*({_NUM}(?:\s*[x×]\s*{_NUM})*)\s*mm\b(?:\s*\(([^)]*)\))?", re.I)
-# "BPD: 58.7 mm", "Length: 118.5 mm" (a kidney's single view)
-_NAMED_SIZE_RE = re.compile(rf"\b(BPD|HC|FL|OFD|AC|length|width|depth)\s*:\s*({_NUM})\s*mm\b", re.I)
-# a single view's two calipers, in the plane of the long axis: its length and its depth (the width is across it)
-_AXIS_NAMES = {"long axis": "length", "short axis": "depth", "long": "length", "short": "depth", "ap": "depth"}
 
 
 class EvalError(ValueError):
@@ -372,149 +351,6 @@ def _image_width(result, record) -> int:
         return int(im.size[0])
 
 
-# ------------------------------------------------------------------------------------------- examinations
-
-def parse_report_sizes(text: str) -> dict[str, float]:
-    """The sizes a report states, by name: "length", "width", "depth" from its ``Size: A x B x C mm (length x
-    width x depth)`` (a single view's ``(long x short axis)`` read as length x depth: the plane of the long axis
-    shows those two), and named ones ("bpd", "hc", "fl", "ofd", "length"...) from ``BPD: 58.7 mm``. The first
-    statement of a name counts."""
-    out: dict[str, float] = {}
-    for m in _SIZE_RE.finditer(text or ""):
-        values = [float(v) for v in re.split(r"\s*[x×]\s*", m.group(1).strip())]
-        names = [n.strip().lower() for n in re.split(r"\s+[x×]\s+", m.group(2) or "") if n.strip()]
-        if names and names[-1].endswith(" axis"):  # "long x short axis": the axis word belongs to each
-            names = [n if n.endswith(" axis") else f"{n} axis" for n in names]
-        if len(names) != len(values):
-            names = ["length", "width", "depth"] if len(values) == 3 else ["length", "depth"][:len(values)]
-        for name, value in zip(names, values):
-            out.setdefault(_AXIS_NAMES.get(name, name), value)
-    for m in _NAMED_SIZE_RE.finditer(text or ""):
-        out.setdefault(m.group(1).lower(), float(m.group(2)))
-    return out
-
-
-def _size_name(key: str) -> str:
-    """A measurement's key as `parse_report_sizes` names it: "lesion length mm" -> "length", "kidney AP mm" ->
-    "depth", "BPD mm" -> "bpd"."""
-    words = re.sub(r"\(?\bmm\b\)?", " ", key).split()
-    last = words[-1].lower() if words else key.lower()
-    return _AXIS_NAMES.get(last, last)
-
-
-def exam_truth_sizes(exam) -> dict[str, float]:
-    """The examination's sizes to score a report against: its measurements (the exam truth), by
-    `parse_report_sizes` name, limited to those its own report states (a fetal report gives no OFD)."""
-    truth = {}
-    for key, value in exam.annotations.measurements.items():
-        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-            truth.setdefault(_size_name(key), float(value))
-    stated = parse_report_sizes(exam.annotations.report or "")
-    return {k: v for k, v in truth.items() if k in stated} if stated else truth
-
-
-def best_view(exam) -> int:
-    """The single view the baseline reads (BEST_VIEW_RULE): where the lesion's long axis was measured, the plane
-    a sonographer reports a lesion from; a kidney's longitudinal view and the fetal head by the same rule."""
-    def longest(keep) -> tuple[float, int] | None:
-        found = [(line.length_mm or 0.0, -v) for v, view in enumerate(exam.images)
-                 for obj in view.annotations.objects for line in obj.lines if keep(line.name)]
-        return max(found) if found else None
-
-    best = longest(lambda name: name.endswith(" long axis")) or longest(lambda name: True)
-    return 0 if best is None else -best[1]
-
-
-def _exam_diagnosis(exam) -> str | None:
-    diagnosis = exam.annotations.diagnosis or next(
-        (o.diagnosis for v in exam.images for o in v.annotations.objects if o.diagnosis), None)
-    if diagnosis is None or diagnosis.strip().lower() not in DIAGNOSIS_LABELS:
-        return None
-    return diagnosis.strip().lower()
-
-
-def _exam_scorable(exam, task: str) -> bool:
-    if task == "diagnose":
-        return _exam_diagnosis(exam) is not None
-    return bool((exam.annotations.report or "").strip())
-
-
-def score_exam(exam, task: str, reading: str, result, view: int | None = None) -> dict:
-    """One per-exam sample: `reading` "exam" (all views, `predict_exam`) or "best_view" (view `view` alone).
-
-    diagnose: the answer's class against the exam's (benign vs malignant). report: the model's own words
-    (``raw_answer``) against the exam's report (sentence BLEU, lenient, as the sample's score) and its sizes
-    against `exam_truth_sizes`; a size the answer does not state is missing, not an error of 0."""
-    from ._bleu import bleu_lenient
-
-    if reading not in READINGS:
-        raise EvalError(f"reading must be one of {READINGS}, got {reading!r}")
-    words = getattr(result, "raw_answer", "") or result.answer
-    sample: dict[str, Any] = {"task": f"exam_{task}", "reading": reading, "view": view, "id": exam.id,
-                              "site": exam.site or "unknown", "n_views": len(exam.images), "text": result.text,
-                              "answer": result.answer}
-    if task == "diagnose":
-        truth, pred = _exam_diagnosis(exam), parse_diagnosis(result.answer)
-        if truth is None:
-            raise EvalError(f"exam {exam.id!r}: no benign or malignant diagnosis to score")
-        sample.update(true=truth, pred=pred, correct=pred == truth, score=float(pred == truth))
-    elif task == "report":
-        reference = (exam.annotations.report or "").strip()
-        if not reference:
-            raise EvalError(f"exam {exam.id!r}: no report to score")
-        stated = parse_report_sizes(words)
-        sizes = {name: {"gt": gt, "pred": stated.get(name)} for name, gt in exam_truth_sizes(exam).items()}
-        for entry in sizes.values():
-            entry["rel_error"] = None if entry["pred"] is None else M.measurement_error(entry["pred"], entry["gt"])
-        errors = [e["rel_error"] for e in sizes.values() if e["rel_error"] is not None]
-        sample.update(reference=reference, hypothesis=words, sizes=sizes,
-                      size_rel_error=float(np.mean(errors)) if errors else None,
-                      n_missing=sum(e["pred"] is None for e in sizes.values()),
-                      bleu=bleu_lenient([words], [reference]) if words.strip() else 0.0)
-        sample["score"] = sample["bleu"]
-    else:
-        raise EvalError(f"exam task {task!r} is not one of {EXAM_TASKS}")
-    return sample
-
-
-def _aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
-    """(the "exam" section: per reading, diagnosis metrics and report BLEU-4 and size errors; summary keys)."""
-    from ._bleu import bleu_lenient
-
-    section: dict[str, Any] = {"best_view_rule": BEST_VIEW_RULE,
-                               "n_exams": len({s["id"] for s in samples})}
-    summary: dict[str, Any] = {}
-    for reading in READINGS:
-        key = "exam" if reading == "exam" else "exam_best_view"
-        dia = [s for s in samples if s["task"] == "exam_diagnose" and s["reading"] == reading]
-        rep = [s for s in samples if s["task"] == "exam_report" and s["reading"] == reading]
-        part: dict[str, Any] = {}
-        if dia:
-            part["diagnosis"] = M.classification_metrics([s["true"] for s in dia],
-                                                         [s["pred"] or "unparsed" for s in dia], DIAGNOSIS_LABELS)
-            summary[f"{key}_diagnosis_accuracy"] = part["diagnosis"]["accuracy"]
-        if rep:
-            hyps, refs = [s["hypothesis"] for s in rep], [s["reference"] for s in rep]
-            pairs = [(e["pred"], e["gt"]) for s in rep for e in s["sizes"].values()]
-            part["report"] = {"bleu4": _bleu4(hyps, refs), "bleu_lenient": bleu_lenient(hyps, refs), "n": len(rep),
-                              "size": M.measurement_errors([p for p, _ in pairs], [g for _, g in pairs])}
-            summary.update({f"{key}_report_size_rel_error": part["report"]["size"]["mean_rel"],
-                            f"{key}_report_bleu4": part["report"]["bleu4"]})
-        section[reading] = part
-    return section, summary
-
-
-def _bleu4(hypotheses: list[str], references: list[str]) -> float | None:
-    """BLEU-4 as U2-Bench computes it (pycocoevalcap's scorer); None where the eval extra is not installed. An
-    empty answer is a hypothesis of no words, which the scorer cannot take: it scores as ".", matching nothing."""
-    from .u2bench import bleu4
-
-    try:
-        return bleu4([h if h.strip() else "." for h in hypotheses], references)
-    except ImportError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------- aggregate
 
 def _of(samples: Iterable[dict], task: str) -> list[dict]:
@@ -604,7 +440,9 @@ def aggregate(samples: Sequence[dict]) -> dict:
 
     exams = [s for s in samples if s.get("task", "").startswith("exam_")]
     if exams:
-        out["exam"], exam_summary = _aggregate_exams(exams)
+        from .exams import aggregate_exams
+
+        out["exam"], exam_summary = aggregate_exams(exams)
         summary.update(exam_summary)
     out["summary"] = summary
     out["n_samples"] = {t: len(_of(samples, t)) for t in EVAL_TASKS}
@@ -640,9 +478,10 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
     """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it.
 
     Single-image records are scored on `tasks` of EVAL_TASKS; examinations on those of EXAM_TASKS ("report" is
-    for examinations only), each read whole and by its single best view (`score_exam`)."""
+    for examinations only), each read whole and by its single best view (`exams.score_exam`)."""
     from ..data.manifest import ExamRecord
     from ..predictor import Predictor
+    from .exams import EXAM_TASKS, evaluate_exams, exam_scorable
 
     explicit = tasks is not None
     tasks = _check_tasks(tasks, EVAL_TASKS + tuple(t for t in EXAM_TASKS if t not in EVAL_TASKS))
@@ -661,7 +500,7 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
                         f"{name} has none")
     image_tasks = tuple(t for t in tasks if t in EVAL_TASKS)
     queries = build_queries(images, image_tasks) if images and image_tasks else []
-    exam_work = [(exam, [t for t in tasks if t in EXAM_TASKS and _exam_scorable(exam, t)]) for exam in exams]
+    exam_work = [(exam, [t for t in tasks if t in EXAM_TASKS and exam_scorable(exam, t)]) for exam in exams]
     exam_work = [(exam, asked) for exam, asked in exam_work if asked]
     if not queries and not exam_work:
         raise EvalError(f"the records of {name} have no annotations for tasks {tasks}")
@@ -675,7 +514,7 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
         bar = tqdm(total=len(queries) + 2 * sum(len(asked) for _, asked in exam_work), desc="umind eval",
                    unit="sample")
     try:
-        samples = _evaluate_images(predictor, images, queries, bar) + _evaluate_exams(predictor, exam_work, bar)
+        samples = _evaluate_images(predictor, images, queries, bar) + evaluate_exams(predictor, exam_work, bar)
     finally:
         if bar is not None:
             bar.close()
@@ -716,43 +555,6 @@ def _evaluate_images(predictor, records: list, queries: list[Query], bar) -> lis
             if q.task == "segment" and q.record not in masks:
                 masks[q.record] = rec.load_masks()
             samples.append(score(q, results[q.key], rec, masks.get(q.record)))
-    return samples
-
-
-def _exam_frames(exam) -> list:
-    from ..imageio import Frame
-
-    return [Frame(pixels=pixels, spacing=view.spacing, index=view.frame, source=str(exam.resolve(view.image)))
-            for pixels, view in zip(exam.load_images(), exam.images)]
-
-
-def _evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[dict]:
-    """Each examination read whole (`set_exam` once, `predict_exam` per task), then its best view alone (the
-    single-image prompt, views of a chunk batched per task); both scored by `score_exam`."""
-    samples: list[dict] = []
-    try:
-        for start in range(0, len(work), _CHUNK_RECORDS):
-            best: dict[str, tuple[int, Any]] = {}
-            for exam, asked in work[start:start + _CHUNK_RECORDS]:
-                frames = _exam_frames(exam)
-                predictor.set_exam(frames)
-                for task in asked:
-                    samples.append(score_exam(exam, task, "exam", predictor.predict_exam(task)))
-                if bar is not None:
-                    bar.update(len(asked))
-                b = best_view(exam)
-                best[exam.id] = (b, frames[b])
-            for task in EXAM_TASKS:
-                todo = [exam for exam, asked in work[start:start + _CHUNK_RECORDS] if task in asked]
-                if not todo:
-                    continue
-                results = predictor.predict_batch([best[exam.id][1] for exam in todo], task)
-                samples += [score_exam(exam, task, "best_view", res, view=best[exam.id][0])
-                            for exam, res in zip(todo, results)]
-                if bar is not None:
-                    bar.update(len(todo))
-    finally:
-        predictor.reset_exam()
     return samples
 
 
@@ -798,7 +600,9 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
         add("Refusal (%)", {"Accuracy": r["accuracy"], "Out-of-scope refused": r["out_of_scope_accuracy"],
                             "In-scope answered": r["in_scope_accuracy"]}, 100.0)
     if "exam" in metrics:
-        tables.update(_exam_tables(metrics["exam"]))
+        from .exams import exam_tables
+
+        tables.update(exam_tables(metrics["exam"]))
     counts = {t: n for t, n in metrics.get("n_samples", {}).items() if n}
     if "exam" in metrics:
         counts["examinations"] = metrics["exam"]["n_exams"]
@@ -807,50 +611,10 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
     return tables, scale
 
 
-def _exam_tables(exam: dict) -> dict[str, dict[str, dict[str, Any]]]:
-    """The examination sections, the exam reading and the single best view side by side (percent and mm
-    already scaled here, since one table mixes them)."""
-    columns = {"exam": "exam reading (all views)", "best_view": "single best view"}
-
-    def pct(v):
-        return None if v is None else 100.0 * v
-
-    diagnosis, report = {}, {}
-    for reading, column in columns.items():
-        part = exam.get(reading, {})
-        if "diagnosis" in part:
-            d = part["diagnosis"]
-            diagnosis[column] = {"Accuracy (%)": pct(d["accuracy"]), "Macro-F1 (%)": pct(d["macro_f1"]),
-                                 "examinations": d["n"]}
-        if "report" in part:
-            r, size = part["report"], part["report"]["size"]
-            report[column] = {"BLEU-4, U2-Bench (%)": pct(r["bleu4"]), "BLEU-4, lenient (%)": pct(r["bleu_lenient"]),
-                              "Size mean relative error (%)": pct(size["mean_rel"]),
-                              "Size mean absolute error (mm)": size["mean_abs"],
-                              "sizes stated": f"{size['n'] - size['n_missing']} of {size['n']}",
-                              "reports": r["n"]}
-    out = {}
-    if diagnosis:
-        out["Examinations: diagnosis, benign vs malignant"] = diagnosis
-    if report:
-        out["Examinations: report"] = report
-    return out
-
-
 def measurement_kind(line_name: str) -> str:
     """What a measurement line measures, for the per-kind breakdown: a lesion's two calipers are one kind (their
     names carry the lesion's label), every other line its own (kidney length, BPD)."""
     return "lesion calipers" if line_name.endswith((" long axis", " short axis")) else line_name
-
-
-_EXAM_NOTE = (
-    "Examinations: the exam reading is one prompt over all views (`Predictor.predict_exam`); the single best view is "
-    "the same model asked the single-image prompt on one view, {rule}. Diagnosis scores benign/malignant "
-    "examinations against the exam's finding. Report sizes are read off the answer's text (`Size: L x W x D mm`, "
-    "`BPD: x mm`; a single view's `long x short axis` as length x depth) and compared with the exam's "
-    "measurements that its report states; a size the answer does not state is counted under 'sizes stated', not "
-    "as an error. BLEU-4 (U2-Bench) is pycocoevalcap's corpus BLEU-4 against the exam's report; the lenient "
-    "BLEU lowercases and splits punctuation.")
 
 
 def _safe(name: str) -> str:
@@ -927,6 +691,7 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
     """
     import json
 
+    from .exams import EXAM_NOTE
     from .report import render_markdown, to_jsonable
 
     if isinstance(overlays, bool) or not isinstance(overlays, int) or overlays < 0:
@@ -950,7 +715,7 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
              "answer naming neither class counts as wrong; refusal pairs a question about foreign anatomy "
              "(should be refused) with one about the image's own (should be answered).",
              "Overlays (overlays/): ground truth in the first colours, the prediction after it." if listing else None,
-             _EXAM_NOTE.format(rule=BEST_VIEW_RULE) if "exam" in report.metrics else None]
+             EXAM_NOTE if "exam" in report.metrics else None]
     text += "\n" + "\n\n".join(n for n in notes if n) + "\n"
     write_text(paths["report"], text)
     if listing:
