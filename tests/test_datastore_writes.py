@@ -417,3 +417,35 @@ def test_a_dataset_export_on_a_full_disk_is_a_507_and_leaves_no_partial_archive(
     http = to_http(err.value, "download dataset")
     assert http.status_code == 507 and "disk is full" in http.detail
     assert made and not made[0].exists()  # the request folder and its partial archive are gone
+
+
+def test_the_file_watchers_reconcile_waits_for_a_label_write_in_progress(env, monkeypatch):
+    """MONAI Label's file watcher reconciles from its own thread. A reconcile between a label write setting its index
+    entry and renaming its file into place dropped the label ("Removing non existing Label Id") until the next event:
+    the retrain trigger counted 4 of 5 labels and a strategy served the just-labeled image again."""
+    import threading
+
+    ds, studies, up, _ = env
+    ds.add_image("second", str(png(up / "second.png", image_array(1))), {})
+    real_copy, watcher = atomic.copy_into, []
+
+    threads = []
+
+    def copy_while_the_watcher_fires(src, tmp):
+        if "labels" in str(tmp) and not threads:  # the index names the label, its file is not in place yet
+            t = threading.Thread(target=ds.refresh)  # as the watcher calls it, past its reload of the index file
+            threads.append(t)
+            t.start()
+            t.join(0.3)
+            threads.append(t.is_alive())  # it waits for the write instead of reconciling half of it
+        return real_copy(src, tmp)
+
+    # the watcher's reload of the index file takes the file lock only for the reload; what raced was the rest of
+    # its reconcile, which holds no lock: start it past the reload
+    monkeypatch.setattr(type(ds), "_init_from_datastore_file", lambda self, throw_exception=False: None)
+    monkeypatch.setattr(atomic, "copy_into", copy_while_the_watcher_fires)
+    ds.save_label("second", str(png(up / "second_label.png", label_array(2))), "final", {})
+    threads[0].join(5)
+    assert threads[1] is True
+    assert sorted(ds.get_labeled_images()) == ["img", "second"]
+    assert sorted(open_store(studies).get_labeled_images()) == ["img", "second"]  # and so does the index file
