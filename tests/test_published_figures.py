@@ -280,3 +280,47 @@ def test_decode_rows_in_benchmarks_are_the_benchmark():
                   f"cached {f['cached_ms']:.0f} ms, cold/cached {f['cold_ms'] / f['cached_ms']:.2f} |")
         assert figure in row, (figure, row)
         assert "`results/decode.json`" in row
+
+
+def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark():
+    """The 40-label loop run with the new recipe and gate: every cell of its NOTES.md table (20 and 40 labels, both
+    arms) and the changes in benchmarks/README.md's rows, recomputed from results.json."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_annotation_loop import change_interval, fmt_change
+
+    results = json.loads((RESULTS / "annotation_loop_demo3_v2" / "run1" / "results.json").read_text())
+    notes = _notes("annotation_loop_demo3_v2").read_text(encoding="utf-8")
+    current = BENCHMARKS.read_text(encoding="utf-8")
+    for arm, rows in results["strategies"].items():
+        start = rows[0]["test"]
+        for labels in (20, 40):
+            now = next(r for r in rows if r["labels"] == labels)["test"]
+            seg = fmt_change(change_interval(start, now, "segment"))
+            rec = fmt_change(change_interval(start, now, "detect"))
+            if now == start:  # nothing promoted: the table says so instead of a degenerate interval
+                seg = "+0.000 (nothing promoted)"
+            cells = (f"| `{arm}` | {labels} | {start['segmentation_miou']:.3f} -> {now['segmentation_miou']:.3f} | "
+                     f"{seg} | {start['detection_recall']:.3f} -> {now['detection_recall']:.3f} |")
+            assert cells in notes, cells
+            if labels == 40:
+                assert seg in current and rec in current, (arm, seg, rec)
+        status = {r["run"]["version"]: r["run"]["status"] for r in rows[1:]}  # a round that started no run repeats
+        promoted, runs = sum(v == "promoted" for v in status.values()), len(status)
+        assert f"{promoted} of {runs} runs promoted" in current, (arm, promoted, runs)
+
+
+def test_loop_ceiling_row_is_the_benchmark():
+    """The in-domain ceiling row of benchmarks/README.md against results/loop_ceiling.json."""
+    import json
+
+    d = json.loads((RESULTS / "loop_ceiling.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if "in-domain ceiling from demo model 3" in ln)
+    s, c = d["start"], d["ceiling"]
+    assert (f"segmentation {s['test']['segmentation_miou']:.3f} -> {c['test']['segmentation_miou']:.3f}, detection "
+            f"recall {s['test']['detection_recall']:.3f} -> {c['test']['detection_recall']:.3f}") in row
+    assert f"{s['default_test']['segmentation_miou']:.3f} -> {c['default_test']['segmentation_miou']:.3f}" in row
+    assert f"{d['train_s'] / 60:.1f} min" in row
