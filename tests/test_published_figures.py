@@ -324,3 +324,24 @@ def test_loop_ceiling_row_is_the_benchmark():
             f"recall {s['test']['detection_recall']:.3f} -> {c['test']['detection_recall']:.3f}") in row
     assert f"{s['default_test']['segmentation_miou']:.3f} -> {c['default_test']['segmentation_miou']:.3f}" in row
     assert f"{d['train_s'] / 60:.1f} min" in row
+
+
+def test_exam_continuation_row_is_the_benchmark():
+    """The exam continuation's figures in benchmarks/README.md and its NOTES.md against its results.json."""
+    import json
+
+    d = json.loads((RESULTS / "exam_continuation" / "results.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "exam-reading continuation" in ln)
+    notes = _notes("exam_continuation").read_text(encoding="utf-8")
+    c, b = d["continuation_exams"], d["demo3_exams"]
+    assert (f"benign/malignant {c['exam_diagnosis_accuracy']:.3f} reading the exam against "
+            f"{c['exam_best_view_diagnosis_accuracy']:.3f} for the single best view") in row
+    assert (f"report size error {c['exam_report_size_rel_error']:.3f} against "
+            f"{c['exam_best_view_report_size_rel_error']:.3f}") in row
+    assert f"BLEU-4 {c['exam_report_bleu4']:.3f} against {c['exam_best_view_report_bleu4']:.3f}" in row
+    assert (f"| {c['exam_diagnosis_accuracy']:.3f} | {c['exam_best_view_diagnosis_accuracy']:.3f} | "
+            f"{b['exam_diagnosis_accuracy']:.3f} | {b['exam_best_view_diagnosis_accuracy']:.3f} |") in notes
+    for key, label in (("segmentation_miou", "segmentation mIoU"), ("detection_f1", "detection F1")):
+        cells = " | ".join(f"{d[k][key]:.3f}" for k in ("continuation_default", "demo3_default",
+                                                         "continuation_scanner_b", "demo3_scanner_b"))
+        assert f"| {label} | {cells} |" in notes
