@@ -19,7 +19,8 @@ request's temp files go with it and bodies are capped (lib/wall/request_files.py
 MONAI Label builds this class again in every train/scoring subprocess, so nothing here loads the model:
 lib/model_holder.py does that on the first request that needs it. Stopping the server (SIGTERM, SIGINT, SIGHUP)
 stops those subprocesses first and records a training run it stopped as killed (lib/wall/task_process.py); /info
-shows the running train's last progress line and whether the served version was a forced rollback.
+shows the running train's last progress line, whether the served version was a forced rollback and, once the model
+is loaded, which decode is live (`umind.decode`).
 """
 
 from __future__ import annotations
@@ -204,5 +205,8 @@ class UMindApp(MONAILabelApp):
             "loaded": holder.loaded_key() is not None,
             "batching": self.runtime.batching(),
         }
+        decode = holder.decode_status()  # None until a request loaded the model (/info never loads it)
+        if decode is not None:
+            meta["umind"]["decode"] = decode
         meta["umind"]["warnings"] = meta["umind"].get("warnings", []) + self.runtime.warnings()
         return meta

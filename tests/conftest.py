@@ -6,6 +6,10 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The default decode ("auto") builds tuned step graphs in a background thread after the first step of each batch
+# size, some tens of seconds of CPU each: every Predictor, `umind infer` run and server a test starts would build its
+# own. Tests decode with the static step unless they name a mode; the tests of the default unset this.
+os.environ.setdefault("UMIND_DECODE", "static")
 
 import pytest
 import torch

@@ -265,7 +265,7 @@ def test_bad_inputs_fail_alone_with_one_line_each(tmp_path, capsys, model_dir):
     (["--task", "segment", "--points", "10", "20", "--labels", "1", "0"], "1 point(s) but --labels gave 2"),
     (["--task", "segment", "--box", "1", "2", "1", "9"], "has no area"),
     (["--task", "segment", "--frames", "5-2"], "ends (2) before it starts (5)"),
-    (["--task", "detect", "--decode", "fastest"], "--decode must be one of static, compiled, tuned, eager"),
+    (["--task", "detect", "--decode", "fastest"], "--decode must be one of auto, static, compiled, tuned, eager"),
 ])
 def test_bad_requests_exit_2_with_one_line_before_loading_a_model(tmp_path, capsys, argv, words):
     img = _png(tmp_path / "scan.png")

@@ -5,20 +5,25 @@ fast path keeps its projections transposed in memory, and MKL then sums each pro
 the demo model's float32 logits (median magnitude 9, up to 13) by up to about 2e-5), for every task; on the trained
 tiny fixture, on the shipped demo model (real weights, a real refusal), on a LoRA + trainable-token model whose
 adapters the fast path merges, with a cache that has to grow, after weights change in place (also with the weights
-frozen into a tuned graph), and when compiling fails.
+frozen into a tuned graph), and when compiling fails. decode="auto" (the default) answers the same before and after
+its background thread built a step's graph, never waits for a build, leaves a key whose build failed eager, and
+never installs a graph built from weights that changed meanwhile.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import make_image, task_answers
-from umind_core.modeling import fast_decode
+from umind_core.modeling import fast_decode, step_builder
 from umind_core.predictor import Predictor, PredictorError
 
 TASKS = list(task_answers())  # segment, detect, keypoints, measure, diagnose, report, ask
@@ -39,11 +44,12 @@ class _MaskSpy:
         model.decode_masks = spy
 
 
-def _answers(model, decode, image, calls, **kwargs):
-    """Run `calls` [(task, prompt)] on one image; return (results, mask logits, token ids per call)."""
+def _answers(model, decode, image, calls, pred=None, **kwargs):
+    """Run `calls` [(task, prompt)] on one image (with `pred`, or a new Predictor); return (results, mask logits,
+    token ids per call, the Predictor)."""
     spy = _MaskSpy(model)
     try:
-        pred = Predictor(model, decode=decode, **kwargs)
+        pred = pred if pred is not None else Predictor(model, decode=decode, **kwargs)
         pred.set_image(image)
         results, tokens = [], []
         for task, prompt in calls:
@@ -268,19 +274,25 @@ def test_training_mode_keeps_the_eager_cache(trained_tiny):
 
 
 def test_decode_mode_is_checked_and_read_from_the_environment(trained_tiny, monkeypatch):
-    with pytest.raises(PredictorError, match="decode must be one of static, compiled, tuned, eager"):
+    with pytest.raises(PredictorError, match="decode must be one of auto, static, compiled, tuned, eager"):
         Predictor(trained_tiny, decode="fastest")
     monkeypatch.setenv(fast_decode.DECODE_ENV, "eager")
     assert Predictor(trained_tiny)._engine.fast is None
     monkeypatch.setenv(fast_decode.DECODE_ENV, "compiled")
     assert Predictor(trained_tiny)._engine.fast.compile is True
     monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
-    assert Predictor(trained_tiny)._engine.fast.tune is True
+    fast = Predictor(trained_tiny)._engine.fast
+    assert fast.tune is True and fast.background is False
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "static")
+    assert Predictor(trained_tiny)._engine.fast.compile is False
     monkeypatch.setenv(fast_decode.DECODE_ENV, "bogus")
     with pytest.raises(PredictorError, match="UMIND_DECODE"):
         Predictor(trained_tiny)
-    monkeypatch.delenv(fast_decode.DECODE_ENV)
-    assert Predictor(trained_tiny)._engine.fast.compile is False
+    monkeypatch.delenv(fast_decode.DECODE_ENV)  # unset: a plain Predictor (evaluation, scripts) decodes static
+    fast = Predictor(trained_tiny)._engine.fast
+    assert not fast.compile and fast.mode == "static"
+    fast = Predictor(trained_tiny, decode=fast_decode.serving_mode())._engine.fast  # the server's and umind infer's
+    assert fast.compile and fast.tune and fast.background and fast.mode == "auto"
 
 
 def test_static_cache_crop_and_length_follow_dynamic_cache_semantics():
@@ -328,3 +340,199 @@ def test_queries_and_keys_normed_and_rotated_together_equal_the_model_s_own_modu
     q_ref, k_ref = apply_rotary_pos_emb(q_ref, k_ref, cos[pos], sin[pos])
     assert torch.equal(q, q_ref) and torch.equal(key, k_ref)
     assert torch.equal(value, v_ref.view(b, k, -1, hd).transpose(1, 2))
+
+
+# ------------------------------------------------------------------ decode="auto" (issue 36)
+
+GUARD_S = 600  # a generous bound on waiting for the builder thread: a wrong implementation fails, never hangs
+
+
+def _eager_single_steps(monkeypatch) -> list[int]:
+    """The rows of every single-token step the eager lean step ran (the steps that did not replay a graph)."""
+    steps, original = [], fast_decode.eager_forward
+
+    def spy(w, keys, values, ids, *args, **kwargs):
+        if ids.shape[1] == 1:
+            steps.append(ids.shape[0])
+        return original(w, keys, values, ids, *args, **kwargs)
+
+    monkeypatch.setattr(fast_decode, "eager_forward", spy)
+    return steps
+
+
+class _FakeBuild:
+    """Stands in for fast_decode.build_step: no compile; the "graph" is the step's own code run eagerly
+    (static_step, what the compiled graph computes), counting its calls. `gate` holds the first build until it is
+    set; `error` makes every build raise it. Records each build's thread and weight snapshot."""
+
+    def __init__(self, gate: threading.Event | None = None, error: Exception | None = None):
+        self.gate, self.error = gate, error
+        self.started = threading.Event()
+        self.calls, self.threads, self.weights = 0, [], []
+
+    def __call__(self, w, args, tune):
+        self.threads.append(threading.current_thread().name)
+        self.weights.append(w)
+        self.started.set()
+        if self.gate is not None and len(self.weights) == 1 and not self.gate.wait(GUARD_S):
+            raise TimeoutError("the test never released the build")
+        if self.error is not None:
+            raise self.error
+
+        def step(*a):
+            self.calls += 1
+            return fast_decode.static_step(w, *a)
+
+        return step, None
+
+    @property
+    def builds(self) -> int:
+        return len(self.weights)
+
+
+def test_auto_answers_equal_eager_before_and_after_its_tuned_graph_is_built(trained_tiny, monkeypatch):
+    """The one real tuned build of these tests: the first answers come from the eager lean step while the builder
+    thread tunes; once built, the same answers come from the graph, with no recompile on the calling thread."""
+    from torch._dynamo.utils import counters
+
+    calls = _task_calls()
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
+    _assert_same(eager, first)
+    pred = first[3]
+    assert pred._engine.fast.wait_for_builds(GUARD_S)
+    steps = pred.decode_status()["steps"]
+    assert steps and all(s["state"] == "tuned" for s in steps), steps
+    graphs = counters["stats"]["unique_graphs"]
+    eager_steps = _eager_single_steps(monkeypatch)
+    second = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
+    assert eager_steps == []  # every single-token step replayed a tuned graph
+    assert counters["stats"]["unique_graphs"] == graphs  # built from zeros of the live layout: its guards passed
+    _assert_same(eager, second)
+
+
+def test_auto_answers_before_its_graph_is_built_and_replays_it_after(trained_tiny, monkeypatch):
+    gate = threading.Event()
+    build = _FakeBuild(gate)
+    monkeypatch.setattr(fast_decode, "build_step", build)
+    eager_steps = _eager_single_steps(monkeypatch)
+    calls = [("detect", "lesion"), ("diagnose", None)]
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    eager_steps.clear()
+    try:
+        first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
+        pred = first[3]
+        fast, capacity = pred._engine.fast, pred._state.cache.capacity
+        # answered while the build was held: every step ran eagerly, and the build is still under way
+        assert build.started.wait(GUARD_S) and not gate.is_set() and build.builds == 1
+        assert eager_steps and set(eager_steps) == {1} and build.calls == 0
+        assert pred.decode_status() == {"mode": "auto", "steps": [
+            {"rows": 1, "capacity": capacity, "dtype": "float32", "device": "cpu", "state": "building"}]}
+        pred.predict_batch([make_image(1), make_image(2)], "detect", "lesion")  # a second batch size queues
+        states = {(s["rows"], s["capacity"]): s["state"] for s in pred.decode_status()["steps"]}
+        assert states[(1, capacity)] == "building", states
+        assert {state for (rows, _), state in states.items() if rows == 2} == {"eager (tuning queued)"}, states
+    finally:
+        gate.set()
+    assert fast.wait_for_builds(GUARD_S)
+    assert build.threads == [step_builder.BUILDER_THREAD] * build.builds and build.builds == len(states)
+    assert (1, capacity, torch.float32, "cpu") in fast._compiled
+    eager_steps.clear()
+    second = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
+    assert eager_steps == [] and build.calls > 0  # the installed step ran every single-token step
+    assert {s["state"] for s in pred.decode_status()["steps"]} == {"tuned"}
+    _assert_same(eager, first)
+    _assert_same(eager, second)
+
+
+def test_auto_build_that_fails_leaves_its_key_eager_with_one_warning(trained_tiny, monkeypatch, caplog):
+    build = _FakeBuild(error=RuntimeError("inductor: no C++ compiler\nlong trace"))
+    monkeypatch.setattr(fast_decode, "build_step", build)
+    calls = [("segment", "lesion"), ("diagnose", None)]
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    with caplog.at_level(logging.WARNING, logger=step_builder.__name__):
+        first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
+        pred = first[3]
+        assert pred._engine.fast.wait_for_builds(GUARD_S)
+        again = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
+    _assert_same(eager, first)
+    _assert_same(eager, again)
+    assert build.builds == 1  # the failed key is not built again
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("umind")]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "no C++ compiler" in warnings[0], warnings
+    (step,) = pred.decode_status()["steps"]
+    assert step["state"] == "failed: RuntimeError: inductor: no C++ compiler"
+    assert pred._engine.fast.compile_error is None  # per key: other batch sizes still get their graphs
+
+
+def test_auto_drops_a_graph_built_from_weights_that_changed_meanwhile(trained_tiny, monkeypatch):
+    model = copy.deepcopy(trained_tiny)
+    gate = threading.Event()
+    build = _FakeBuild(gate)
+    monkeypatch.setattr(fast_decode, "build_step", build)
+    pred = Predictor(model, decode="auto", max_new_tokens=64)
+    fast = pred._engine.fast
+    try:
+        pred.set_image(make_image(0))
+        before = pred.predict("diagnose").text
+        assert build.started.wait(GUARD_S)  # the builder holds the build of the old weights
+        old = fast.weights
+        with torch.no_grad():  # swap the (tied) rows of the answer's first token and a digit: the answer changes
+            first = model.tokenizer(before, add_special_tokens=False)["input_ids"][0]
+            digit = model.tokenizer("7", add_special_tokens=False)["input_ids"][0]
+            weight = model.qwen.get_input_embeddings().weight
+            weight[[first, digit]] = weight[[digit, first]].clone()
+        pred.set_image(make_image(0))  # a new weight snapshot while the old one's graph is being built
+        assert fast.weights is not old and pred.decode_status()["steps"] == []
+    finally:
+        gate.set()
+    assert fast.wait_for_builds(GUARD_S)
+    assert build.builds == 1 and not fast._compiled  # built from the old weights: not installed
+    after = pred.predict("diagnose").text  # eager; queues a build from the new weights
+    assert fast.wait_for_builds(GUARD_S)
+    assert build.builds == 2 and build.weights[-1] is fast.weights and len(fast._compiled) == 1
+    replayed = pred.predict("diagnose").text
+    reference = Predictor(model, decode="eager", max_new_tokens=64)
+    reference.set_image(make_image(0))
+    assert build.calls > 0 and after == replayed == reference.predict("diagnose").text != before
+
+
+def test_compile_cache_folder_is_set_when_unset_and_left_alone_when_set(trained_tiny, tmp_path, monkeypatch):
+    env = step_builder.COMPILE_CACHE_ENV
+    monkeypatch.setenv(env, "x")
+    monkeypatch.delenv(env)  # unset for this test; restored to the session's value afterwards
+    Predictor(trained_tiny, decode="static", compile_cache=tmp_path / "a")
+    assert env not in os.environ  # a mode that never compiles leaves inductor alone
+    pred = Predictor(trained_tiny, decode="auto", compile_cache=tmp_path / "a")
+    assert os.environ[env] == str((tmp_path / "a").resolve()) == pred._engine.fast.compile_cache
+    assert (tmp_path / "a").is_dir()
+    # torch's own default, which importing torch._dynamo writes into the environment, is not a user's choice
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv(env, default_cache_dir())
+    Predictor(trained_tiny, decode="compiled", compile_cache=tmp_path / "c")
+    assert os.environ[env] == str((tmp_path / "c").resolve())
+    monkeypatch.setenv(env, str(tmp_path / "mine"))  # the user's folder wins
+    pred = Predictor(trained_tiny, decode="tuned", compile_cache=tmp_path / "b")
+    assert os.environ[env] == str(tmp_path / "mine") == pred._engine.fast.compile_cache
+    assert not (tmp_path / "b").exists()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert step_builder.default_compile_cache() == tmp_path / "xdg" / "umind" / "compile"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert step_builder.default_compile_cache() == Path.home() / ".cache" / "umind" / "compile"
+
+
+def test_auto_is_the_default_of_the_server_and_umind_infer_not_of_a_plain_predictor(trained_tiny, monkeypatch):
+    from umind_core.cli import build_parser
+
+    monkeypatch.delenv(fast_decode.DECODE_ENV, raising=False)
+    assert Predictor(trained_tiny).decode_status() == {"mode": "static", "steps": []}  # a plain Predictor
+    args = build_parser().parse_args(["infer", "scan.png", "--out", "out", "--task", "detect"])
+    assert args.decode is None and fast_decode.serving_mode(args.decode) == "auto"  # what `umind infer` hands it
+    assert fast_decode.serving_mode("tuned") == "tuned"
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "compiled")
+    assert fast_decode.serving_mode() is None  # the Predictor reads UMIND_DECODE itself
+    monkeypatch.delenv(fast_decode.DECODE_ENV)
+    assert Predictor(trained_tiny, decode=fast_decode.serving_mode()).decode_status() == {"mode": "auto", "steps": []}
+    assert Predictor(trained_tiny, decode="static").decode_status() == {"mode": "static", "steps": []}
+    assert Predictor(trained_tiny, decode="eager").decode_status() == {"mode": "eager", "steps": []}

@@ -108,11 +108,31 @@ def test_decode_conf_reaches_the_served_predictor(tmp_path):
     from lib.model_holder import ModelSpec, _load
     from lib.runtime import Runtime
 
-    assert parse_conf({}, str(tmp_path)).decode == ""  # the Predictor's own default (UMIND_DECODE or static)
+    default = parse_conf({}, str(tmp_path))
+    assert default.decode == ""  # the Predictor's own default (UMIND_DECODE or auto)
+    # inductor's caches outlive the process in the workdir (not part of the key: it changes no answer)
+    assert Runtime.create(default).spec().compile_cache == str(default.workdir / "compile_cache")
     conf = parse_conf({"decode": "Eager"}, str(tmp_path))
     spec = Runtime.create(conf).spec()
     assert spec.decode == "eager" and spec.key != ModelSpec(*spec.key[:-1]).key
     assert _load(spec)._engine.fast is None  # eager: transformers' own forward, no fast decoder
+    assert parse_conf({"decode": "auto"}, str(tmp_path)).decode == "auto"
+
+
+def test_info_decode_status_comes_from_the_loaded_predictor_only(tiny_model_factory):
+    """/info's `umind.decode` (main.info): the loaded Predictor's decode status; absent, and nothing loaded for
+    it, before a request loaded the model."""
+    from lib.model_holder import ModelHolder
+
+    from umind_core.predictor import Predictor
+
+    holder = ModelHolder()
+    assert holder.decode_status() is None and holder.loads == 0
+    model = tiny_model_factory()
+    holder._predictor = Predictor(model, decode="auto")
+    assert holder.decode_status() == {"mode": "auto", "steps": []}
+    holder._predictor = Predictor(model, decode="eager")
+    assert holder.decode_status() == {"mode": "eager", "steps": []}
 
 
 def test_caps_name_their_conf_key(tmp_path):
@@ -137,7 +157,7 @@ def test_caps_name_their_conf_key(tmp_path):
     ({"image_dirs": "/no/such/folder"}, "image_dirs must list existing absolute folders"),
     ({"cors_origins": "*"}, "cors_origins must list origins"), ({"cors_origins": "ftp://x"}, "cors_origins"),
     ({"cors_origins": "https://a.example/app"}, "cors_origins"),
-    ({"decode": "fastest"}, "decode must be one of static, compiled, tuned, eager"),
+    ({"decode": "fastest"}, "decode must be one of auto, static, compiled, tuned, eager"),
 ])
 def test_bad_cap_or_image_dirs_stop_the_start(tmp_path, conf, words):
     with pytest.raises(ConfError, match=words):

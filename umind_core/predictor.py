@@ -20,8 +20,10 @@ How the work is split:
   one prompt. Sequences that finish early are fed padding that nobody reads.
 - Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
   transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`, or one with frozen
-  weights and autotuned products: `"tuned"`); `decode="eager"` is transformers' own forward, the reference the
-  fast path is tested against.
+  weights and autotuned products: `"tuned"`, or `"auto"`, the server's and `umind infer`'s default
+  (`fast_decode.serving_mode`): tuned graphs built by a background thread while the steps that would wait for
+  them run the static step); `decode="eager"` is transformers' own forward,
+  the reference the fast path is tested against.
 
 - `set_exam` + `predict_exam` do the same for an examination (up to four views of one patient read together):
   one prefix with every view labelled ``View k:`` (`prompts.exam_prefix`, the layout the exam conversations train
@@ -88,6 +90,7 @@ class Predictor:
         one_forward_masks: bool = True,
         batch_size: int = 8,
         decode: str | None = None,
+        compile_cache=None,
     ):
         if max_new_tokens < 1:
             raise PredictorError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -100,7 +103,7 @@ class Predictor:
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
         try:
-            fast = fast_decode.for_predictor(model, decode)
+            fast = fast_decode.for_predictor(model, decode, compile_cache=compile_cache)
         except ValueError as exc:
             raise PredictorError(str(exc)) from None
         self._engine = BatchDecoder(model, fast, max_new_tokens, one_forward_masks, batch_size)
@@ -117,6 +120,12 @@ class Predictor:
     @property
     def batch_size(self) -> int:
         return self._engine.batch_size
+
+    def decode_status(self) -> dict:
+        """Which decode is live (fast_decode.FastDecoder.status; {"mode": "eager", "steps": []} for transformers'
+        forward). Takes no Predictor lock, so /info answers while a batch decodes."""
+        fast = self._engine.fast
+        return {"mode": "eager", "steps": []} if fast is None else fast.status()
 
     # ------------------------------------------------------------------ image
     @property

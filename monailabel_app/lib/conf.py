@@ -161,7 +161,7 @@ class AppConfig:
     #: how long a batch may wait for the callers answered lately to come back (umind_core.scheduler, which says
     #: why its default); 0 = off
     batch_regroup_ms: float = DEFAULT_REGROUP_MS
-    #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "static"
+    #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "auto"
     decode: str = ""
 
 

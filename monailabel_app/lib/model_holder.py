@@ -37,7 +37,10 @@ class ModelSpec:
     device: str = "cpu"
     dtype: str = "float32"
     max_new_tokens: int = 256
-    decode: str = ""  # "" = the Predictor's default (UMIND_DECODE or static)
+    decode: str = ""  # "" = UMIND_DECODE, else "auto" (fast_decode.serving_mode)
+    #: where inductor keeps its on-disk caches (the server: <workdir>/compile_cache), so that a restarted server
+    #: rebuilds its step graphs faster; not part of `key` (it changes no answer)
+    compile_cache: str | None = None
 
     @property
     def key(self) -> tuple:
@@ -66,6 +69,12 @@ class ModelHolder:
         with self._lock:
             return self._key
 
+    def decode_status(self) -> dict | None:
+        """The loaded Predictor's decode status for /info (Predictor.decode_status), or None when no model is
+        loaded: /info never loads one. Read without the lock, so that /info does not wait for a load."""
+        predictor = self._predictor
+        return None if predictor is None else predictor.decode_status()
+
     def clear(self) -> None:
         with self._lock:
             self._key, self._predictor = None, None
@@ -92,10 +101,12 @@ def _on_model_thread(fn, *args):
 
 
 def _load(spec: ModelSpec):
+    from umind_core.modeling.fast_decode import serving_mode
     from umind_core.predictor import Predictor
 
     logger.info(f"umind: loading model {spec.model or 'demo'} version {spec.version} on {spec.device}")
-    return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens, decode=spec.decode or None)
+    return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens, decode=serving_mode(spec.decode or None),
+                     compile_cache=spec.compile_cache)
 
 
 holder = ModelHolder()

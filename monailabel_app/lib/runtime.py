@@ -20,6 +20,9 @@ _SCHEDULER: list[tuple[object, object]] = []
 #: Predictor's BatchScheduler after releasing this lock, so concurrent requests share batches; the Predictor
 #: serialises its own use (its per-image state is never touched by two threads at once).
 PREDICT_LOCK = threading.Lock()
+#: the folder of the workdir where inductor keeps its on-disk caches (step graphs, autotuning results), so that a
+#: restarted server builds its decode steps faster (umind_core.modeling.step_builder.use_compile_cache)
+COMPILE_CACHE_DIR = "compile_cache"
 logger = logging.getLogger(__name__)
 #: versions this process failed to load (version -> error) and what it serves in their place; per process,
 #: like the model holder, so a broken version is tried once, not on every request
@@ -44,7 +47,8 @@ class Runtime:
         v = self.served_version() if version is None else int(version)
         vdir = self.versions.model_dir(v)
         return ModelSpec(self.conf.model, v, None if vdir is None else str(vdir), self.conf.device,
-                         self.conf.dtype, self.conf.max_new_tokens, self.conf.decode)
+                         self.conf.dtype, self.conf.max_new_tokens, self.conf.decode,
+                         compile_cache=str(self.conf.workdir / COMPILE_CACHE_DIR))
 
     def predictor(self):
         """(Predictor, version) of the served version, loaded lazily once per process.

@@ -70,9 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--decode",
-                        help="static (default, or UMIND_DECODE), compiled, tuned (frozen weights and autotuned "
-                             "products: fastest per token, 10-40 s to tune each batch size at first), or eager "
-                             "(transformers' forward, the reference)")
+                        help="auto (default, or UMIND_DECODE: tuned steps built by a background thread while the "
+                             "first steps of each batch size run the static step; inductor's caches go to "
+                             "~/.cache/umind/compile unless TORCHINDUCTOR_CACHE_DIR is set), static, compiled, "
+                             "tuned (frozen weights and autotuned products: fastest per token, 10-40 s to tune each "
+                             "batch size at first, waited for), or eager (transformers' forward, the reference)")
     parser.add_argument("--overwrite", action="store_true", help="redo inputs whose results.json exists")
     parser.add_argument("--overlay", action="store_true", help="also write an overlay PNG per frame")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no per-failure lines")
@@ -352,6 +354,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from .. import demo
+    from ..modeling.fast_decode import serving_mode
+    from ..modeling.step_builder import default_compile_cache
     from ..predictor import Predictor
     from ..scheduler import BatchScheduler, model_thread
 
@@ -370,7 +374,8 @@ def run(args: argparse.Namespace) -> int:
     def load():
         model = demo.load_model(args.model, device=device, dtype=args.dtype,
                                 warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
-        return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, decode=args.decode)
+        return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                         decode=serving_mode(args.decode), compile_cache=default_compile_cache())
 
     if pending:
         predictor = load() if model_executor is None else model_executor.submit(load).result()

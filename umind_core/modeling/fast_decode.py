@@ -32,6 +32,11 @@ tokens), which are all text:
   they took 0.25, 0.33 and 0.77 ms. The price is time and memory: the first step of each batch size tunes for
   some 10-40 s on 2 cores (inductor keeps what it learned on disk, so a later process tunes faster), and the
   frozen graph holds its own packed copy of the weights.
+- `decode="auto"` (the default since issue 36) is `tuned` without the wait: a step whose tuned graph is not built
+  yet runs the eager lean step (what `static` runs) while one background thread builds the graph
+  (`step_builder.BackgroundBuilder`); later steps of that batch bucket and cache capacity replay it. Inductor's
+  on-disk caches can be pointed at a lasting folder (`step_builder.use_compile_cache`), so that a restarted
+  process rebuilds faster.
 
 The image prefix itself (vision encoder, deepstack features) still runs through `transformers` once per image.
 """
@@ -51,15 +56,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from .packed_linear import PackedWeight, linear, unpackable_reason
+from .step_builder import BackgroundBuilder, one_line, use_compile_cache
 
-__all__ = ["DECODE_MODES", "GRAPH_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder", "FastOutput",
-           "for_predictor", "unsupported_reason"]
+__all__ = ["DECODE_MODES", "DEFAULT_DECODE", "SERVING_DECODE", "serving_mode", "GRAPH_MODES", "DecodeWeights", "StaticKVCache", "FastDecoder",
+           "FastOutput", "build_step", "for_predictor", "unsupported_reason"]
 
 logger = logging.getLogger(__name__)
 
-DECODE_MODES = ("static", "compiled", "tuned", "eager")
-GRAPH_MODES = ("compiled", "tuned")  # the modes that build a step graph per batch size (and cache capacity)
+DECODE_MODES = ("auto", "static", "compiled", "tuned", "eager")
+GRAPH_MODES = ("auto", "compiled", "tuned")  # the modes that build a step graph per batch size (and cache capacity)
 DECODE_ENV = "UMIND_DECODE"  # the default mode for every Predictor of a process (server, CLI) without code changes
+#: what a plain Predictor (evaluation, the loop's scoring, scripts) decodes with when neither `decode` nor
+#: UMIND_DECODE names a mode: short-lived processes would pay background builds they never use
+DEFAULT_DECODE = "static"
+#: what the server's Predictor and `umind infer` decode with (`serving_mode`): the fastest without a wait
+SERVING_DECODE = "auto"
 CAPACITY_STEP = 256  # cache capacities are multiples of this, so a compiled step is reused across prompts
 PROMPT_ROOM = 64  # slots allocated for a prompt beyond the answer; a longer prompt grows the cache once
 # Slots allocated up front for an answer (and its mask tokens); a longer answer grows the cache once. Why not room
@@ -476,19 +487,59 @@ class FastDecoder:
 
     The weights are a snapshot taken at `adopt` (once per image): a model trained in place between two images is
     picked up at the next image, as the eager path's cached image prefix is.
+
+    `background` (decode="auto"): the step graphs are built by a BackgroundBuilder thread instead of by the first
+    step that needs one, which meanwhile runs the eager lean step; so no request waits for a graph. The model
+    thread runs every step; the builder thread only builds and installs. `compile_cache`: the folder inductor's
+    on-disk caches go to (step_builder.use_compile_cache), set here, before this decoder's first compile.
     """
 
-    def __init__(self, model, compile: bool = True, tune: bool = False):
+    def __init__(self, model, compile: bool = True, tune: bool = False, background: bool = False,
+                 compile_cache=None):
         reason = unsupported_reason(model)
         if reason:
             raise TypeError(f"fast decoding does not support this model: {reason}")
         self.model = model
-        self.compile = bool(compile) or bool(tune)
+        self.compile = bool(compile) or bool(tune) or bool(background)
         self.tune = bool(tune)
+        self.background = bool(background)
         self.weights: DecodeWeights | None = None
         self._fingerprint: tuple | None = None
+        self._builder: BackgroundBuilder | None = None
         self._compiled: dict[tuple, object] = {}
+        if self.background:
+            tune = self.tune  # not self: the builder must not keep this decoder (and its model) alive
+            self._builder = BackgroundBuilder(lambda w, args: build_step(w, args, tune)[0], owner=self,
+                                              what="tuned" if tune else "compiled")
+            self._compiled = self._builder.graphs  # the builder installs here, under its lock
         self.compile_error: str | None = None  # set once a compile failed; the eager lean step is used from then on
+        self.compile_cache = use_compile_cache(compile_cache) if self.compile else None
+
+    @property
+    def mode(self) -> str:
+        """The decode mode this decoder runs ("auto" also for a background build of untuned graphs)."""
+        if self.background:
+            return "auto"
+        return "tuned" if self.tune else "compiled" if self.compile else "static"
+
+    def status(self) -> dict:
+        """Which decode is live, for /info: {"mode", "steps": [{rows, capacity, dtype, device, state}]} and, when a
+        compile failed in a synchronous mode, "error". A step's state is "tuned" or "compiled" (its graph runs),
+        "building", "eager (tuning queued)" or "failed: <error>" (that key stays on the eager lean step)."""
+        if self._builder is not None:
+            states = self._builder.states()
+        else:
+            states = {key: "tuned" if self.tune else "compiled" for key in list(self._compiled)}
+        steps = [{"rows": key[0], "capacity": key[1], "dtype": str(key[2]).replace("torch.", ""), "device": key[3],
+                  "state": state} for key, state in sorted(states.items(), key=lambda item: item[0][:2])]
+        out = {"mode": self.mode, "steps": steps}
+        if self.compile_error is not None:
+            out["error"] = self.compile_error
+        return out
+
+    def wait_for_builds(self, timeout: float | None = None) -> bool:
+        """Block until no step graph is queued or being built in the background (True), or `timeout` passes."""
+        return True if self._builder is None else self._builder.wait(timeout)
 
     def _current_fingerprint(self) -> tuple:
         qwen = self.model.qwen
@@ -501,7 +552,10 @@ class FastDecoder:
         if self.weights is None or fingerprint != self._fingerprint:
             self.weights = DecodeWeights(self.model)
             self._fingerprint = fingerprint
-            self._compiled.clear()
+            if self._builder is not None:  # also drops queued builds and discards one under way (stale weights)
+                self._builder.invalidate()
+            else:
+                self._compiled.clear()
         return self.weights
 
     def adopt(self, cache, answer_tokens: int):
@@ -517,8 +571,8 @@ class FastDecoder:
         return static.padded(self.rows_for(static.rows))
 
     def rows_for(self, batch: int) -> int:
-        """The rows a cache for `batch` requests holds: with a tuned step, a bucket (1, 2, 4, 8, then multiples
-        of 8), the extra rows copies of row 0 whose answers are dropped.
+        """The rows a cache for `batch` requests holds: with a tuned step (decode "tuned" or "auto"), a bucket (1,
+        2, 4, 8, then multiples of 8), the extra rows copies of row 0 whose answers are dropped.
 
         Why: a tuned step is built per batch size (10-40 s on 2 cores), and concurrent requests arrive in every
         count from 1 to 8. Without buckets a server met new counts for minutes (measured: after a 70 s warm-up
@@ -581,28 +635,51 @@ class FastDecoder:
         return StaticKVCache.stack(rows, _capacity(max(c.length for c, _ in rows), answer_tokens))
 
     def _compiled_step(self, w, cache, ids, cos, sin, start):
+        """The single-token step through its graph for (rows, capacity, dtype, device), or None for the eager lean
+        step: in the background mode while the graph is not built (it is queued), and after any failure."""
         key = (ids.shape[0], cache.capacity, w.dtype, str(w.device))
+        slot = torch.tensor([start], device=ids.device)
+        args = (cache.keys, cache.values, ids, cos, sin, slot, cache.valid)
+        fn = self._compiled.get(key)
+        if self._builder is not None and fn is None:
+            self._builder.request(key, w, args)  # never waits: the builder thread builds it from zeros, not `args`
+            return None
         try:
-            slot = torch.tensor([start], device=ids.device)
-            args = (cache.keys, cache.values, ids, cos, sin, slot, cache.valid)
-            fn = self._compiled.get(key)
             if fn is not None:
                 return fn(*args)
-            fn = torch.compile(_StepModule(w).with_own_code(), fullgraph=True, dynamic=False)
             t0 = time.perf_counter()
             if self.tune:
                 logger.info("umind: tuning the decode step for batch %d, cache %d (once per batch size; 10-40 s on "
                             "2 cores)", ids.shape[0], cache.capacity)
-            with _inductor_settings(self.tune, w.device):  # the graph is built (and tuned) by this first call
-                out = fn(*args)
+            fn, out = build_step(w, args, self.tune)
             logger.info("umind: decode step for batch %d, cache %d %s in %.1f s", ids.shape[0], cache.capacity,
                         "tuned" if self.tune else "compiled", time.perf_counter() - t0)
             self._compiled[key] = fn
             return out
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure means: use the eager lean step
-            self.compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            error = one_line(exc)
+            if self._builder is not None:  # a built graph that fails on the live call: that key goes eager
+                self._builder.fail(key, error)
+                logger.warning("umind: the decode step for batch %d, cache %d failed, that batch size decodes "
+                               "eagerly (%s)", key[0], key[1], error)
+                return None
+            self.compile_error = error
             logger.warning("umind: torch.compile of the decode step failed, decoding eagerly (%s)", self.compile_error)
             return None
+
+
+def build_step(w: DecodeWeights, args: tuple, tune: bool):
+    """(the compiled single-token step for the shapes of `args`, its output on `args`).
+
+    torch.compile builds the graph at the first call, so this makes that call, under the inductor settings of the
+    mode (`tune`: frozen weights, autotuned products). The synchronous modes call it on the live step; decode="auto"
+    on zero-filled tensors of the same layout, on the builder thread (tests replace this function to watch or
+    block a build).
+    """
+    fn = torch.compile(_StepModule(w).with_own_code(), fullgraph=True, dynamic=False)
+    with _inductor_settings(tune, w.device):
+        out = fn(*args)
+    return fn, out
 
 
 def _inductor_settings(tune: bool, device: torch.device):
@@ -660,13 +737,25 @@ class _StepModule(nn.Module):
         return self
 
 
-def for_predictor(model, mode: str | None = None) -> FastDecoder | None:
-    """The decoder a Predictor uses for `mode` ("static", "compiled", "tuned" or "eager"; None reads UMIND_DECODE,
-    default "static"), or None for transformers' own forward. A model the lean step cannot reproduce decodes eagerly,
-    with one warning line when a fast mode was asked for by name."""
+def serving_mode(mode: str | None = None) -> str | None:
+    """The `decode` to give the Predictor of a process that serves many requests (the server, `umind infer`): `mode`
+    when given; None when UMIND_DECODE is set (the Predictor reads it and names it in an error); else
+    SERVING_DECODE ("auto")."""
     import os
 
-    chosen = mode if mode is not None else os.environ.get(DECODE_ENV, "").strip() or "static"
+    if mode:
+        return mode
+    return None if os.environ.get(DECODE_ENV, "").strip() else SERVING_DECODE
+
+
+def for_predictor(model, mode: str | None = None, compile_cache=None) -> FastDecoder | None:
+    """The decoder a Predictor uses for `mode` (one of DECODE_MODES; None reads UMIND_DECODE, default "static"), or
+    None for transformers' own forward. A model the lean step cannot reproduce decodes eagerly, with one warning
+    line when a fast mode was asked for by name. `compile_cache`: where inductor keeps its on-disk caches (see
+    step_builder.use_compile_cache; only the modes that compile set it)."""
+    import os
+
+    chosen = mode if mode is not None else os.environ.get(DECODE_ENV, "").strip() or DEFAULT_DECODE
     if chosen not in DECODE_MODES:
         source = "decode" if mode is not None else DECODE_ENV
         raise ValueError(f"{source} must be one of {', '.join(DECODE_MODES)}, got {chosen!r}")
@@ -677,4 +766,5 @@ def for_predictor(model, mode: str | None = None) -> FastDecoder | None:
         if mode is not None or os.environ.get(DECODE_ENV):
             logger.warning("umind: decode=%s is not available for this model (%s), decoding eagerly", chosen, reason)
         return None
-    return FastDecoder(model, compile=chosen in GRAPH_MODES, tune=chosen == "tuned")
+    return FastDecoder(model, compile=chosen in GRAPH_MODES, tune=chosen in ("tuned", "auto"),
+                       background=chosen == "auto", compile_cache=compile_cache)
