@@ -345,3 +345,21 @@ def test_exam_continuation_row_is_the_benchmark():
         cells = " | ".join(f"{d[k][key]:.3f}" for k in ("continuation_default", "demo3_default",
                                                          "continuation_scanner_b", "demo3_scanner_b"))
         assert f"| {label} | {cells} |" in notes
+
+
+def test_default_decode_row_is_the_benchmark():
+    """The static-against-auto row of benchmarks/README.md against results/default_decode.json."""
+    import json
+    import statistics
+
+    d = json.loads((RESULTS / "default_decode.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if ln.startswith("| the default decode before and after issue 36"))
+    first = d["first_request_s"]
+    assert (f"`auto` {1000 * first['auto']:.0f} ms against `static` {1000 * first['static']:.0f} ms "
+            f"({first['auto'] / first['static']:.2f}x)") in row
+    med = {k: {m: statistics.median(v) for m, v in d[k].items()} for k in ("segment_s", "cold_s", "cached_s")}
+    assert (f"segment p50 {1000 * med['segment_s']['static']:.1f} ms static, {1000 * med['segment_s']['auto']:.1f} ms "
+            f"auto") in row
+    assert (f"cold/cached {med['cold_s']['static'] / med['cached_s']['static']:.2f} static, "
+            f"{med['cold_s']['auto'] / med['cached_s']['auto']:.2f} auto") in row
