@@ -21,7 +21,7 @@ from umind_core.outputs import frame_markups, geometry_info
 from umind_core.results import Result
 
 from .model_holder import MODEL_THREAD
-from .params import parse_prompt
+from .params import current_slice, parse_prompt
 from .wall.caps import check_image_budget
 from .wall.errors import BadRequest
 from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES
@@ -45,12 +45,11 @@ def is_exam_request(opts: dict) -> bool:
     return bool(opts.get(EXAM_PATHS)) or opts.get("exam") not in (None, "", False)
 
 
-def _frame_of(study: Study, current: object) -> tuple[Frame, list[str]]:
+def _frame_of(study: Study, current: int | None) -> tuple[Frame, list[str]]:
     """The frame of one view: the client's current frame (`slice`) of the request's image, else the frame a viewer
     opens on; a clip read as one view says so."""
     n = study.geometry.n_frames
-    cur = current if isinstance(current, int) and not isinstance(current, bool) and 0 <= current < n else None
-    k = current_frame(study.geometry.kind, n, cur)
+    k = current_frame(study.geometry.kind, n, current if current is not None and 0 <= current < n else None)
     notes = [] if n == 1 else [f"a clip of {n} frames: frame {k} was read as the view"]
     return study.frames[k], notes
 
@@ -63,10 +62,7 @@ def read_exam(opts: dict, study: Study, conf) -> list[ExamView]:
     if mode == EXAM_FRAMES:
         if opts.get(EXAM_PATHS):
             raise BadRequest("give either images (other datastore images as views) or exam: 'frames', not both")
-        current = opts.get("slice")
-        idx = parse_frames(opts.get("frames")).select(
-            study.geometry, current=current if isinstance(current, int) and not isinstance(current, bool) else None,
-            past_end="refuse")
+        idx = parse_frames(opts.get("frames")).select(study.geometry, current=current_slice(opts), past_end="refuse")
         if len(idx) > conf.max_exam_views:
             raise BadRequest(f"the examination has {len(idx)} views (the selected frames), over the cap "
                              f"max_exam_views = {conf.max_exam_views}; choose fewer with 'frames'")
@@ -78,7 +74,7 @@ def read_exam(opts: dict, study: Study, conf) -> list[ExamView]:
     views = []
     for i, (path, image) in enumerate(zip(paths, ids)):
         view_study = study if i == 0 else _read_view(path, image, conf)
-        frame, notes = _frame_of(view_study, opts.get("slice") if i == 0 else None)
+        frame, notes = _frame_of(view_study, current_slice(opts) if i == 0 else None)
         views.append(ExamView(image, view_study, frame, [f"view {i + 1} ({image}): {n}" for n in notes]))
     _check_sites(views, opts.get(EXAM_SITES) or [None] * len(views))
     return views

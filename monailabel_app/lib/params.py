@@ -20,7 +20,7 @@ from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 from umind_core.booleans import as_bool
 from .wall.errors import BadRequest
 
-__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "ijk_to_frame",
+__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "current_slice", "ijk_to_frame",
            "visual_prompt"]
 
 def with_defaults(config: dict, request: dict) -> dict:
@@ -36,6 +36,13 @@ def parse_bool(name: str, value: object) -> bool:
     if out is None:
         raise BadRequest(f"{name} must be true or false, got {value!r}")
     return out
+
+
+def current_slice(opts: dict) -> int | None:
+    """The frame the client shows (`slice`, sent by the Slicer module), or None when it sent none or not a frame
+    number; whether it lies in the image is the frame spec's to check (`frames.FrameSpec.select`)."""
+    value = opts.get("slice")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def parse_prompt(name: str, value: object, required: bool = False) -> str | None:

@@ -43,7 +43,7 @@ from umind_core.results import Result
 from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
-from ..params import parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
+from ..params import current_slice, parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import frame_of_view, is_stock_extension, map_targets
 from ..wire import prompt_key
@@ -172,7 +172,6 @@ class UMindInferTask(InferTask):
         """(task, target, one Result per selected frame) for every task and target of the request."""
         geometry = study.geometry
         box = points = labels = None
-        current = opts.get("slice")
         if self.interactive:
             frame, vp = visual_prompt(frame_of_view(opts, study.viewer_geometry), geometry)
             if vp.empty:
@@ -181,9 +180,7 @@ class UMindInferTask(InferTask):
             frames = [frame]
         else:
             # one request is about one image: a range past its last frame is refused, not clipped as the CLI does
-            frames = parse_frames(opts.get("frames")).select(
-                geometry, current=current if isinstance(current, int) and not isinstance(current, bool) else None,
-                past_end="refuse")
+            frames = parse_frames(opts.get("frames")).select(geometry, current=current_slice(opts), past_end="refuse")
         check_frame_count(len(frames), self.runtime.conf)
         selected = [study.frames[i] for i in frames]
         asks = []
