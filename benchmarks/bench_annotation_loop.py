@@ -97,11 +97,17 @@ def annotation(rec) -> tuple[bytes, dict]:
 def evaluate_version(workdir: Path, version: int, manifests: dict[str, Path],
                      splits=("test", "default_test")) -> dict[str, dict]:
     from umind_core import demo
-    from umind_core.evaluation.runner import EVAL_TASKS, evaluate
     from umind_core.modeling.umind import UMindVL
 
     model = demo.load_model(None) if version == 0 else \
         UMindVL.from_pretrained(workdir / "versions" / f"{version:04d}" / "model")
+    return evaluate_model(model, manifests, splits)
+
+
+def evaluate_model(model, manifests: dict[str, Path], splits=("test", "default_test")) -> dict[str, dict]:
+    """Every task's summary on each split, with the per-sample values the paired intervals need."""
+    from umind_core.evaluation.runner import EVAL_TASKS, evaluate
+
     out = {}
     for name in splits:
         report = evaluate(model, manifests[name], tasks=EVAL_TASKS, progress=False)

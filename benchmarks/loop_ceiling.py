@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_annotation_loop import make_data, paired_samples  # a sibling script: benchmarks/ is sys.path[0]
+from bench_annotation_loop import evaluate_model, make_data  # a sibling script: benchmarks/ is sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "loop_ceiling.json"
@@ -35,18 +35,13 @@ def umind(*args: str, log: Path) -> float:
 
 
 def score(model_dir: Path | None, manifests: dict[str, Path]) -> dict:
+    """The loop benchmark's own scoring of a served version (`evaluate_model`), its numeric summary kept."""
     from umind_core import demo
-    from umind_core.evaluation.runner import EVAL_TASKS, evaluate
     from umind_core.modeling.umind import UMindVL
 
     model = demo.load_model(None) if model_dir is None else UMindVL.from_pretrained(model_dir)
-    out = {}
-    for name in ("test", "default_test"):
-        report = evaluate(model, manifests[name], tasks=EVAL_TASKS, progress=False)
-        summary = report.metrics["summary"]
-        out[name] = {k: v for k, v in summary.items() if isinstance(v, (int, float))}
-        out[name]["samples"] = paired_samples(report.samples)
-    return out
+    return {name: {k: v for k, v in split.items() if k == "samples" or isinstance(v, (int, float))}
+            for name, split in evaluate_model(model, manifests).items()}
 
 
 def main(argv=None) -> int:
