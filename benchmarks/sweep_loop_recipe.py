@@ -32,7 +32,7 @@ KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error
 
 #: the server's recipe the sweeps before 2026-12-05 varied (rehearsal 2:1 on the default look, LoRA without the
 #: vision blocks): a recipe that leaves a data key out takes it from here, so the recorded results stay reproducible
-BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default"}
+BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1}
 #: name -> (TrainConfig overrides and data keys, LoraSettings overrides); "loop" is BASE_DATA, "server" what
 #: `umind_lora` does today (TrainParams' defaults: rehearsal 0.5 on the varied look, the vision blocks adapted)
 RECIPES: dict[str, tuple[dict, dict]] = {
@@ -61,6 +61,10 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     # ratio on the default look, judged on that suite itself (--default-seed0 3000000 --default 150)
     "rehearsal_half_vision_lora": ({"rehearsal": 0.5}, {"vision": True}),
     "rehearsal_one_vision_lora": ({"rehearsal": 1.0}, {"vision": True}),
+    # the labels' repeats as photometrically augmented copies (not the same pixels every time)
+    "augment": ({"label_augment": 0.5}, {"vision": True}),
+    "augment_copies6": ({"label_augment": 0.5, "label_copies": 6, "max_steps": 60}, {"vision": True}),
+    "no_rehearsal_augment_copies4": ({"rehearsal": 0.0, "label_augment": 0.5, "label_copies": 4}, {"vision": True}),
     # what many labels can buy at all (run with --labels 140): each image seen about 8 times without rehearsal
     "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),
     "ceiling": ({"max_steps": 300}, {}),
@@ -70,7 +74,7 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "ceiling_vision_lora": ({"rehearsal": 0.0, "max_steps": 300}, {"vision": True}),
 }
 #: recipe keys that shape the training set rather than the trainer
-DATA_KEYS = ("rehearsal", "rehearsal_look")
+DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies")
 
 
 
@@ -87,16 +91,18 @@ def make_sets(out: Path, n_pool: int, n_default: int, default_seed0: int = DEFAU
     return read_manifest(pool_m), read_manifest(default_m)
 
 
-def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str | None = None) -> Path:
+def build_training_set(picked, out: Path, seed: int, data_keys: dict) -> Path:
     """The loop's own path: datastore labels -> export -> `training_set` (conversations, rehearsal mix), as
-    `umind_lora` runs it; `rehearsal` and `look` are the recipe's ratio and rehearsal pool look."""
+    `umind_lora` runs it; `data_keys` are the recipe's DATA_KEYS (rehearsal ratio and look, label copies)."""
     from monailabel.datastore.local import LocalDatastore
 
     from monailabel_app.lib.conf import TrainParams
     from monailabel_app.lib.trainers.dataset import export_datastore
     from monailabel_app.lib.trainers.rehearsal import training_set
 
-    p = dataclasses.replace(TrainParams(), rehearsal=rehearsal)
+    p = dataclasses.replace(TrainParams(), **data_keys)
+    rehearsal, look = p.rehearsal, p.rehearsal_look
+    tag = "_".join(str(data_keys[k]) for k in DATA_KEYS)
     studies = out / f"studies_{rehearsal}"
     studies.mkdir(parents=True, exist_ok=True)
     ds = LocalDatastore(str(studies), extensions=("*.png",), auto_reload=False)
@@ -111,7 +117,7 @@ def build_training_set(picked, out: Path, seed: int, rehearsal: float, look: str
         tmp.write_bytes(data)
         ds.save_label(rec.id, str(tmp), "final", info)
     # the server's default `labels` conf ("lesion"): it names only values the label info leaves unnamed (none here)
-    data = export_datastore(ds, out / f"data_{rehearsal}_{look or 'default'}", ("lesion",), p.val_fraction,
+    data = export_datastore(ds, out / f"data_{tag}", ("lesion",), p.val_fraction,
                             p.min_val, p.seed)
     manifest, _, _ = training_set(data.train_manifest, data.n_train_records, p, out / f"rehearsal_{look or 'default'}",
                                   seed=seed, appearance=look)
@@ -217,9 +223,9 @@ def main(argv=None) -> int:
     print("start", json.dumps(results["start"]), flush=True)
     manifests: dict[tuple, Path] = {}
     for name in names:
-        key = tuple(_data_value(name, k) for k in ("rehearsal", "rehearsal_look"))
+        key = tuple(_data_value(name, k) for k in DATA_KEYS)
         if key not in manifests:
-            manifests[key] = build_training_set(picked, work, args.seed, *key)
+            manifests[key] = build_training_set(picked, work, args.seed, dict(zip(DATA_KEYS, key)))
         row = run_recipe(name, manifests[key], sets, args.out)
         results.setdefault("recipes", {})[name] = row
         write_text(path, json.dumps(results, indent=2))

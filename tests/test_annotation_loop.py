@@ -264,6 +264,31 @@ def test_rehearsal_mix_keeps_the_new_labels_and_adds_every_task(tmp_path):
     assert n == 4 and len(ids) == 8 and len(set(ids)) == 8 and sum("#copy1" in i for i in ids) == 2
 
 
+def test_augmented_copies_change_pixels_inside_the_scan_and_nothing_else(tmp_path):
+    import numpy as np
+
+    from lib.trainers.rehearsal import mix_rehearsal
+    from umind_core.data.manifest import read_manifest, write_synthetic_dataset
+
+    new = write_synthetic_dataset(tmp_path / "new", 2, seed0=9, progress=False, appearance="scanner_b")
+    out, _ = mix_rehearsal(new, None, 0, seed=0, out=tmp_path / "mix" / "train.jsonl", copies=3, augment=1.0)
+    recs = read_manifest(out)
+    assert len(recs) == 6
+    firsts, copies = recs[:2], recs[2:]
+    assert [r.image_path.resolve() for r in firsts] == [r.image_path.resolve() for r in read_manifest(new)]
+    for copy in copies:
+        orig = firsts[0] if copy.id.startswith(firsts[0].id) else firsts[1]
+        a, b = orig.load_image(), copy.load_image()
+        scan = orig.load_scan_mask()
+        assert a.shape == b.shape and np.abs(a.astype(int) - b.astype(int))[scan].mean() > 1.0
+        assert not b[~scan].any()  # outside the scan stays black
+        assert copy.annotations.to_json() == orig.annotations.to_json()
+        assert [m.sum() for m in copy.load_masks()] == [m.sum() for m in orig.load_masks()]
+    assert copies[0].image != copies[2].image  # every copy its own draw
+    out2, _ = mix_rehearsal(new, None, 0, seed=0, out=tmp_path / "plain" / "train.jsonl", copies=2)
+    assert len({r.image_path.resolve() for r in read_manifest(out2)}) == 2  # augment 0: plain copies
+
+
 @pytest.mark.parametrize("n_new,ratio,minimum,pool,expected", [
     (16, 2.0, 0, 200, (32, 1)),  # the ratio alone
     (4, 2.0, 96, 200, (96, 12)),  # few labels: many distinct rehearsal images, the new ones repeated

@@ -98,6 +98,11 @@ class TrainParams:
     retrain_from: str = setting("start", choices=("start", "served"))
     #: at least this many distinct rehearsal images; the new ones repeat to keep the ratio
     rehearsal_min: int = setting(96, 0)
+    #: each new label at least this many times in a run's training set (rehearsal may ask for more)
+    label_copies: int = setting(1, 1, 16)
+    #: copies of a new label after the first are photometrically augmented with this probability per transform
+    #: (`umind_core.data.augment`; 0 = plain copies)
+    label_augment: float = setting(0.0, 0.0, 1.0)
     rehearsal_pool: int = setting(200, 0)  # seeded synthetic images the rehearsal draws from (once per workdir)
     #: seeded synthetic images of the regression suite (made once per workdir). 150 gives ~65 diagnosis and ~75
     #: caliper samples, so that one answer moves a score by less than the 0.02 tolerance; at 60 (26 diagnosis

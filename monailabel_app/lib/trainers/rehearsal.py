@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 from pathlib import Path
@@ -82,11 +83,18 @@ def rehearsal_plan(n_new: int, ratio: float, minimum: int, pool_size: int) -> tu
 
 
 def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed: int, out: Path,
-                  copies: int = 1) -> tuple[Path, int]:
-    """Write `out`: `copies` of each of the new labels' records plus `n` records drawn from the rehearsal pool."""
+                  copies: int = 1, augment: float = 0.0) -> tuple[Path, int]:
+    """Write `out`: `copies` of each of the new labels' records plus `n` records drawn from the rehearsal pool.
+
+    With `augment` > 0 every copy after the first is the label's image through `augment.augment_image` (that
+    probability per transform, drawn from the run's seed and the copy), so a few labels seen several times are
+    not seen as the same pixels; annotations are unchanged (the transforms move no structure).
+    """
     records = []
     for k in range(max(1, int(copies))):
         for rec in read_manifest(train_manifest):
+            if k and augment > 0:
+                _augment_copy(rec, out.parent / "augmented", f"{seed}:{k}", augment)
             rebase(rec, out.parent)
             if k:
                 rec.id = f"{rec.id}#copy{k}"
@@ -99,6 +107,29 @@ def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed
             rebase(rec, out.parent)
             rec.id = f"rehearsal-{rec.id}"
     return write_manifest(records + picked, out), len(picked)
+
+
+def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None:
+    """Point `rec` at a photometrically augmented copy of its frame written to `folder` (grey images only: the
+    transforms are defined on echo intensity; a colour frame stays as it is)."""
+    import zlib
+
+    import numpy as np
+    from PIL import Image
+
+    from umind_core.data.augment import augment_image
+
+    image = rec.load_image()
+    if image.ndim != 2 or image.dtype != np.uint8:
+        return
+    scan = rec.load_scan_mask()
+    scan = image > 0 if scan is None else scan
+    rng = np.random.default_rng([zlib.crc32(f"{key}:{rec.id}".encode()), 11])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{zlib.crc32(f'{key}:{rec.id}'.encode()):08x}.png"
+    Image.fromarray(augment_image(image, scan, rng, p)).save(path)
+    root = rec.root if rec.root is not None else Path(".")
+    rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
 
 
 def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: int | None = None,
@@ -118,7 +149,9 @@ def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: 
     n, copies = rehearsal_plan(n_records, params.rehearsal, params.rehearsal_min, params.rehearsal_pool)
     pool = synthetic_set(pool_dir, params.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=max(params.refusal_rate, 0.5),
                          appearance=appearance) if n else None
-    manifest, picked = mix_rehearsal(labels, pool, n, seed, out / "train.jsonl", copies=copies)
+    copies = max(copies, int(params.label_copies))
+    manifest, picked = mix_rehearsal(labels, pool, n, seed, out / "train.jsonl", copies=copies,
+                                     augment=params.label_augment)
     return manifest, picked, copies
 
 
