@@ -11,9 +11,14 @@ view's spacing and comes back as markups in that view's geometry, so a client pu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from umind_core.data.manifest import site_conflict
+from umind_core.exam_views import (
+    ExamViewError,
+    check_view_sites,
+    study_site,
+    view_result,
+)
 from umind_core.findings import answer_finding
 from umind_core.frames import current_frame, parse_frames
 from umind_core.imageio import Frame, Study, read_study
@@ -27,7 +32,7 @@ from .wall.errors import BadRequest
 from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES
 from .wire import prompt_key
 
-__all__ = ["ExamView", "is_exam_request", "read_exam", "answer_exam", "exam_reply", "exam_prompt", "EXAM_FRAMES"]
+__all__ = ["EXAM_FRAMES", "ExamView", "answer_exam", "exam_prompt", "exam_reply", "is_exam_request", "read_exam"]
 
 #: the `exam` value that makes the selected frames of the request's own image the views
 EXAM_FRAMES = "frames"
@@ -88,20 +93,11 @@ def _read_view(path: str, image: str, conf) -> Study:
         raise BadRequest(f"view {image!r}: {exc.detail}") from None
 
 
-def _site_of(view: ExamView, recorded: str | None) -> str | None:
-    if recorded:
-        return recorded
-    part = str(view.study.meta.get("BodyPartExamined") or "").strip().lower()
-    return part or None
-
-
 def _check_sites(views: list[ExamView], recorded: list) -> None:
-    sites = [_site_of(v, r) for v, r in zip(views, recorded)]
-    conflict = site_conflict(sites)
-    if conflict:
-        i, shown, site = conflict
-        raise BadRequest(f"view {i + 1} ({views[i].image!r}) shows {shown!r}, an earlier view {site!r}: the views of "
-                         "one examination show one site")
+    try:
+        check_view_sites([v.image for v in views], [study_site(v.study, r) for v, r in zip(views, recorded)])
+    except ExamViewError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def answer_exam(predictor, views: list[ExamView], task: str, prompt: str | None) -> Result:
@@ -116,8 +112,7 @@ def exam_reply(result: Result, views: list[ExamView], task: str, prompt: str | N
     out_views = []
     for k, view in enumerate(views):
         geometry = view.study.output_geometry(calibrate=calibrate)
-        mine = Result(task=result.task, objects=[replace(o, view=None) for o in result.objects if o.view == k],
-                      frame_index=view.frame.index, image_size=view.frame.size)
+        mine = view_result(result, k, view.frame.index, view.frame.size)
         out_views.append({"view": k, "image": view.image, "frame": view.frame.index,
                           "geometry": geometry_info(view.study, geometry),
                           "markups": frame_markups([mine], geometry), "warnings": view.warnings})

@@ -75,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/umind/compile unless TORCHINDUCTOR_CACHE_DIR is set), static, compiled, "
                              "tuned (frozen weights and autotuned products: fastest per token, 10-40 s to tune each "
                              "batch size at first, waited for), or eager (transformers' forward, the reference)")
+    parser.add_argument("--exam", action="store_true",
+                        help="every input is one examination read in one conversation: a folder of its views "
+                             "(2-4 images) or one file's selected frames (--frames); tasks: "
+                             "segment, detect, keypoints, measure, diagnose, report, ask")
     parser.add_argument("--overwrite", action="store_true", help="redo inputs whose results.json exists")
     parser.add_argument("--overlay", action="store_true", help="also write an overlay PNG per frame")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no per-failure lines")
@@ -94,6 +98,7 @@ class Request:
     labels: list[int] | None
     frames: object  # batch.FrameSpec
     axis: int | None
+    exam: bool = False  # every input is one examination (infer_exam.py)
 
     def to_dict(self) -> dict:
         return {
@@ -101,7 +106,7 @@ class Request:
             "box": list(self.box) if self.box is not None else None,
             "points": [list(p) for p in self.points] if self.points is not None else None,
             "labels": list(self.labels) if self.labels is not None else None,
-            "frames": str(self.frames), "axis": self.axis,
+            "frames": str(self.frames), "axis": self.axis, **({"exam": True} if self.exam else {}),
         }
 
 
@@ -133,11 +138,19 @@ def validate_request(args: argparse.Namespace) -> Request:
 
     if args.decode is not None and args.decode not in DECODE_MODES:
         raise InferError(f"--decode must be one of {', '.join(DECODE_MODES)}, got {args.decode!r}")
-    prompts.build_user_text(args.task, prompt)  # length, special tokens, a question for ask
+    exam = bool(getattr(args, "exam", False))
+    if exam:
+        if args.task not in prompts.EXAM_TEMPLATES:
+            raise InferError(f"--exam answers {', '.join(prompts.EXAM_TEMPLATES)}, not {args.task!r}")
+        if visual.box is not None or visual.points is not None:
+            raise InferError("--exam takes no --box or --points (no examination prompt is trained with them)")
+        prompts.build_exam_text(args.task, prompt)
+    else:
+        prompts.build_user_text(args.task, prompt)  # length, special tokens, a question for ask
     return Request(task=args.task, prompt=prompt, box=visual.box,
                    points=None if visual.points is None else list(visual.points),
                    labels=None if visual.labels is None else list(visual.labels),
-                   frames=parse_frames(args.frames), axis=args.axis)
+                   frames=parse_frames(args.frames), axis=args.axis, exam=exam)
 
 
 # ------------------------------------------------------------------ one input
@@ -269,7 +282,13 @@ def _run_one(ctx: _Context, index: int, item) -> Record:
     import torch
 
     try:
-        rec = _process(ctx, index, item)
+        if ctx.request.exam:
+            from ._infer_exam import process_exam
+
+            rec = process_exam(ctx, item, _read, _check_content,
+                               lambda status, n: Record(index, item.display, item.name, status, frames=n))
+        else:
+            rec = _process(ctx, index, item)
     except (ValueError, OSError, MemoryError, torch.OutOfMemoryError) as exc:
         rec = Record(index, item.display, item.name, "failed", message=_message(exc, item.display))
         ctx.say(f"umind infer: {item.display}: {rec.message}")
@@ -338,10 +357,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InferError(f"--out {out} exists and is not a folder")
-    paths, problems = batch.discover_inputs(args.inputs, exclude=out)
-    if not paths:
-        raise InferError("no input files: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
-    items = [batch.InputItem(p, n) for p, n in zip(paths, batch.output_names(paths))]
+    items, problems = _discover(args.inputs, out, request.exam)
 
     state = _distributed(args.device)
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
@@ -366,7 +382,8 @@ def run(args: argparse.Namespace) -> int:
     # a rerun where everything is done loads no model; a model that fails to load stops the run (status 2)
     pending = args.overwrite or any(batch.existing_request(out / items[i].name) != wanted for i in mine)
     predictor = None
-    parallel = args.parallel > 1 and len(mine) > 1
+    # an examination is one conversation of its own (no batch to share): examinations run one after another
+    parallel = args.parallel > 1 and len(mine) > 1 and not request.exam
     # with parallel inputs the model loads and runs on one thread of its own (see umind_core.scheduler: torch's
     # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
     model_executor = model_thread() if parallel and pending else None
@@ -412,6 +429,23 @@ def run(args: argparse.Namespace) -> int:
     records.sort(key=lambda r: r.index)
     print("\n".join(_summary_lines(records, time.perf_counter() - t0)))
     return 1 if any(r.status == "failed" for r in records) else 0
+
+
+def _discover(specs, out: Path, exam: bool) -> tuple[list, list[tuple[str, str]]]:
+    """The inputs (InputItem, or with --exam ExamItem) and the specs that named none; none at all is an error."""
+    from .. import batch
+
+    if exam:
+        from ._infer_exam import ExamItem, discover_exams, exam_names
+
+        exams, problems = discover_exams(specs, exclude=out)
+        if not exams:
+            raise InferError("no examinations: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
+        return [ExamItem(p, files, n) for (p, files), n in zip(exams, exam_names(exams))], problems
+    paths, problems = batch.discover_inputs(specs, exclude=out)
+    if not paths:
+        raise InferError("no input files: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
+    return [batch.InputItem(p, n) for p, n in zip(paths, batch.output_names(paths))], problems
 
 
 def _default_device() -> str:

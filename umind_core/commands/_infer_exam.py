@@ -1,0 +1,165 @@
+"""`umind infer --exam`: every input is one examination, read by the model in one conversation.
+
+A folder is an examination of its image files (searched as `umind infer` searches folders, in name order; a clip
+or volume among them is one view, the frame a viewer opens on); a single file is an examination of its selected
+frames (--frames), e.g. the frames of a biometry sweep. An examination has 2 to `MAX_EXAM_VIEWS` views of one
+site (a DICOM's BodyPartExamined; `exam_views.check_view_sites`, the rule the server applies).
+
+Each examination gets <out>/<name>/ with view-<k>/ per view (that view's label map and markups in its own
+geometry, as `umind infer` writes them for one image: `batch.write_outputs`) and results.json (the answer, every
+object with its 0-based ``view``, and which input and frame each view is), written last so that its presence
+marks the examination done.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import write_text
+
+__all__ = ["VIEW_FOLDER", "ExamItem", "discover_exams", "exam_names", "process_exam"]
+
+#: each view's output folder inside the examination's: view-1, view-2, ...
+VIEW_FOLDER = "view-{k}"
+
+
+@dataclass(frozen=True)
+class ExamItem:
+    """One examination: a folder of images (its views) or one file (its frames), and its output folder name."""
+
+    path: Path
+    files: tuple[Path, ...]
+    name: str
+
+    @property
+    def display(self) -> str:
+        return str(self.path)
+
+
+def discover_exams(specs, exclude) -> tuple[list[tuple[Path, tuple[Path, ...]]], list[tuple[str, str]]]:
+    """INPUTS as examinations: each folder (named, or matched by a glob) with its image files, each file alone.
+    Returns the examinations in order without duplicates, and the specs that named none, each with the reason."""
+    import glob
+
+    from ..batch import _GLOB_CHARS, _inside, _walk
+
+    excluded = Path(exclude).resolve() if exclude is not None else None
+    exams: list[tuple[Path, tuple[Path, ...]]] = []
+    problems: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    for spec in specs:
+        pattern = bool(_GLOB_CHARS.search(spec))
+        matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))] if pattern else [Path(spec)]
+        matches = [p for p in matches if (p.is_file() or p.is_dir()) and not _inside(p, excluded)]
+        if not matches:
+            problems.append((spec, "pattern matches no file or folder" if pattern else "file or folder does not exist"))
+        for p in matches:
+            files = (p,) if p.is_file() else tuple(_walk(p, excluded))
+            if not files:
+                problems.append((str(p), "folder has no image files to read as the views of an examination"))
+            elif p.resolve() not in seen:
+                seen.add(p.resolve())
+                exams.append((p, files))
+    return exams, problems
+
+
+def exam_names(exams) -> list[str]:
+    from ..batch import output_names
+
+    return output_names([p for p, _ in exams])
+
+
+@dataclass
+class _View:
+    source: str
+    study: object  # imageio.Study
+    frame: object  # imageio.Frame
+    note: str | None = None
+
+
+def _views(item: ExamItem, request, read) -> list:
+    """The examination's views in reading order, checked: count and sites (ValueError naming the problem)."""
+    from ..exam_views import check_view_sites, study_site
+    from ..frames import current_frame
+
+    if len(item.files) == 1:
+        study = read(item.files[0], request.axis)
+        views = [_View(f"{item.files[0]} frame {k}", study, study.frames[k])
+                 for k in request.frames.select(study.geometry, item.display)]
+        _check_count(len(views), "selected frames (--frames)")
+    else:
+        _check_count(len(item.files), "image files in the folder")
+        views = []
+        for path in item.files:
+            study = read(path, request.axis)
+            n = study.geometry.n_frames
+            k = current_frame(study.geometry.kind, n)
+            note = None if n == 1 else f"{path.name}: a clip of {n} frames, frame {k} was read as the view"
+            views.append(_View(str(path), study, study.frames[k], note))
+    check_view_sites([v.source for v in views], [study_site(v.study) for v in views])
+    return views
+
+
+def _check_count(count: int, what: str) -> None:
+    from ..exam_views import MAX_EXAM_VIEWS, ExamViewError
+
+    if count > MAX_EXAM_VIEWS:
+        raise ExamViewError(f"the examination has {count} views ({what}), more than the {MAX_EXAM_VIEWS} the model "
+                            "reads at once; split it or choose fewer")
+    if count < 2:
+        raise ExamViewError(f"an examination needs at least 2 views; it has {count} ({what})")
+
+
+def process_exam(ctx, item: ExamItem, read, check_content, record) -> object:
+    """Answer one examination and write its outputs; returns `record`(status, frames)."""
+    from .. import batch
+    from ..exam_views import view_result
+
+    out_dir = ctx.out / item.name
+    wanted = ctx.request.to_dict()
+    if not ctx.overwrite:
+        done = batch.existing_request(out_dir)
+        if done == wanted:
+            return record("skipped", 0)
+        if done is not None:
+            raise ValueError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
+                             f"{done.get('prompt')!r}); pass --overwrite or another --out")
+    t0 = time.perf_counter()
+    views = _views(item, ctx.request, read)
+    for v in views:
+        check_content(v.study, v.source)
+    _clear(out_dir)
+    ctx.grow_bar(total=len(views), postfix=item.name[-30:])
+    result = ctx.predictor.predict_exam(ctx.request.task, ctx.request.prompt, [v.frame for v in views])
+    ctx.grow_bar(done=len(views))
+    view_docs = []
+    for k, v in enumerate(views):
+        folder = VIEW_FOLDER.format(k=k + 1)
+        mine = view_result(result, k, v.frame.index, v.frame.size)
+        batch.write_outputs(out_dir / folder, v.study, [v.frame], [mine], {**wanted, "view": k},
+                            ctx.model_name, overlay=ctx.overlay)
+        view_docs.append({"view": k, "input": v.study.path, "frame": v.frame.index, "folder": folder,
+                          "spacing": list(v.frame.spacing) if v.frame.spacing is not None else None})
+    doc = {"format": batch.RESULTS_FORMAT, "version": batch.RESULTS_VERSION, "exam": True,
+           "input": str(item.path), "model": ctx.model_name, "task": ctx.request.task, "request": wanted,
+           "answer": result.answer, "text": result.text, "objects": [o.to_dict() for o in result.objects],
+           "warnings": result.warnings + [v.note for v in views if v.note], "confidence": result.confidence,
+           "views": view_docs, "elapsed_s": round(time.perf_counter() - t0, 3)}
+    write_text(out_dir / batch.RESULTS_NAME, json.dumps(doc, indent=2))
+    return record("done", len(views))
+
+
+def _clear(out_dir: Path) -> None:
+    """An earlier run's outputs: results.json first (never a stale 'done' marker), then its view folders."""
+    from .. import batch
+
+    if not out_dir.is_dir():
+        return
+    batch.clear_outputs(out_dir)
+    for p in sorted(out_dir.glob(VIEW_FOLDER.format(k="*"))):
+        if p.is_dir():
+            shutil.rmtree(p)
