@@ -181,6 +181,7 @@ class BatchDecoder:
                 position_ids=position_ids,
                 use_cache=True,
                 decode_masks=False,
+                logits="none",  # the prefix's own next token is never read: its prompt comes after it
             )
         spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
         image_states = [model.image_states(out.hidden_states[b], span) for b in range(len(texts)) for span in spans[b]]
@@ -211,7 +212,8 @@ class BatchDecoder:
         position_ids = pos[None].expand(3, -1, -1)
         with torch.no_grad():
             return self.model(
-                input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False
+                input_ids=ids, position_ids=position_ids, cache=state.cache, use_cache=True, decode_masks=False,
+                logits="last",  # the next token is chosen from the last position alone (run, _decode)
             )
 
     def run(self, state: ImageState, suffixes: list[list[int]], on_done) -> dict[str, int]:
