@@ -536,3 +536,17 @@ def test_auto_is_the_default_of_the_server_and_umind_infer_not_of_a_plain_predic
     assert Predictor(trained_tiny, decode=fast_decode.serving_mode()).decode_status() == {"mode": "auto", "steps": []}
     assert Predictor(trained_tiny, decode="static").decode_status() == {"mode": "static", "steps": []}
     assert Predictor(trained_tiny, decode="eager").decode_status() == {"mode": "eager", "steps": []}
+
+
+def test_a_large_language_model_decodes_eagerly_unless_a_mode_is_named(trained_tiny, monkeypatch, caplog):
+    monkeypatch.delenv(fast_decode.DECODE_ENV, raising=False)
+    weights = fast_decode._language_weight_bytes(trained_tiny)
+    assert 0 < weights < fast_decode.LEAN_MAX_WEIGHT_BYTES  # the tiny model: the lean path by default
+    monkeypatch.setattr(fast_decode, "LEAN_MAX_WEIGHT_BYTES", weights - 1)  # as if it were the 4B
+    with caplog.at_level("INFO", logger=fast_decode.__name__):
+        assert Predictor(trained_tiny).decode_status()["mode"] == "eager"
+        assert Predictor(trained_tiny, decode="auto").decode_status()["mode"] == "eager"
+    assert "language-model weights, over the" in caplog.text
+    assert Predictor(trained_tiny, decode="static").decode_status()["mode"] == "static"  # named: honoured
+    monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
+    assert Predictor(trained_tiny).decode_status()["mode"] == "tuned"
