@@ -5,10 +5,12 @@ As shipped (bf16), in float32, or with bf16 weights and float32 arithmetic (`--d
     python scripts/make_qwen_layout.py /tmp/qwen3-vl-4b-random --variant 4b     # about 8.9 GB, 3-4 minutes
     python benchmarks/bench_qwen4b_cpu.py /tmp/qwen3-vl-4b-random --out benchmarks/results/qwen4b_cpu.json
 
-Measured, in this order, in one process: the base-folder checks; loading (time, peak RSS); one grounded answer
-with a mask through the Predictor on one frame (image prefill, the prompt forward, per-token decode time, the
-16-token mask chunk, the mask decoder) with a scripted answer (benchmarks/qwen_timing.py: the weights are random);
-one LoRA training step on one image (time, peak RSS); saving the adapter version (time, size; the base folder is
+Measured, in this order, in one process: the machine's read bandwidth and bf16 matrix throughput
+(machine_limits.py); the base-folder checks; loading (time, peak RSS); one grounded answer with a mask through the
+Predictor on one frame (image prefill, the prompt forward, per-token decode time, the 16-token mask chunk, the mask
+decoder) with a scripted answer (benchmarks/qwen_timing.py: the weights are random), and its decode and prefill as
+ratios of their floors on this machine (`limits`: weight bytes / read bandwidth, arithmetic / bf16 throughput); one
+LoRA training step on one image (time, peak RSS); saving the adapter version (time, size; the base folder is
 referred to by path). Every figure is written to --out as it is measured, so a run stopped early keeps what it
 reached. Not in CI: it takes many minutes and about 10 GB of memory.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 
 # a sibling module: benchmarks/ is sys.path[0] when this script runs; umind_core is the installed package
+from machine_limits import measure as measure_machine
 from qwen_timing import PeakRSS, answer_script, install_script_head, lora_step, speckle_frame, step_times
 
 from umind_core.atomic import write_text
@@ -65,15 +68,54 @@ def _answer(record: Record, model, frame, max_new: int) -> None:
         steps = step_times(head, t1, model.seg_mask_id)
         head.disarm()
     masks = [o.mask for o in result.objects if o.mask is not None]
-    record.add("grounded_answer", prefill_s=prefill_s, prefix_tokens=predictor.last_stats["prefix_tokens"],
-               prompt_tokens=predictor.last_stats["prompt_tokens"], answer_s=total_s,
-               generated_tokens=predictor.last_stats["generated_tokens"], mask_decoder_s=result.timings["mask_s"],
+    stats = dict(predictor.last_stats)
+    # the first prefill pays one-time costs (allocator, kernel selection); a server's later images do not
+    t0 = time.perf_counter()
+    predictor.set_image(speckle_frame(frame.shape[0], seed=1))
+    prefill_warm_s = time.perf_counter() - t0
+    record.add("grounded_answer", prefill_s=prefill_s, prefill_warm_s=prefill_warm_s,
+               prefix_tokens=stats["prefix_tokens"], prompt_tokens=stats["prompt_tokens"], answer_s=total_s,
+               generated_tokens=stats["generated_tokens"], mask_decoder_s=result.timings["mask_s"],
                masks=len(masks), mask_shape=list(masks[0].shape) if masks else None, text=result.text[:120],
                peak_rss_gib=rss.peak / GiB, **steps)
     if not masks:
         raise SystemExit(f"bench: the answer came back without a mask: {result.text!r}")
     head.script = []
     model.qwen.lm_head = head.head  # training runs on the plain head
+
+
+def weight_groups(model) -> dict:
+    """Parameters and bytes of the vision tower, the token embedding, the LM head and the rest of the language
+    model (its layers and norms), each counted once however modules share them (tied embeddings, peft wrappers)."""
+    groups = {k: {"params": 0, "bytes": 0} for k in ("vision", "embedding", "lm_head", "layers")}
+    seen: set[int] = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen or name.startswith("mask_decoder."):
+            continue
+        seen.add(id(p))
+        key = ("vision" if ".visual." in name else "embedding" if "embed_tokens" in name
+               else "lm_head" if "lm_head" in name else "layers")
+        groups[key]["params"] += p.numel()
+        groups[key]["bytes"] += p.numel() * p.element_size()
+    return groups
+
+
+def limits(record: Record, machine: dict, groups: dict, answer: dict, size: int, patch: int = 16) -> None:
+    """The answer's times against this machine's floors: a decoded token reads the layers and the LM head once
+    (tied to the embedding: read once); a prefill does 2 operations (a multiply-add) per weight per token in the
+    layers, and in the vision tower per patch (16-pixel patches of the frame), and reads those weights once."""
+    read_bytes = groups["layers"]["bytes"] + (groups["lm_head"]["bytes"] or groups["embedding"]["bytes"])
+    decode_floor = read_bytes / (machine["read_gbps"] * 1e9)
+    patches = (size // patch) ** 2
+    flops = 2 * groups["layers"]["params"] * answer["prefix_tokens"] + 2 * groups["vision"]["params"] * patches
+    # a prefill of a few dozen tokens also reads every weight once: its floor is the larger of the two
+    prefill_floor = max(flops / (machine["bf16_gflops"] * 1e9),
+                        (groups["layers"]["bytes"] + groups["vision"]["bytes"]) / (machine["read_gbps"] * 1e9))
+    record.add("limits", decode_bytes=read_bytes, decode_floor_s=decode_floor,
+               per_token_over_floor=answer["per_token_s"] / decode_floor if answer.get("per_token_s") else None,
+               prefill_gflop=flops / 1e9, prefill_floor_s=prefill_floor,
+               prefill_over_floor=answer["prefill_s"] / prefill_floor,
+               prefill_warm_over_floor=answer["prefill_warm_s"] / prefill_floor)
 
 
 def _train_and_save(record: Record, model, frame, save_dir: Path) -> None:
@@ -108,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 
     record = Record(args.out, folder=str(args.folder), dtype=args.dtype, device="cpu",
                     threads=torch.get_num_threads(), frame=[args.size, args.size])
+    machine = measure_machine()
+    record.add("machine", **machine)
     t0 = time.perf_counter()
     check_base_folder(args.folder)
     record.add("check_folder", seconds=time.perf_counter() - t0)
@@ -126,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     frame = speckle_frame(args.size)
     _answer(record, model, frame, max_new=64)
+    limits(record, machine, weight_groups(model), record.data["steps"]["grounded_answer"], args.size)
     _train_and_save(record, model, frame, args.save_dir)
     record.add("process", max_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GiB)
     return 0
