@@ -14,12 +14,11 @@ from pathlib import Path
 import numpy as np
 import pydicom
 import pytest
-import torch
 
 from fixtures_imaging import dicom_mono, dicom_mono_multiframe, ramp
+from forced_answer import force_answer
 from umind_core import grounding
 from umind_core.cli import main
-from umind_core.decode_batch import Decoded
 from umind_core.grounding import Box, Line
 from umind_core.imageio import line_length
 
@@ -29,23 +28,6 @@ def model_dir(tmp_path_factory) -> Path:
     from umind_core.modeling.tiny import build_model
 
     return build_model("tiny").save_pretrained(tmp_path_factory.mktemp("model") / "umind")
-
-
-def _force(monkeypatch, text: str, mask_groups: int = 0) -> None:
-    from umind_core import predictor as P
-
-    original = P.Predictor._result
-    gen = torch.Generator().manual_seed(0)
-
-    def _result(self, state, b, dec, task, prompt, warnings):
-        ids = self.model.tokenizer.encode(text, add_special_tokens=False)
-        width = state.image_states[0].shape[-1]
-        queries = [torch.randn(self.model.num_mask_tokens, width, generator=gen) for _ in range(mask_groups)]
-        forced = Decoded(token_ids=ids, token_probs=[1.0] * len(ids), forced=[False] * len(ids),
-                         mask_queries=queries)
-        return original(self, state, b, forced, task, prompt, warnings)
-
-    monkeypatch.setattr(P.Predictor, "_result", _result)
 
 
 def _view(path: Path, seed: int, spacing_rc, body_part: str = "BREAST", shape=(48, 64)) -> Path:
@@ -77,7 +59,7 @@ def _doc(path: Path) -> dict:
 def test_a_folder_is_one_examination_and_each_view_gets_its_objects(tmp_path, capsys, model_dir, monkeypatch):
     exam = _exam_folder(tmp_path / "exam1")
     line = Line(100, 500, 900, 500)
-    _force(monkeypatch, f"View 1: {grounding.format_box(Box(100, 100, 600, 600), 'lesion')} "
+    force_answer(monkeypatch, f"View 1: {grounding.format_box(Box(100, 100, 600, 600), 'lesion')} "
                         f"View 2: {grounding.format_line(line, 'lesion long axis')} Length: 99.0 mm.")
     rc, out, err = _infer(capsys, model_dir, exam, "--exam", "--task", "measure", "--prompt", "lesion long axis",
                           "--out", tmp_path / "out")
@@ -110,7 +92,7 @@ def test_a_folder_is_one_examination_and_each_view_gets_its_objects(tmp_path, ca
 
 def test_a_segment_exam_writes_each_views_mask_in_its_own_label_map(tmp_path, capsys, model_dir, monkeypatch):
     exam = _exam_folder(tmp_path / "exam2", n=3)
-    _force(monkeypatch, "View 3: " + grounding.format_mask("lesion"), mask_groups=1)
+    force_answer(monkeypatch, "View 3: " + grounding.format_mask("lesion"), mask_groups=1)
     rc, _, err = _infer(capsys, model_dir, exam, "--exam", "--task", "segment", "--prompt", "lesion",
                         "--out", tmp_path / "out")
     assert rc == 0, err
@@ -129,7 +111,7 @@ def test_a_segment_exam_writes_each_views_mask_in_its_own_label_map(tmp_path, ca
 
 def test_one_files_frames_are_the_views(tmp_path, capsys, model_dir, monkeypatch):
     clip, _ = dicom_mono_multiframe(tmp_path / "sweep.dcm", n=4)
-    _force(monkeypatch, "Normal study.")
+    force_answer(monkeypatch, "Normal study.")
     rc, _, err = _infer(capsys, model_dir, clip, "--exam", "--task", "report", "--frames", "1-2",
                         "--out", tmp_path / "out")
     assert rc == 0, err
@@ -146,8 +128,8 @@ def test_one_files_frames_are_the_views(tmp_path, capsys, model_dir, monkeypatch
 def test_bad_examinations_fail_alone_with_one_line(tmp_path, capsys, model_dir, monkeypatch, make, words):
     bad = make(tmp_path / "bad")
     good = _exam_folder(tmp_path / "good")
-    _force(monkeypatch, "Normal study.")
-    rc, out, err = _infer(capsys, model_dir, bad, good, "--exam", "--task", "report", "--out", tmp_path / "out")
+    force_answer(monkeypatch, "Normal study.")
+    rc, out, _ = _infer(capsys, model_dir, bad, good, "--exam", "--task", "report", "--out", tmp_path / "out")
     assert rc == 1
     assert f"FAILED {bad}: " in out and words in out, out
     assert (tmp_path / "out" / "good" / "results.json").is_file()
@@ -177,10 +159,10 @@ def test_bad_exam_requests_exit_2_before_loading_a_model(tmp_path, capsys, argv,
 
 def test_an_exam_output_folder_is_not_taken_for_a_single_image_request(tmp_path, capsys, model_dir, monkeypatch):
     exam = _exam_folder(tmp_path / "exam1")
-    _force(monkeypatch, "Normal study.")
+    force_answer(monkeypatch, "Normal study.")
     assert _infer(capsys, model_dir, exam, "--exam", "--task", "report", "--out", tmp_path / "out")[0] == 0
     # the same name without --exam: the folder's images are inputs of their own (v1, v2), not 'exam1'
-    rc, out, err = _infer(capsys, model_dir, tmp_path / "exam1" / "v1.dcm", "--task", "report",
+    rc, _, err = _infer(capsys, model_dir, tmp_path / "exam1" / "v1.dcm", "--task", "report",
                           "--out", tmp_path / "out")
     assert rc == 0, err
     assert _doc(tmp_path / "out" / "exam1" / "results.json")["exam"] is True  # untouched

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from forced_answer import force_answer
 from umind_core import grounding, prompts
 from umind_core.data.exams import write_exam_dataset
 from umind_core.data.manifest import MAX_EXAM_VIEWS, read_manifest
-from umind_core.decode_batch import Decoded
 from umind_core.grounding import Box, Line
 from umind_core.imageio import Frame, line_length
 from umind_core.predictor import Predictor, PredictorError
@@ -51,24 +51,6 @@ def _mixed_views() -> list[Frame]:
     sizes, spacings = [(64, 64), (48, 96), (80, 56)], [(0.5, 0.5), (0.25, 0.2), (0.8, 0.8)]
     return [Frame(pixels=rng.integers(0, 255, (h, w, 3), dtype=np.uint8), spacing=sp, index=0, source=f"v{k}")
             for k, ((h, w), sp) in enumerate(zip(sizes, spacings))]
-
-
-def _force(monkeypatch, text: str, mask_groups: int = 0) -> None:
-    """Every answer is `text`; its mask groups get fixed random queries (the decoder still runs)."""
-    from umind_core import predictor as P
-
-    original = P.Predictor._result
-    gen = torch.Generator().manual_seed(0)
-
-    def _result(self, state, b, dec, task, prompt, warnings):
-        ids = self.model.tokenizer.encode(text, add_special_tokens=False)
-        width = state.image_states[0].shape[-1]  # a mask query is a hidden state, as the image states are
-        queries = [torch.randn(self.model.num_mask_tokens, width, generator=gen) for _ in range(mask_groups)]
-        forced = Decoded(token_ids=ids, token_probs=[1.0] * len(ids), forced=[False] * len(ids),
-                         mask_queries=queries)
-        return original(self, state, b, forced, task, prompt, warnings)
-
-    monkeypatch.setattr(P.Predictor, "_result", _result)
 
 
 # ------------------------------------------------------------------------------------------------ every task
@@ -160,7 +142,7 @@ def test_a_box_in_view_2_is_in_view_2s_pixels(predictor, monkeypatch):
     grid = Box(100, 200, 500, 900)
     text = (f"View 1: {grounding.format_box(Box(0, 0, 1000, 1000), 'lesion')} "
             f"View 2: {grounding.format_box(grid, 'lesion')}")
-    _force(monkeypatch, text)
+    force_answer(monkeypatch, text)
     res = predictor.predict_exam("detect", "lesion", views=views)
     assert [o.view for o in res.objects] == [0, 1]
     w1, h1 = views[0].size
@@ -176,7 +158,7 @@ def test_a_box_in_view_2_is_in_view_2s_pixels(predictor, monkeypatch):
 def test_a_mask_group_in_view_2_decodes_against_view_2_at_its_size(predictor, monkeypatch):
     views = _mixed_views()
     text = "View 2: " + grounding.format_mask("lesion") + " View 3: " + grounding.format_mask("lesion")
-    _force(monkeypatch, text, mask_groups=2)
+    force_answer(monkeypatch, text, mask_groups=2)
     decoded = []
     model = predictor.model
     original = model.decode_masks
@@ -201,7 +183,7 @@ def test_a_caliper_in_view_3_is_measured_with_view_3s_spacing(predictor, monkeyp
     views = _mixed_views()
     line = Line(100, 500, 900, 500)
     text = f"View 3: {grounding.format_line(line, 'lesion long axis')} Length: 140.2 mm."
-    _force(monkeypatch, text)
+    force_answer(monkeypatch, text)
     res = predictor.predict_exam("measure", "lesion long axis", views=views)
     (obj,) = res.objects
     w3, h3 = views[2].size
@@ -216,7 +198,7 @@ def test_a_caliper_in_view_3_is_measured_with_view_3s_spacing(predictor, monkeyp
 def test_objects_without_a_marker_or_past_the_last_view(predictor, monkeypatch):
     views = _mixed_views()
     text = (grounding.format_box(Box(0, 0, 500, 500), "a") + " View 7: " + grounding.format_box(Box(0, 0, 10, 10), "b"))
-    _force(monkeypatch, text)
+    force_answer(monkeypatch, text)
     res = predictor.predict_exam("detect", "lesion", views=views)
     assert [(o.label, o.view) for o in res.objects] == [("a", 0)]
     assert any("no 'View k:' marker" in w for w in res.warnings)
@@ -225,7 +207,7 @@ def test_objects_without_a_marker_or_past_the_last_view(predictor, monkeypatch):
 
 def test_exam_result_round_trips_through_json(predictor, monkeypatch, tmp_path):
     views = _mixed_views()
-    _force(monkeypatch, "View 2: " + grounding.format_mask("lesion"), mask_groups=1)
+    force_answer(monkeypatch, "View 2: " + grounding.format_mask("lesion"), mask_groups=1)
     res = predictor.predict_exam("segment", "lesion", views=views)
     back = Result.from_json(res.to_json(tmp_path / "exam.json"))
     assert back.views == res.views and [o.view for o in back.objects] == [1]
