@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from umind_core.cli import main
@@ -133,13 +134,22 @@ def test_eval_on_an_exam_manifest_writes_the_exam_metrics(untrained_run):
     for key in ("exam_diagnosis_accuracy", "exam_best_view_diagnosis_accuracy", "exam_report_bleu4",
                 "exam_best_view_report_bleu4"):
         assert summary[key] is not None
-    samples = data["samples"]
+    samples = [s for s in data["samples"] if s["task"] in ("exam_diagnose", "exam_report")]
     assert len(samples) == 2 * (2 + 3)
     assert {(s["task"], s["reading"]) for s in samples} == {
         ("exam_diagnose", "exam"), ("exam_diagnose", "best_view"), ("exam_report", "exam"),
         ("exam_report", "best_view")}
     assert all(s["view"] == 0 for s in samples if s["reading"] == "best_view")
+    objects = exam["objects"]  # every view's masks and boxes, read with all views and alone
+    for reading in ("exam", "view_alone"):
+        assert objects[reading]["segmentation"]["n"] == objects[reading]["detection"]["n"] > 0
+        assert 0.0 <= objects[reading]["segmentation"]["miou"] <= 1.0
+    assert objects["exam"]["segmentation"]["n"] == objects["view_alone"]["segmentation"]["n"]
+    for key in ("exam_segmentation_miou", "exam_view_alone_segmentation_miou", "exam_detection_f1",
+                "exam_view_alone_detection_f1"):
+        assert summary[key] is not None
     text = paths["report"].read_text()
+    assert "## Examinations: objects per view" in text and "| exam reading (all views) | each view alone |" in text
     assert "## Examinations: diagnosis, benign vs malignant" in text and "## Examinations: report" in text
     assert "| exam reading (all views) | single best view |" in text
     assert "long-axis caliper" in text
@@ -180,3 +190,51 @@ def test_cli_eval_on_exams(manifest, tmp_path, capsys, monkeypatch, tiny_model_f
     data = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert set(data["metrics"]["exam"]["exam"]) == {"report"}
     assert "exam_report_bleu4=" in capsys.readouterr().out
+
+
+class _OraclePredictor:
+    """predict_exam: the truth mask of `view` for the asked target, plus one stray object on view `stray`;
+    predict_batch: nothing found."""
+
+    def __init__(self, exam, view: int, stray: int):
+        self.exam, self.view, self.stray = exam, view, stray
+
+    def predict_exam(self, task, prompt):
+        from umind_core.results import GroundedObject
+
+        record = self.exam.view_record(self.view)
+        masks = record.load_masks()
+        truth = next(m for o, m in zip(record.annotations.objects, masks) if o.label == prompt and m is not None)
+        objects = [GroundedObject(label=prompt, mask=truth.copy(), view=self.view),
+                   GroundedObject(label=prompt, mask=np.zeros_like(truth), view=self.stray)]
+        return Result(task, answer=prompt, objects=objects)
+
+    def predict_batch(self, frames, task, prompt):
+        return [Result(task, answer="") for _ in frames]
+
+
+def test_exam_objects_are_scored_on_their_own_view(exams):
+    from umind_core.evaluation.exam_objects import aggregate_objects, exam_object_samples, view_alone_samples
+    from umind_core.evaluation.exams import _exam_frames
+
+    thyroid = exams[1]
+    shows = [{o.label for o in thyroid.images[k].annotations.objects if o.mask is not None}
+             for k in range(len(thyroid.images))]
+    target = "thyroid nodule"
+    showing = [k for k, labels in enumerate(shows) if target in labels]
+    hidden = [k for k, labels in enumerate(shows) if target not in labels]
+    assert len(showing) >= 2 and hidden, shows  # the generator: the nodule in two planes, a lobe without it
+    frames = _exam_frames(thyroid)
+    predictor = _OraclePredictor(thyroid, view=showing[0], stray=hidden[0])
+    samples = [s for s in exam_object_samples(predictor, thyroid, "segment", frames) if s["label"] == target]
+    by_view = {s["view"]: s for s in samples}
+    assert sorted(by_view) == showing  # only views that show the nodule are scored for it
+    assert by_view[showing[0]]["iou"] == pytest.approx(1.0)  # the truth, on its own view
+    assert by_view[showing[1]]["iou"] == 0.0  # nothing drawn there
+    assert sum(s["objects_on_views_without_target"] for s in samples) == 1
+    alone = [s for s in view_alone_samples(predictor, [(thyroid, frames)], "segment") if s["label"] == target]
+    assert sorted(s["view"] for s in alone) == showing and all(s["iou"] == 0.0 for s in alone)
+    section, summary = aggregate_objects(samples + alone)
+    assert section["exam"]["segmentation"]["miou"] == pytest.approx(1.0 / len(showing))
+    assert section["exam"]["objects_on_views_without_target"] == 1
+    assert summary["exam_view_alone_segmentation_miou"] == 0.0

@@ -18,7 +18,8 @@ single-image path in `runner`:
 
 `runner` calls in here: `evaluate` hands examinations to `evaluate_exams` (after `exam_scorable`), `aggregate`
 adds the "exam" section from `aggregate_exams`, `summary_table` its tables from `exam_tables`, and `write_eval`
-its note (`EXAM_NOTE`). An examination's views' own objects are not scored yet.
+its note (`EXAM_NOTE`). The objects of an examination's views (segment, detect) are scored per view by
+`exam_objects`, which this module calls for those tasks.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ __all__ = [
     "score_exam",
 ]
 
-#: What an examination is scored on (`umind eval --tasks`); "report" is asked of examinations only.
-EXAM_TASKS: tuple[str, ...] = ("diagnose", "report")
+#: What an examination is scored on (`umind eval --tasks`); "report" is asked of examinations only; segment and
+#: detect are scored per view (`exam_objects`).
+EXAM_TASKS: tuple[str, ...] = ("diagnose", "report", "segment", "detect")
+#: the tasks read at the exam level and by the single best view (`score_exam`)
+_FINDING_TASKS: tuple[str, ...] = ("diagnose", "report")
 #: The two readings of an examination that the report sets side by side.
 READINGS: tuple[str, ...] = ("exam", "best_view")
 BEST_VIEW_RULE = ("the view holding the examination's longest lesion long-axis caliper ('<label> long axis'), "
@@ -119,7 +123,12 @@ def _exam_diagnosis(exam) -> str | None:
 
 
 def exam_scorable(exam, task: str) -> bool:
-    """Whether `exam` has the truth `task` is scored against: a benign or malignant finding, a report."""
+    """Whether `exam` has the truth `task` is scored against: a benign or malignant finding, a report, a view with
+    a mask or box."""
+    from .exam_objects import OBJECT_TASKS, object_scorable
+
+    if task in OBJECT_TASKS:
+        return object_scorable(exam, task)
     if task == "diagnose":
         return _exam_diagnosis(exam) is not None
     return bool((exam.annotations.report or "").strip())
@@ -159,7 +168,7 @@ def score_exam(exam, task: str, reading: str, result, view: int | None = None) -
                       bleu=bleu_lenient([words], [reference]) if words.strip() else 0.0)
         sample["score"] = sample["bleu"]
     else:
-        raise EvalError(f"exam task {task!r} is not one of {EXAM_TASKS}")
+        raise EvalError(f"score_exam scores {_FINDING_TASKS}, not {task!r} (objects: exam_objects)")
     return sample
 
 
@@ -168,10 +177,15 @@ def score_exam(exam, task: str, reading: str, result, view: int | None = None) -
 def aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
     """(the "exam" section: per reading, diagnosis metrics and report BLEU-4 and size errors; summary keys)."""
     from ._bleu import bleu_lenient
+    from .exam_objects import aggregate_objects
 
     section: dict[str, Any] = {"best_view_rule": BEST_VIEW_RULE,
-                               "n_exams": len({s["id"] for s in samples})}
+                               "n_exams": len({s.get("exam", s["id"]) for s in samples})}
     summary: dict[str, Any] = {}
+    objects, summary_objects = aggregate_objects(samples)
+    if any(objects.values()):
+        section["objects"] = objects
+        summary.update(summary_objects)
     for reading in READINGS:
         key = "exam" if reading == "exam" else "exam_best_view"
         dia = [s for s in samples if s["task"] == "exam_diagnose" and s["reading"] == reading]
@@ -214,27 +228,34 @@ def _exam_frames(exam) -> list:
 
 def evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[dict]:
     """Each examination read whole (`set_exam` once, `predict_exam` per task), then its best view alone (the
-    single-image prompt, views of a chunk batched per task); both scored by `score_exam`."""
+    single-image prompt, views of a chunk batched per task) for diagnose and report (`score_exam`), and each view
+    alone for segment and detect (`exam_objects`)."""
+    from .exam_objects import OBJECT_TASKS, exam_object_samples, view_alone_samples
+
     samples: list[dict] = []
     try:
         for start in range(0, len(work), _CHUNK_RECORDS):
-            best: dict[str, tuple[int, Any]] = {}
-            for exam, asked in work[start:start + _CHUNK_RECORDS]:
-                frames = _exam_frames(exam)
+            chunk = work[start:start + _CHUNK_RECORDS]
+            frames_of: dict[str, list] = {}
+            for exam, asked in chunk:
+                frames = frames_of[exam.id] = _exam_frames(exam)
                 predictor.set_exam(frames)
                 for task in asked:
-                    samples.append(score_exam(exam, task, "exam", predictor.predict_exam(task)))
+                    samples += (exam_object_samples(predictor, exam, task, frames) if task in OBJECT_TASKS
+                                else [score_exam(exam, task, "exam", predictor.predict_exam(task))])
                 if bar is not None:
                     bar.update(len(asked))
-                b = best_view(exam)
-                best[exam.id] = (b, frames[b])
             for task in EXAM_TASKS:
-                todo = [exam for exam, asked in work[start:start + _CHUNK_RECORDS] if task in asked]
+                todo = [exam for exam, asked in chunk if task in asked]
                 if not todo:
                     continue
-                results = predictor.predict_batch([best[exam.id][1] for exam in todo], task)
-                samples += [score_exam(exam, task, "best_view", res, view=best[exam.id][0])
-                            for exam, res in zip(todo, results)]
+                if task in OBJECT_TASKS:
+                    samples += view_alone_samples(predictor, [(exam, frames_of[exam.id]) for exam in todo], task)
+                else:
+                    views = [best_view(exam) for exam in todo]
+                    results = predictor.predict_batch([frames_of[e.id][b] for e, b in zip(todo, views)], task)
+                    samples += [score_exam(exam, task, "best_view", res, view=b)
+                                for exam, b, res in zip(todo, views, results)]
                 if bar is not None:
                     bar.update(len(todo))
     finally:
@@ -271,6 +292,10 @@ def exam_tables(exam: dict) -> dict[str, dict[str, dict[str, Any]]]:
         out["Examinations: diagnosis, benign vs malignant"] = diagnosis
     if report:
         out["Examinations: report"] = report
+    if "objects" in exam:
+        from .exam_objects import object_table
+
+        out["Examinations: objects per view"] = object_table(exam["objects"])
     return out
 
 
@@ -282,4 +307,7 @@ EXAM_NOTE = (
     "`BPD: x mm`; a single view's `long x short axis` as length x depth) and compared with the exam's "
     "measurements that its report states; a size the answer does not state is counted under 'sizes stated', not "
     "as an error. BLEU-4 (U2-Bench) is pycocoevalcap's corpus BLEU-4 against the exam's report; the lenient "
-    "BLEU lowercases and splits punctuation.")
+    "BLEU lowercases and splits punctuation. Objects per view: one exam prompt per target, each view's share of the "
+    "answer scored against that view's masks and boxes as a single image is (IoU; detection at IoU 0.5), beside "
+    "each view asked alone; views that do not show the target are not scored, and the objects the exam answer "
+    "places on them are counted.")

@@ -79,6 +79,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "exam_diagnosis_accuracy", "exam_best_view_diagnosis_accuracy",
     "exam_report_size_rel_error", "exam_best_view_report_size_rel_error",
     "exam_report_bleu4", "exam_best_view_report_bleu4",
+    "exam_segmentation_miou", "exam_view_alone_segmentation_miou",
+    "exam_detection_f1", "exam_view_alone_detection_f1",
 )
 #: Refusal questions use the templates the conversation builder trains refusals with (segment, detect, ask).
 REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")
