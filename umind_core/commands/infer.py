@@ -18,6 +18,9 @@ process writes. Processes on the CPU (--device cpu, or no CUDA) join a gloo grou
 `--cpu` launcher starts a single process unless mpirun is configured, so use --multi_gpu with --device cpu. Put INPUTS before --points/--labels
 (or end those lists with --), since those flags take a variable number of values.
 
+With `--exam` every input is one examination (a folder of 2-4 views, or one file's selected frames), read in one
+conversation; its outputs are laid out per view (`_infer_exam.py`).
+
 Within a process, `--parallel N` inputs are read, answered and written at once by N threads whose frames meet in
 one `BatchScheduler` (umind_core.scheduler): a folder of single-frame images runs in shared batches, and one
 input's reading or writing overlaps another's forward pass.
@@ -98,7 +101,7 @@ class Request:
     labels: list[int] | None
     frames: object  # batch.FrameSpec
     axis: int | None
-    exam: bool = False  # every input is one examination (infer_exam.py)
+    exam: bool = False  # every input is one examination (_infer_exam.py)
 
     def to_dict(self) -> dict:
         return {
