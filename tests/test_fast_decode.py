@@ -545,8 +545,9 @@ def test_a_large_language_model_decodes_eagerly_unless_a_mode_is_named(trained_t
     monkeypatch.setattr(fast_decode, "LEAN_MAX_WEIGHT_BYTES", weights - 1)  # as if it were the 4B
     with caplog.at_level("INFO", logger=fast_decode.__name__):
         assert Predictor(trained_tiny).decode_status()["mode"] == "eager"
-        assert Predictor(trained_tiny, decode="auto").decode_status()["mode"] == "eager"
+        status = Predictor(trained_tiny, decode="auto").decode_status()
     assert "language-model weights, over the" in caplog.text
+    assert status["mode"] == "eager" and "language-model weights, over the" in status["why"]  # /info says why
     assert Predictor(trained_tiny, decode="static").decode_status()["mode"] == "static"  # named: honoured
     monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
     assert Predictor(trained_tiny).decode_status()["mode"] == "tuned"

@@ -103,7 +103,7 @@ class Predictor:
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
         try:
-            fast = fast_decode.for_predictor(model, decode, compile_cache=compile_cache)
+            fast, self._eager_reason = fast_decode.for_predictor(model, decode, compile_cache=compile_cache)
         except ValueError as exc:
             raise PredictorError(str(exc)) from None
         self._engine = BatchDecoder(model, fast, max_new_tokens, one_forward_masks, batch_size)
@@ -123,9 +123,12 @@ class Predictor:
 
     def decode_status(self) -> dict:
         """Which decode is live (fast_decode.FastDecoder.status; {"mode": "eager", "steps": []} for transformers'
-        forward). Takes no Predictor lock, so /info answers while a batch decodes."""
+        forward, with "why" when another mode was asked for or is the default). Takes no Predictor lock, so /info
+        answers while a batch decodes."""
         fast = self._engine.fast
-        return {"mode": "eager", "steps": []} if fast is None else fast.status()
+        if fast is not None:
+            return fast.status()
+        return {"mode": "eager", "steps": [], **({"why": self._eager_reason} if self._eager_reason else {})}
 
     # ------------------------------------------------------------------ image
     @property

@@ -761,10 +761,11 @@ def serving_mode(mode: str | None = None) -> str | None:
     return None if os.environ.get(DECODE_ENV, "").strip() else SERVING_DECODE
 
 
-def for_predictor(model, mode: str | None = None, compile_cache=None) -> FastDecoder | None:
-    """The decoder a Predictor uses for `mode` (one of DECODE_MODES; None reads UMIND_DECODE, default "static"), or
-    None for transformers' own forward. A model the lean step cannot reproduce decodes eagerly, with one warning
-    line when a fast mode was asked for by name. `compile_cache`: where inductor keeps its on-disk caches (see
+def for_predictor(model, mode: str | None = None, compile_cache=None) -> tuple[FastDecoder | None, str | None]:
+    """(the decoder a Predictor uses for `mode`, or None for transformers' own forward; why it is None). `mode` is
+    one of DECODE_MODES; None reads UMIND_DECODE, default "static". A model the lean step cannot reproduce decodes
+    eagerly, with one warning line when a fast mode was asked for by name; so does a default decode of a model over
+    LEAN_MAX_WEIGHT_BYTES. `compile_cache`: where inductor keeps its on-disk caches (see
     step_builder.use_compile_cache; only the modes that compile set it)."""
     import os
 
@@ -773,18 +774,18 @@ def for_predictor(model, mode: str | None = None, compile_cache=None) -> FastDec
         source = "decode" if mode is not None else DECODE_ENV
         raise ValueError(f"{source} must be one of {', '.join(DECODE_MODES)}, got {chosen!r}")
     if chosen == "eager":
-        return None
+        return None, None
     named = mode is not None or bool(os.environ.get(DECODE_ENV, "").strip())
     reason = unsupported_reason(model)
     if reason:
         if named:
             logger.warning("umind: decode=%s is not available for this model (%s), decoding eagerly", chosen, reason)
-        return None
+        return None, reason
     size = _language_weight_bytes(model)
     if size > LEAN_MAX_WEIGHT_BYTES and (chosen == "auto" or not named):
-        logger.info("umind: decoding eagerly: %.1f GB of language-model weights, over the %.0f GiB the lean decode's "
-                    "own copy is worth (name decode=static or tuned to use it anyway)", size / 1e9,
-                    LEAN_MAX_WEIGHT_BYTES / 2**30)
-        return None
+        reason = (f"{size / 1e9:.1f} GB of language-model weights, over the {LEAN_MAX_WEIGHT_BYTES / 2**30:.0f} GiB "
+                  "the lean decode's own copy is worth (name decode=static or tuned to use it anyway)")
+        logger.info("umind: decoding eagerly: %s", reason)
+        return None, reason
     return FastDecoder(model, compile=chosen in GRAPH_MODES, tune=chosen in ("tuned", "auto"),
-                       background=chosen == "auto", compile_cache=compile_cache)
+                       background=chosen == "auto", compile_cache=compile_cache), None
