@@ -282,16 +282,17 @@ def test_decode_rows_in_benchmarks_are_the_benchmark():
         assert "`results/decode.json`" in row
 
 
-def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark():
-    """The 40-label loop run with the new recipe and gate: every cell of its NOTES.md table (20 and 40 labels, both
-    arms) and the changes in benchmarks/README.md's rows, recomputed from results.json."""
+@pytest.mark.parametrize("run", ["run1", "run2"])
+def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run):
+    """The 40-label loop runs with the new recipe and gate: every cell of their NOTES.md tables (20 and 40 labels,
+    both arms) and the changes in benchmarks/README.md's rows, recomputed from results.json."""
     import json
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_annotation_loop import change_interval, fmt_change
 
-    results = json.loads((RESULTS / "annotation_loop_demo3_v2" / "run1" / "results.json").read_text())
+    results = json.loads((RESULTS / "annotation_loop_demo3_v2" / run / "results.json").read_text())
     notes = _notes("annotation_loop_demo3_v2").read_text(encoding="utf-8")
     current = BENCHMARKS.read_text(encoding="utf-8")
     for arm, rows in results["strategies"].items():
