@@ -22,8 +22,8 @@ import numpy as np
 from . import metrics as M
 from .runner import IOU_THRESHOLD, build_queries, score
 
-__all__ = ["OBJECT_TASKS", "OBJECT_READINGS", "object_scorable", "exam_object_samples", "view_alone_samples",
-           "aggregate_objects", "object_table"]
+__all__ = ["OBJECT_READINGS", "OBJECT_TASKS", "aggregate_objects", "exam_object_samples", "object_scorable",
+           "object_table", "view_alone_samples"]
 
 #: examination tasks scored per view
 OBJECT_TASKS: tuple[str, ...] = ("segment", "detect")

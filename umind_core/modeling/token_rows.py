@@ -4,11 +4,11 @@ Why: peft's TrainableTokensLayer (the grounding tokens' rows on the embedding an
 merged weight with `index_copy` at every forward, a full copy of the vocabulary matrix. On Qwen3-VL-4B that matrix is
 151,936 x 2,560 bf16 (778 MB): a decoded token paid four such copies (embedding and LM head), 0.7 of its 1.1 s on
 this project's CPU, more than the layers' own products (benchmarks/results/qwen4b_cpu.json, a profile of the eager
-decode). The merged weight only changes when the base weight or the token rows do, so where no gradient can reach the
-rows it is kept and reused until either changes (their tensors' in-place version counters, which an optimizer step
-bumps); where one can (training) peft's own path runs, so the rows still learn. The kept weight is the same tensor peft would
-have built, so answers are bit for bit the same; it costs one copy of the matrix, shared by the tied embedding and
-LM head.
+decode). The merged weight only changes when the base weight or the token rows do, so where no gradient can reach
+the rows it is kept and reused until either changes (their tensors' in-place version counters, which an optimizer
+step bumps); where one can (training) peft's own path runs, so the rows still learn. The kept weight is the same
+tensor peft would have built, so answers are bit for bit the same; it costs one copy of the matrix, shared by the
+tied embedding and LM head.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _kept_merged_weights(self, active_adapters) -> torch.Tensor:
     if torch.is_grad_enabled() and any(d.requires_grad for d in deltas):
         return self._umind_merged_weights(active_adapters)  # training: the rows learn through peft's own path
     base = self.base_layer.weight
-    key = (id(base), base._version, tuple(active_adapters), tuple(tuple(self.token_indices[n]) for n in active_adapters),
+    key = (id(base), base._version, tuple(active_adapters),
+           tuple(tuple(self.token_indices[n]) for n in active_adapters),
            tuple((id(d), d._version, d.dtype, d.device) for d in deltas))
     kept = getattr(base, _KEPT, None)
     if kept is not None and torch.is_grad_enabled() and kept[1].is_inference():
