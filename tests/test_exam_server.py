@@ -82,6 +82,36 @@ def test_two_views_answer_as_one_examination_with_each_object_on_its_view(server
         assert body["class"] in (None, "normal", "benign", "malignant")
 
 
+def test_a_segment_exam_returns_each_views_label_map_in_that_views_geometry(server, tmp_path):
+    import base64
+
+    import SimpleITK as sitk
+
+    from umind_core.data.exams import generate_exam
+
+    shapes = [view.image.shape[:2] for view in generate_exam(3, site="breast", n_views=2).views]  # the fixture's
+    resp = interpret(server, "breast1", {"task": "segment", "prompt": "breast lesion", "images": ["breast2"]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    views = body["exam"]["views"]
+    pixels = {k: 0 for k in range(2)}
+    for obj in body["objects"]:
+        if obj.get("mask"):
+            pixels[obj["view"]] += obj["mask"]["pixels"]
+    for k, v in enumerate(views):
+        label = v["label"]
+        assert label["label_names"] == {"breast lesion": 1}
+        path = tmp_path / f"view{k}{label['file'][len('labels'):]}"
+        path.write_bytes(base64.b64decode(label["data"]))
+        img = sitk.ReadImage(str(path))
+        arr = sitk.GetArrayFromImage(img)
+        # the view's own size and calibrated spacing, and exactly its own objects' pixels
+        assert arr.shape[-2:] == shapes[k]
+        assert img.GetSpacing()[:2] == pytest.approx(v["geometry"]["frame_spacing"])
+        assert v["geometry"]["frame_spacing"] == pytest.approx(list(server.spacings[v["image"]]))
+        assert int((arr == 1).sum()) == pixels[k]
+
+
 def test_the_request_image_may_lead_or_be_left_out_of_images(server):
     a = interpret(server, "breast2", {"task": "diagnose", "images": ["breast1"]})
     b = interpret(server, "breast2", {"task": "diagnose", "images": ["breast2", "breast1"]})
@@ -104,7 +134,7 @@ def test_a_clips_frames_are_the_views_with_exam_frames(server):
     ("breast1", {"task": "report", "images": ["nope"]}, 404, "nope"),
     ("breast1", {"task": "report", "images": ["../etc/passwd"]}, 400, "not a datastore id"),
     ("breast1", {"task": "report", "images": "breast2"}, 400, "must be a list"),
-    ("breast1", {"task": "segment", "images": ["breast2"]}, 400, "examination's task must be one of"),
+    ("breast1", {"task": "explain", "images": ["breast2"]}, 400, "examination's task must be one of"),
     ("cine", {"task": "report", "exam": "frames", "frames": [0, 1, 2, 3]}, 400, "max_exam_views = 3"),
     ("cine", {"task": "report", "exam": "frames", "frames": [1]}, 400, "at least 2 frames"),
     ("cine", {"task": "report", "exam": "views"}, 400, "exam must be 'frames'"),

@@ -284,6 +284,26 @@ def test_an_examination_of_two_volumes_answers_once_with_each_object_on_its_view
     assert sum(len(v.objects) for v in reply.views) == len(reply.objects)
 
 
+def test_a_segment_examination_puts_each_views_mask_on_its_volume(session, scene):
+    """A segment of two volumes as one examination: each view's label map (inline in the reply) becomes a
+    segmentation on that view's volume, named after the view, holding exactly the view's objects' mask pixels."""
+    first = scan_volume(scene, "seg exam first", make_image(0)[..., 0])
+    second = scan_volume(scene, "seg exam second", make_image(1)[..., 0], spacing=(0.25, 0.25, 1.0))
+    reply, nodes = session.run_exam([first, second], RunRequest("segment", prompt="lesion"))
+    for k, volume in enumerate((first, second)):
+        view = reply.views[k]
+        assert view.label_names == {"lesion": 1} and view.label_bytes
+        seg_node = nodes.views[k].segmentation
+        assert seg_node is not None and seg_node.GetAttribute(mrml.EXAM_VIEW_ATTRIBUTE) == str(k)
+        assert f"(view {k + 1})" in seg_node.GetName()
+        seg = seg_node.GetSegmentation()
+        assert seg.GetNumberOfSegments() == 1 and seg.GetNthSegment(0).GetName() == "lesion"
+        mask = mrml.segment_array(scene, seg_node, seg.GetNthSegmentID(0), volume)[0].astype(bool)
+        assert mask.shape == (256, 256)
+        expected = sum((o.mask or {}).get("pixels", 0) for o in view.objects)
+        assert int(mask.sum()) == expected
+
+
 def test_the_frames_of_a_clip_read_as_one_examination(session, scene):
     seq, browser, proxy = cine_clip(scene, "exam cine")
     reply, nodes = session.run_exam_frames(proxy, RunRequest("report"), [2, 0], browser)

@@ -516,7 +516,7 @@ class ExamStub:
         return 200, "application/json", json.dumps(body).encode()
 
 
-def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read(volume):
+def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read(volume, monkeypatch):
     g = mrml.volume_geometry(volume)
     a, b = (ImageTarget(i, g.ras_to_ijk, g.dims, n_frames=3, frame=f) for i, f in (("a", 2), ("b", 1)))
     req = build_exam_request(RunRequest("report"), [a, b])
@@ -525,13 +525,12 @@ def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read
     assert build_exam_request(RunRequest("landmarks", prompt=" kidney "), [a, b]).params["prompt"] == "kidney"
     ask = build_exam_request(RunRequest("ask", prompt="Same lesion?"), [a, b]).params
     assert ask["task"] == "ask" and ask["question"] == "Same lesion?" and "prompt" not in ask
-    assert exam_tasks() == ["detect", "landmarks", "measure", "diagnose", "report", "ask"]
+    assert exam_tasks() == ["segment", "detect", "landmarks", "measure", "diagnose", "report", "ask"]
     clip = ImageTarget("clip", g.ras_to_ijk, (60, 40, 1), n_frames=5, frame=0, clip=True)
     req = build_exam_frames_request(RunRequest("measure", prompt="kidney length"), clip, [3, 0, 3])
     assert req.image_id == "clip" and req.params == {"task": "measure", "prompt": "kidney length", "exam": "frames",
                                                      "frames": [0, 3], "umind_client": "slicer-module"}
     for make, words in [
-            (lambda: build_exam_request(RunRequest("segment"), [a, b]), "examination runs detect, landmarks"),
             (lambda: build_exam_request(RunRequest("report"), [a]), "at least two images"),
             (lambda: build_exam_request(RunRequest("ask"), [a, b]), "needs a question"),
             (lambda: build_exam_request(RunRequest("report", foreground=[[0, 0, 0]]), [a, b]), "belong to one image"),
@@ -542,6 +541,11 @@ def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read
             (lambda: build_exam_frames_request(RunRequest("report"), clip, [1, True]), "frame numbers")]:
         with pytest.raises(RequestError, match=words):
             make()
+    import UMindLib.requests as requests_mod
+
+    monkeypatch.setattr(requests_mod, "EXAM_TASKS", ("report",))  # a server whose exams read reports only
+    with pytest.raises(RequestError, match="examination runs report, not 'segment'"):
+        build_exam_request(RunRequest("segment"), [a, b])
 
 
 def _exam_params(views=2, objects=()):
@@ -623,6 +627,39 @@ def test_session_runs_an_exam_and_places_each_views_markups_on_its_volume_in_its
         assert roi.GetName() == "lesion (view 2)" and np.allclose(roi.GetSize()[:2], (40 * 0.5, 12 * 0.25))
         _, again = session.run_exam([first, second], RunRequest("measure", prompt="lesion"), previous=nodes)
         assert again.text is nodes.text and sum(e.path == "/datastore/image" for e in stub.proxy.exchanges) == 1
+
+
+def test_a_segment_exam_places_each_views_label_map_on_its_volume(scene, tmp_path):
+    """The server's inline label map of each view (`lib/exam.py _view_label`) -> a segmentation on that view's
+    volume with exactly that view's mask; a view without an object gets its (empty) segment too, so a rerun clears
+    it."""
+    from umind_core.results import GroundedObject
+
+    mask = np.zeros((40, 60), bool)  # the second volume's frame: 40 rows of 60
+    mask[10:25, 20:45] = True
+    with ExamStub(tmp_path, [GroundedObject(label="lesion", mask=mask, view=1)]) as stub:
+        first = make_volume(scene, dims=(50, 30, 1), name="first view")
+        second = make_volume(scene, dims=(60, 40, 1), name="second view")
+        session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))
+        reply, nodes = session.run_exam([first, second], RunRequest("segment", prompt="lesion"))
+        assert [v.label_names for v in reply.views] == [{"lesion": 1}, {"lesion": 1}]
+        for k, (volume, want) in enumerate(((first, np.zeros((30, 50), bool)), (second, mask))):
+            seg_node = nodes.views[k].segmentation
+            assert seg_node.GetName().endswith(f"(view {k + 1})")
+            assert seg_node.GetAttribute(mrml.EXAM_VIEW_ATTRIBUTE) == str(k)
+            seg = seg_node.GetSegmentation()
+            assert seg.GetNumberOfSegments() == 1 and seg.GetNthSegment(0).GetName() == "lesion"
+            got = mrml.segment_array(scene, seg_node, seg.GetNthSegmentID(0), volume)[0].astype(bool)
+            assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_an_exam_view_label_that_is_not_base64_is_a_reply_error():
+    from UMindLib.replies import ExamReply, ParsedReply, ReplyError
+
+    views = [{"view": 0, "image": "a", "frame": 0, "geometry": {}, "markups": [],
+              "label": {"file": "labels.png", "data": "%%%", "label_names": {"lesion": 1}}}]
+    with pytest.raises(ReplyError, match=r"exam.views\[0\].label.data: not base64"):
+        ExamReply.from_parsed(ParsedReply({"exam": {"views": views}, "objects": []}, None, None))
 
 
 def test_exam_errors_reach_the_user_verbatim_and_place_nothing(scene, tmp_path):

@@ -6,12 +6,17 @@ of a biometry sweep). Each view is read and capped like any infer image; views t
 (the datastore image info's `site`, or a DICOM's BodyPartExamined) are refused with the rule `umind check` uses
 (`manifest.site_conflict`). The model reads all views in one conversation (`Predictor.predict_exam`, on the
 model thread, so it never runs beside a batch); every grounded object names its view, is measured with that
-view's spacing and comes back as markups in that view's geometry, so a client puts it on the right image.
+view's spacing and comes back as markups in that view's geometry, so a client puts it on the right image; a
+segment's masks come back per view as that view's label map, inline (`_view_label`).
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from umind_core.exam_views import (
     ExamViewError,
@@ -21,8 +26,9 @@ from umind_core.exam_views import (
 )
 from umind_core.findings import answer_finding
 from umind_core.frames import current_frame, parse_frames
-from umind_core.imageio import Frame, Study, read_study
-from umind_core.outputs import frame_markups, geometry_info
+from umind_core.imageio import Frame, Geometry, Study, label_map_suffix, read_study
+from umind_core.outputs import frame_markups, geometry_info, write_viewer_files
+from umind_core.prompts import TEMPLATES
 from umind_core.results import Result
 
 from .model_holder import MODEL_THREAD
@@ -113,14 +119,33 @@ def exam_reply(result: Result, views: list[ExamView], task: str, prompt: str | N
     for k, view in enumerate(views):
         geometry = view.study.output_geometry(calibrate=calibrate)
         mine = view_result(result, k, view.frame.index, view.frame.size)
-        out_views.append({"view": k, "image": view.image, "frame": view.frame.index,
-                          "geometry": geometry_info(view.study, geometry),
-                          "markups": frame_markups([mine], geometry), "warnings": view.warnings})
+        entry = {"view": k, "image": view.image, "frame": view.frame.index,
+                 "geometry": geometry_info(view.study, geometry),
+                 "markups": frame_markups([mine], geometry), "warnings": view.warnings}
+        if task == "segment" and not result.unparsable:
+            entry["label"] = _view_label(mine, view, geometry, prompt or TEMPLATES["segment"].default_target)
+        out_views.append(entry)
     cls = answer_finding(result.answer) if task == "diagnose" else None
     return {"task": task, "prompt": prompt, "answer": result.answer, "text": result.text, "class": cls,
             "objects": [o.to_dict() for o in result.objects], "confidence": result.confidence,
             "warnings": result.warnings + [w for v in views for w in v.warnings],
             "exam": {"views": out_views}}
+
+
+def _view_label(mine: Result, view: ExamView, geometry: Geometry, target: str) -> dict:
+    """A view's masks as the label map a single-image segment of that view returns (its format, in its geometry),
+    inline and base64-encoded: one reply carries every view's, and a client decodes each as it decodes a single
+    image's label file. Named by the target (value 1), also when nothing was found, so its segment is cleared."""
+    suffix = label_map_suffix(view.study.geometry)
+    fd, path = tempfile.mkstemp(prefix="umind-", suffix=suffix)
+    os.close(fd)
+    try:
+        files = write_viewer_files([mine], view.study, geometry, labels_to=path, names=[target], fallback=target)
+        data = Path(path).read_bytes()
+    finally:
+        Path(path).unlink(missing_ok=True)
+    return {"file": "labels" + suffix, "data": base64.b64encode(data).decode("ascii"),
+            "label_names": dict(files.stack.values) or {target: 1}}
 
 
 def exam_prompt(task: str, opts: dict) -> str | None:

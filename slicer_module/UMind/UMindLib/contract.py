@@ -37,4 +37,4 @@ TRAINER = "umind_lora"
 #: the one server model that reads an examination (several views, params `images` or `exam: "frames"`), and the
 #: server tasks it reads one for (the app's `UMindInterpret.exam_tasks`; masks stay single-image)
 EXAM_MODEL = "umind_interpret"
-EXAM_TASKS = ("diagnose", "report", "ask", "measure", "detect", "keypoints")
+EXAM_TASKS = ("diagnose", "report", "ask", "measure", "detect", "keypoints", "segment")

@@ -462,23 +462,30 @@ class ExamNodes:
 
 
 def build_exam_nodes(scene: Any, volume_nodes: list[Any], view_replies: list[InferReply], answer: str,
-                     view_names: list[str], text_node: Any = None, name: str = "UMind exam") -> ExamNodes:
+                     view_names: list[str], text_node: Any = None, name: str = "UMind exam",
+                     view_labels: list[np.ndarray | None] | None = None) -> ExamNodes:
     """An examination's reply -> nodes: each view's reply (`replies.ExamView.infer_reply`) onto that view's volume
     by `build_result_nodes`, so that a view is placed exactly as the same image run alone would be, its markups
     named after the view (two views' "lesion" stay apart); the one answer -> one text node called ``name``.
 
-    The caller gives each volume its view's calibration first (`workflow.UMindSession`), as for a single image."""
-    if not len(volume_nodes) == len(view_replies) == len(view_names):
+    ``view_labels[k]`` (a segment's label map of view k, decoded) becomes a segmentation on view k's volume, as a single
+    image's label map does. The caller gives each volume its view's calibration first (`workflow.UMindSession`), as
+    for a single image."""
+    view_labels = list(view_labels) if view_labels is not None else [None] * len(view_replies)
+    if not len(volume_nodes) == len(view_replies) == len(view_names) == len(view_labels):
         raise MRMLBuildError(f"{len(view_replies)} view replies for {len(volume_nodes)} volumes and "
                              f"{len(view_names)} names")
     out = ExamNodes(volumes=list(volume_nodes))
     for k, (volume, reply, view_name) in enumerate(zip(volume_nodes, view_replies, view_names)):
         if volume is None:
             raise MRMLBuildError(f"view {k + 1} has no volume to place its results on")
-        nodes = build_result_nodes(scene, volume, reply, None)
+        nodes = build_result_nodes(scene, volume, reply, view_labels[k])
         for node in nodes.all_markups():
             node.SetName(f"{node.GetName()} ({view_name})")
             node.SetAttribute(EXAM_VIEW_ATTRIBUTE, str(k))
+        if nodes.segmentation is not None:
+            nodes.segmentation.SetName(f"{nodes.segmentation.GetName()} ({view_name})")
+            nodes.segmentation.SetAttribute(EXAM_VIEW_ATTRIBUTE, str(k))
         out.views.append(nodes)
     if answer:
         out.text = set_answer_text(scene, answer, text_node, name)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import email.message
 import email.parser
+import base64
+import binascii
 import email.policy
 import json
 import re
@@ -36,13 +38,18 @@ class ParsedReply:
     label_filename: str | None = None
 
 
+def _basename(name: str) -> str:
+    """A file name a reply gives, without any folder (a server names files; it does not choose where they go)."""
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def filename_from_disposition(disposition: str) -> str | None:
     if not disposition:
         return None
     msg = email.message.EmailMessage(policy=email.policy.HTTP)
     msg["Content-Disposition"] = disposition
     name = msg.get_filename()
-    return name.replace("\\", "/").rsplit("/", 1)[-1] if name else None
+    return _basename(name) if name else None
 
 
 def parse_reply(body: bytes, content_type: str, content_disposition: str = "") -> ParsedReply:
@@ -85,7 +92,7 @@ def _parse_multipart(body: bytes, content_type: str) -> ParsedReply:
         if filename:
             if label is not None:
                 raise ReplyError(f"multipart reply has two files: {label_name!r}, {filename!r}")
-            label, label_name = payload, filename.replace("\\", "/").rsplit("/", 1)[-1]
+            label, label_name = payload, _basename(filename)
         elif name == "params":
             params = _json_params(payload, "params part")
     return ParsedReply(params, label, label_name)
@@ -255,6 +262,10 @@ class ExamView:
     objects: list[ServerObject] = field(default_factory=list)
     markups: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: a segment's label map of this view (the file a single-image segment of it returns), and its names
+    label_bytes: bytes | None = field(default=None, repr=False)
+    label_filename: str | None = None
+    label_names: dict[str, int] = field(default_factory=dict)
 
     def infer_reply(self, task: str) -> InferReply:
         """This view as a single-image reply on its frame, so that the single-image builders place its objects
@@ -262,7 +273,9 @@ class ExamView:
         result = ServerResult(task=task, objects=list(self.objects), warnings=list(self.warnings),
                               frame_index=self.frame)
         return InferReply(result=result, results=[result], geometry=dict(self.geometry),
-                          markups={"markups": list(self.markups)} if self.markups else None)
+                          markups={"markups": list(self.markups)} if self.markups else None,
+                          label_names=dict(self.label_names), label_bytes=self.label_bytes,
+                          label_filename=self.label_filename)
 
 
 @dataclass
@@ -326,8 +339,29 @@ def _exam_view(d: Any, k: int) -> ExamView:
         raise ReplyError(f"{where}.geometry: expected a dict, got {type(geometry).__name__}")
     if not isinstance(markups, list) or not all(isinstance(m, dict) for m in markups):
         raise ReplyError(f"{where}.markups: expected a list of markup dicts")
-    return ExamView(view=k, image=str(d.get("image") or ""), frame=frame, geometry=geometry, markups=markups,
+    view = ExamView(view=k, image=str(d.get("image") or ""), frame=frame, geometry=geometry, markups=markups,
                     warnings=[str(w) for w in d.get("warnings") or []])
+    if d.get("label") is not None:
+        view.label_bytes, view.label_filename, view.label_names = _exam_label(d["label"], f"{where}.label")
+    return view
+
+
+def _exam_label(d: Any, where: str) -> tuple[bytes, str, dict[str, int]]:
+    """A view's inline label map: (file bytes, file name, label names)."""
+    if not isinstance(d, dict):
+        raise ReplyError(f"{where}: expected a dict, got {type(d).__name__}")
+    try:
+        data = base64.b64decode(str(d.get("data") or ""), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ReplyError(f"{where}.data: not base64 ({exc})") from None
+    if not data:
+        raise ReplyError(f"{where}.data: empty")
+    names = d.get("label_names") or {}
+    try:
+        names = {str(k): int(v) for k, v in names.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise ReplyError(f"{where}.label_names: expected names -> integer values, got {names!r}") from None
+    return data, _basename(str(d.get("file") or "label")), names
 
 
 def hidden_calibration(geometry: dict) -> tuple[float, float] | None:

@@ -244,10 +244,12 @@ class UMindSession:
                     task: str, previous: ExamNodes | None) -> ExamNodes:
         """Each view's calibration onto its volume (as `run` does for one image), then the nodes."""
         views = [view.infer_reply(reply.task) for view in reply.views]
+        labels = []
         for one, volume, browser in zip(views, volumes, browsers):
             _calibrate(volume, one.geometry, browser)
+            labels.append(_view_labels(one, volume))
         return build_exam_nodes(self.scene, volumes, views, reply.answer, names,
-                                previous.text if previous is not None else None, f"UMind exam {task}")
+                                previous.text if previous is not None else None, f"UMind exam {task}", labels)
 
     # labels and learning -------------------------------------------------------------------
 
@@ -283,3 +285,18 @@ def _frame_result(reply: InferReply, frame: int):
         if r.frame_index == frame:
             return r
     return reply.result
+
+
+def _view_labels(reply: InferReply, volume_node: Any) -> np.ndarray | None:
+    """An exam view's label map (a segment's), as its volume holds it: the view's own frame where the map covers a
+    clip and the volume is the clip's one-frame proxy."""
+    if not reply.label_bytes:
+        return None
+    labels = decode_label_file(reply.label_bytes, reply.label_filename or "label").array
+    frames = volume_geometry(volume_node).dims[2]
+    if labels.shape[0] != frames and frames == 1:
+        frame = reply.result.frame_index if reply.result is not None else 0
+        if not 0 <= frame < labels.shape[0]:
+            raise MRMLBuildError(f"the view's label map has {labels.shape[0]} frames, not frame {frame}")
+        labels = labels[frame:frame + 1]
+    return labels
