@@ -714,6 +714,28 @@ def test_session_reads_frames_of_a_clip_as_one_exam(scene, tmp_path):
         assert nodes.text.GetName() == "UMind exam landmarks"
 
 
+def test_a_segment_of_a_clips_frames_puts_each_frames_mask_on_the_proxy(scene, tmp_path):
+    """Frames of one clip as views: each view's label map covers the whole clip with the mask on its frame; the
+    proxy volume holds one frame, so each view's segmentation takes that frame's slice."""
+    from umind_core.results import GroundedObject
+
+    mask = np.zeros((40, 60), bool)
+    mask[5:15, 10:30] = True
+    with ExamStub(tmp_path, [GroundedObject(label="lesion", mask=mask, view=1)]) as stub:
+        _, browser, proxy_volume = _clip(scene)
+        session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))
+        reply, nodes = session.run_exam_frames(proxy_volume, RunRequest("segment", prompt="lesion"), [0, 2], browser)
+        assert [(v.frame, lf.decode_label_file(v.label_bytes, v.label_filename).array.shape) for v in reply.views] \
+            == [(0, (3, 40, 60)), (2, (3, 40, 60))]
+        got = []
+        for k in range(2):
+            seg_node = nodes.views[k].segmentation
+            assert seg_node.GetName().endswith(f"(frame {reply.views[k].frame})")
+            seg = seg_node.GetSegmentation()
+            got.append(mrml.segment_array(scene, seg_node, seg.GetNthSegmentID(0), proxy_volume)[0].astype(bool))
+        assert not got[0].any() and np.array_equal(got[1], mask)
+
+
 # HTTP client and whole round trips against the real server ---------------------------------
 # Replies come from a real `monailabel start_server` with the demo model (tests/real_server.py), through a
 # proxy that keeps every request and reply; expectations are read from those bytes with other parsers
