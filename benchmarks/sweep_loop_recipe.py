@@ -66,7 +66,8 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "augment_copies6": ({"label_augment": 0.5, "label_copies": 6, "max_steps": 60}, {"vision": True}),
     # only the mask decoder learns (the adapter at a negligible rate): no task but masks can drift
     "decoder_only_1e-3": ({"rehearsal": 0.0, "lr": 1e-9, "decoder_lr": 1e-3}, {"vision": True}),
-    "decoder_only_3e-3_steps80": ({"rehearsal": 0.0, "lr": 1e-9, "decoder_lr": 3e-3, "max_steps": 80}, {"vision": True}),
+    "decoder_only_3e-3_steps80": ({"rehearsal": 0.0, "lr": 1e-9, "decoder_lr": 3e-3, "max_steps": 80},
+                                  {"vision": True}),
     "no_rehearsal_augment_copies4": ({"rehearsal": 0.0, "label_augment": 0.5, "label_copies": 4}, {"vision": True}),
     # what many labels can buy at all (run with --labels 140): each image seen about 8 times without rehearsal
     "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),

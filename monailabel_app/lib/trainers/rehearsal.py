@@ -124,9 +124,10 @@ def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None
         return
     scan = rec.load_scan_mask()
     scan = image > 0 if scan is None else scan
-    rng = np.random.default_rng([zlib.crc32(f"{key}:{rec.id}".encode()), 11])
+    draw = zlib.crc32(f"{key}:{rec.id}".encode())
+    rng = np.random.default_rng([draw, 11])
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{zlib.crc32(f'{key}:{rec.id}'.encode()):08x}.png"
+    path = folder / f"{draw:08x}.png"
     Image.fromarray(augment_image(image, scan, rng, p)).save(path)
     root = rec.root if rec.root is not None else Path(".")
     rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
