@@ -90,12 +90,13 @@ def view_alone_samples(predictor, exams_frames: list[tuple[Any, list]], task: st
 
 def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
     """(per reading: segmentation mIoU over (view, target) samples and detection P/R/F1 at IoU 0.5; summary keys)."""
+    from .exams import of_reading
+
     section: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     for reading in OBJECT_READINGS:
         key = "exam" if reading == "exam" else "exam_view_alone"
-        seg = [s for s in samples if s["task"] == "exam_segment" and s["reading"] == reading]
-        det = [s for s in samples if s["task"] == "exam_detect" and s["reading"] == reading]
+        seg, det = of_reading(samples, "exam_segment", reading), of_reading(samples, "exam_detect", reading)
         part: dict[str, Any] = {}
         if seg:
             part["segmentation"] = {"miou": float(np.mean([s["iou"] for s in seg])), "n": len(seg)}

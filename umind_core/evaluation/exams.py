@@ -174,6 +174,11 @@ def score_exam(exam, task: str, reading: str, result, view: int | None = None) -
 
 # ---------------------------------------------------------------------------------------------- aggregate
 
+def of_reading(samples: list[dict], task: str, reading: str) -> list[dict]:
+    """The samples of one exam task (``exam_<task>``) and one reading."""
+    return [s for s in samples if s["task"] == task and s["reading"] == reading]
+
+
 def aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
     """(the "exam" section: per reading, diagnosis metrics and report BLEU-4 and size errors; summary keys)."""
     from ._bleu import bleu_lenient
@@ -188,8 +193,7 @@ def aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
         summary.update(summary_objects)
     for reading in READINGS:
         key = "exam" if reading == "exam" else "exam_best_view"
-        dia = [s for s in samples if s["task"] == "exam_diagnose" and s["reading"] == reading]
-        rep = [s for s in samples if s["task"] == "exam_report" and s["reading"] == reading]
+        dia, rep = of_reading(samples, "exam_diagnose", reading), of_reading(samples, "exam_report", reading)
         part: dict[str, Any] = {}
         if dia:
             part["diagnosis"] = M.classification_metrics([s["true"] for s in dia],
