@@ -229,7 +229,7 @@ def test_run_on_exam_sends_the_image_first_then_the_checked_volumes_and_submit_r
     assert calls[-1][1] == {"previous": nodes}  # the exam's text node is reused
     widget.onSubmit()
     assert ui.statusLabel.setText.call_args.args[0].startswith("Submit failed: the answer is an examination's")
-    for task, shown in (("segment", False), ("measure", True), ("ask", True)):
+    for task, shown in (("segment", True), ("measure", True), ("ask", True)):
         ui.taskComboBox.currentText = task
         widget.onTaskChanged(0)
         ui.examRow.setVisible.assert_called_with(shown)

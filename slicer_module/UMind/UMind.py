@@ -264,8 +264,10 @@ class UMindWidget(ScriptedLoadableModuleWidget):
             self.ui.answerTextEdit.setPlainText(reply.answer)
             finding = f" ({reply.finding})" if reply.finding else ""
             warn = ("; warnings: " + "; ".join(reply.warnings)) if reply.warnings else ""
+            segs = sum(v.segmentation is not None for v in nodes.views)
+            masks = f", {segs} segmentation(s)" if segs else ""
             self._status(f"Examination of {len(reply.views)} views done{finding}: "
-                         f"{len(nodes.all_markups())} markup(s){warn}")
+                         f"{len(nodes.all_markups())} markup(s){masks}{warn}")
         self._guard("Run on exam", runExam)
 
     def onSubmit(self):
