@@ -145,6 +145,10 @@ def test_eval_on_an_exam_manifest_writes_the_exam_metrics(untrained_run):
         assert objects[reading]["segmentation"]["n"] == objects[reading]["detection"]["n"] > 0
         assert 0.0 <= objects[reading]["segmentation"]["miou"] <= 1.0
     assert objects["exam"]["segmentation"]["n"] == objects["view_alone"]["segmentation"]["n"]
+    # calipers: one per examination and name in the exam reading, one per view that has it read alone
+    pairs = {(s["exam"], s["label"]) for s in data["samples"] if s["task"] == "exam_measure"}
+    assert objects["exam"]["measurement"]["n_samples"] == len(pairs) > 0
+    assert objects["view_alone"]["measurement"]["n_samples"] >= len(pairs)
     for key in ("exam_segmentation_miou", "exam_view_alone_segmentation_miou", "exam_detection_f1",
                 "exam_view_alone_detection_f1"):
         assert summary[key] is not None
@@ -238,3 +242,35 @@ def test_exam_objects_are_scored_on_their_own_view(exams):
     assert section["exam"]["segmentation"]["miou"] == pytest.approx(1.0 / len(showing))
     assert section["exam"]["objects_on_views_without_target"] == 1
     assert summary["exam_view_alone_segmentation_miou"] == 0.0
+
+
+class _CaliperOracle(_OraclePredictor):
+    """predict_exam("measure"): the truth caliper of `view` (the view the model chooses to draw it in)."""
+
+    def predict_exam(self, task, prompt):
+        from umind_core.results import GroundedObject
+
+        record = self.exam.view_record(self.view)
+        line = next(ln for o in record.annotations.objects for ln in o.lines if ln.name == prompt)
+        return Result(task, answer=prompt, objects=[GroundedObject(label=prompt, line=tuple(line.xy), view=self.view)])
+
+
+def test_an_exam_caliper_is_scored_once_on_the_view_it_was_drawn_in(exams):
+    from umind_core.evaluation.exam_objects import exam_object_samples
+    from umind_core.evaluation.exams import _exam_frames
+
+    exam = next(e for e in exams if sum(1 for v in e.images for o in v.annotations.objects if o.lines) >= 2)
+    names = {}
+    for k, view in enumerate(exam.images):
+        for o in view.annotations.objects:
+            for ln in o.lines:
+                if ln.length_mm:
+                    names.setdefault(ln.name, []).append(k)
+    # a caliper two views show, where there is one (the breast lesion's in both planes)
+    name, views = next(((n, v) for n, v in names.items() if len(v) > 1), next(iter(names.items())))
+    chosen = views[-1]
+    samples = [s for s in exam_object_samples(_CaliperOracle(exam, view=chosen, stray=0), exam, "measure",
+                                              _exam_frames(exam)) if s["label"] == name]
+    (sample,) = samples  # once per examination and name, whatever number of views show it
+    # the truth line on its own view: its length in that view's spacing is the truth (lengths are stored to 0.01 mm)
+    assert sample["view"] == chosen and sample["rel_error"] == pytest.approx(0.0, abs=1e-3)

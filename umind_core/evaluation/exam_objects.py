@@ -1,5 +1,5 @@
-"""The objects of an examination's views, scored per view (issue 35): masks and boxes the model draws when it reads
-all views at once, against each view's own truth, beside the same model reading each view alone.
+"""The objects of an examination's views, scored per view (issue 35): masks, boxes, landmarks and calipers the model
+draws when it reads all views at once, against each view's own truth, beside the same model reading each view alone.
 
 Why per view: an examination's grounded answer names the view every object is in (`View k:`), so a mask is only
 right if it is on the right view and right there. Each (view, target) pair is scored exactly as a single image's
@@ -10,7 +10,9 @@ query is (`runner.build_queries` on the view as a record, `runner.score` on that
 - "view_alone": each view that shows the target asked the single-image prompt on its own (views batched per target).
 
 A view that does not show a target is not scored for it; objects the exam answer places there are counted
-(`objects_on_views_without_target`), since a reader would see them as false findings.
+(`objects_on_views_without_target`), since a reader would see them as false findings. A caliper is asked once per
+examination ("the view that shows it"): it is scored on the view the model drew it in, against that view's caliper
+of that name (not drawn: missing, on the first view that has one).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .runner import IOU_THRESHOLD, build_queries, score
+from .runner import IOU_THRESHOLD, _keypoint_section, build_queries, score
 
 __all__ = ["OBJECT_READINGS", "OBJECT_TASKS", "aggregate_objects", "exam_object_samples", "object_scorable",
            "object_table", "view_alone_samples"]
 
 #: examination tasks scored per view
-OBJECT_TASKS: tuple[str, ...] = ("segment", "detect")
+OBJECT_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
 #: the two readings compared
 OBJECT_READINGS: tuple[str, ...] = ("exam", "view_alone")
 
@@ -61,9 +63,14 @@ def exam_object_samples(predictor, exam, task: str, frames: list) -> list[dict]:
     samples = []
     for label in labels:
         result = predictor.predict_exam(task, label)
-        showing = {k for k, _, queries in per_view if any(q.prompt == label for q in queries)}
+        showing = [k for k, _, queries in per_view if any(q.prompt == label for q in queries)]
         stray = sum(1 for o in result.objects if o.view is not None and o.view not in showing)
+        if task == "measure":  # one caliper per examination, in the view the model chose ("the view that shows it")
+            drawn = [o.view for o in result.objects if o.line is not None and o.view in showing]
+            showing = drawn[:1] or showing[:1]
         for k, record, queries in per_view:
+            if k not in showing:
+                continue
             mine = view_result(result, k, frames[k].index, frames[k].size)
             for q in queries:
                 if q.prompt == label:  # the target's stray objects counted once, on its first scored view
@@ -89,7 +96,8 @@ def view_alone_samples(predictor, exams_frames: list[tuple[Any, list]], task: st
 
 
 def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
-    """(per reading: segmentation mIoU over (view, target) samples and detection P/R/F1 at IoU 0.5; summary keys)."""
+    """(per reading: segmentation mIoU over (view, target) samples, detection P/R/F1 at IoU 0.5, keypoint and
+    caliper errors as a single image's are aggregated; summary keys)."""
     from .exams import of_reading
 
     section: dict[str, Any] = {}
@@ -105,8 +113,17 @@ def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
             prf = M.detection_prf([s["pred_boxes"] for s in det], [s["gt_boxes"] for s in det], IOU_THRESHOLD)
             part["detection"] = {k: prf[k] for k in ("precision", "recall", "f1", "tp", "fp", "fn")} | {"n": len(det)}
             summary[f"{key}_detection_f1"] = prf["f1"]
-        if reading == "exam" and (seg or det):
-            part["objects_on_views_without_target"] = sum(s["objects_on_views_without_target"] for s in seg + det)
+        kp, meas = of_reading(samples, "exam_keypoints", reading), of_reading(samples, "exam_measure", reading)
+        if kp:
+            part["keypoints"] = {**_keypoint_section(kp), "n": len(kp)}
+            summary[f"{key}_keypoint_error_rel_width"] = part["keypoints"]["mean_rel_width"]
+        if meas:
+            part["measurement"] = {**M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas]),
+                                   "n_samples": len(meas)}
+            summary[f"{key}_measurement_rel_error"] = part["measurement"]["mean_rel"]
+        scored = seg + det + kp + meas
+        if reading == "exam" and scored:
+            part["objects_on_views_without_target"] = sum(s["objects_on_views_without_target"] for s in scored)
         section[reading] = part
     return section, summary
 
@@ -129,6 +146,12 @@ def object_table(section: dict) -> dict[str, dict[str, Any]]:
             d = part["detection"]
             row.update({"Detection F1 (%)": pct(d["f1"]), "Detection recall (%)": pct(d["recall"]),
                         "views x targets (detect)": d["n"]})
+        if "keypoints" in part:
+            row["Keypoint error (% of width)"] = pct(part["keypoints"]["mean_rel_width"])
+        if "measurement" in part:
+            m = part["measurement"]
+            row.update({"Caliper mean relative error (%)": pct(m["mean_rel"]),
+                        "calipers drawn": f"{m['n'] - m['n_missing']} of {m['n']}"})
         if "objects_on_views_without_target" in part:
             row["objects on views without the target"] = part["objects_on_views_without_target"]
         if row:

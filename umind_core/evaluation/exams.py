@@ -43,9 +43,9 @@ __all__ = [
     "score_exam",
 ]
 
-#: What an examination is scored on (`umind eval --tasks`); "report" is asked of examinations only; segment and
-#: detect are scored per view (`exam_objects`).
-EXAM_TASKS: tuple[str, ...] = ("diagnose", "report", "segment", "detect")
+#: What an examination is scored on (`umind eval --tasks`); "report" is asked of examinations only; segment, detect,
+#: keypoints and measure are scored per view (`exam_objects`).
+EXAM_TASKS: tuple[str, ...] = ("diagnose", "report", "segment", "detect", "keypoints", "measure")
 #: the tasks read at the exam level and by the single best view (`score_exam`)
 _FINDING_TASKS: tuple[str, ...] = ("diagnose", "report")
 #: The two readings of an examination that the report sets side by side.
@@ -314,4 +314,5 @@ EXAM_NOTE = (
     "BLEU lowercases and splits punctuation. Objects per view: one exam prompt per target, each view's share of the "
     "answer scored against that view's masks and boxes as a single image is (IoU; detection at IoU 0.5), beside "
     "each view asked alone; views that do not show the target are not scored, and the objects the exam answer "
-    "places on them are counted.")
+    "places on them are counted. Keypoints per view are scored as a single image's are; a caliper is asked once per "
+    "examination and scored on the view the model drew it in, against that view's caliper of that name.")

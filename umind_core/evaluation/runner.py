@@ -81,6 +81,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "exam_report_bleu4", "exam_best_view_report_bleu4",
     "exam_segmentation_miou", "exam_view_alone_segmentation_miou",
     "exam_detection_f1", "exam_view_alone_detection_f1",
+    "exam_keypoint_error_rel_width", "exam_view_alone_keypoint_error_rel_width",
+    "exam_measurement_rel_error", "exam_view_alone_measurement_rel_error",
 )
 #: Refusal questions use the templates the conversation builder trains refusals with (segment, detect, ask).
 REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")
