@@ -167,3 +167,17 @@ def test_an_exam_output_folder_is_not_taken_for_a_single_image_request(tmp_path,
     assert rc == 0, err
     assert _doc(tmp_path / "out" / "exam1" / "results.json")["exam"] is True  # untouched
     assert np.asarray(json.loads((tmp_path / "out" / "v1" / "results.json").read_text())["frames"]).tolist() == [0]
+
+
+def test_a_degenerate_exam_answer_writes_no_label_map_for_any_view(tmp_path, capsys, model_dir, monkeypatch):
+    exam = _exam_folder(tmp_path / "exam1")
+    force_answer(monkeypatch, "View 2: " + grounding.format_mask("lesion") + "...33773thyroidthyroid6A773",
+                 mask_groups=1)
+    rc, _, err = _infer(capsys, model_dir, exam, "--exam", "--task", "segment", "--prompt", "lesion",
+                        "--out", tmp_path / "out")
+    assert rc == 0, err
+    doc = _doc(tmp_path / "out" / "exam1" / "results.json")
+    assert doc["objects"] == [] and any(w.startswith("unparsable answer:") for w in doc["warnings"])
+    for k in (1, 2):  # as for one image: an unreadable answer is not a result, not even an empty label map
+        assert not list((tmp_path / "out" / "exam1" / f"view-{k}").glob("labels.*"))
+        assert _doc(tmp_path / "out" / "exam1" / f"view-{k}" / "results.json")["outputs"]["labels"] is None

@@ -41,6 +41,7 @@ def check_view_sites(names: Sequence[str], sites: Sequence[str | None]) -> None:
 
 def view_result(result: Result, k: int, frame_index: int, image_size: tuple[int, int] | None) -> Result:
     """View `k`'s objects of an examination's answer as a single-frame Result of that view (no ``view`` on its
-    objects), which the single-image writers (markups, label maps) take as they are."""
+    objects), which the single-image writers (markups, label maps) take as they are; an unreadable answer stays
+    unreadable, so they write nothing for it, as for one image."""
     return Result(task=result.task, objects=[replace(o, view=None) for o in result.objects if o.view == k],
-                  frame_index=frame_index, image_size=image_size)
+                  frame_index=frame_index, image_size=image_size, unparsable=result.unparsable)
