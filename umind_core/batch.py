@@ -58,6 +58,7 @@ __all__ = [
     "existing_request",
     "clear_outputs",
     "write_outputs",
+    "discover_exams",
 ]
 
 RESULTS_NAME = "results.json"
@@ -172,6 +173,31 @@ def discover_inputs(specs: Sequence[str], exclude: str | os.PathLike | None = No
         else:
             problems.append((spec, "file does not exist"))
     return files, problems
+
+
+def discover_exams(specs: Sequence[str], exclude: str | os.PathLike | None = None
+                   ) -> tuple[list[tuple[Path, tuple[Path, ...]]], list[tuple[str, str]]]:
+    """INPUTS as examinations (`umind infer --exam`): each folder, named or matched by a glob, with its image files
+    (found as `discover_inputs` finds a folder's), and each file alone (its frames are the views). Returns the
+    examinations in order without duplicates, and the specs that named none, each with the reason."""
+    excluded = Path(exclude).resolve() if exclude is not None else None
+    exams: list[tuple[Path, tuple[Path, ...]]] = []
+    problems: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    for spec in specs:
+        pattern = bool(_GLOB_CHARS.search(spec))
+        matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))] if pattern else [Path(spec)]
+        matches = [p for p in matches if (p.is_file() or p.is_dir()) and not _inside(p, excluded)]
+        if not matches:
+            problems.append((spec, "pattern matches no file or folder" if pattern else "file or folder does not exist"))
+        for p in matches:
+            files = (p,) if p.is_file() else tuple(_walk(p, excluded))
+            if not files:
+                problems.append((str(p), "folder has no image files to read as the views of an examination"))
+            elif p.resolve() not in seen:
+                seen.add(p.resolve())
+                exams.append((p, files))
+    return exams, problems
 
 
 def _strip_suffix(name: str) -> str:

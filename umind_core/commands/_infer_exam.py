@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_text
+from .infer import Record, _check_content, _read, already_done
 
-__all__ = ["VIEW_FOLDER", "ExamItem", "discover_exams", "exam_names", "process_exam"]
+__all__ = ["VIEW_FOLDER", "ExamItem", "process_exam"]
 
 #: each view's output folder inside the examination's: view-1, view-2, ...
 VIEW_FOLDER = "view-{k}"
@@ -40,39 +41,6 @@ class ExamItem:
         return str(self.path)
 
 
-def discover_exams(specs, exclude) -> tuple[list[tuple[Path, tuple[Path, ...]]], list[tuple[str, str]]]:
-    """INPUTS as examinations: each folder (named, or matched by a glob) with its image files, each file alone.
-    Returns the examinations in order without duplicates, and the specs that named none, each with the reason."""
-    import glob
-
-    from ..batch import _GLOB_CHARS, _inside, _walk
-
-    excluded = Path(exclude).resolve() if exclude is not None else None
-    exams: list[tuple[Path, tuple[Path, ...]]] = []
-    problems: list[tuple[str, str]] = []
-    seen: set[Path] = set()
-    for spec in specs:
-        pattern = bool(_GLOB_CHARS.search(spec))
-        matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))] if pattern else [Path(spec)]
-        matches = [p for p in matches if (p.is_file() or p.is_dir()) and not _inside(p, excluded)]
-        if not matches:
-            problems.append((spec, "pattern matches no file or folder" if pattern else "file or folder does not exist"))
-        for p in matches:
-            files = (p,) if p.is_file() else tuple(_walk(p, excluded))
-            if not files:
-                problems.append((str(p), "folder has no image files to read as the views of an examination"))
-            elif p.resolve() not in seen:
-                seen.add(p.resolve())
-                exams.append((p, files))
-    return exams, problems
-
-
-def exam_names(exams) -> list[str]:
-    from ..batch import output_names
-
-    return output_names([p for p, _ in exams])
-
-
 @dataclass
 class _View:
     source: str
@@ -81,13 +49,13 @@ class _View:
     note: str | None = None
 
 
-def _views(item: ExamItem, request, read) -> list:
+def _views(item: ExamItem, request) -> list:
     """The examination's views in reading order, checked: count and sites (ValueError naming the problem)."""
     from ..exam_views import check_view_sites, study_site
     from ..frames import current_frame
 
     if len(item.files) == 1:
-        study = read(item.files[0], request.axis)
+        study = _read(item.files[0], request.axis)
         views = [_View(f"{item.files[0]} frame {k}", study, study.frames[k])
                  for k in request.frames.select(study.geometry, item.display)]
         _check_count(len(views), "selected frames (--frames)")
@@ -95,7 +63,7 @@ def _views(item: ExamItem, request, read) -> list:
         _check_count(len(item.files), "image files in the folder")
         views = []
         for path in item.files:
-            study = read(path, request.axis)
+            study = _read(path, request.axis)
             n = study.geometry.n_frames
             k = current_frame(study.geometry.kind, n)
             note = None if n == 1 else f"{path.name}: a clip of {n} frames, frame {k} was read as the view"
@@ -114,24 +82,19 @@ def _check_count(count: int, what: str) -> None:
         raise ExamViewError(f"an examination needs at least 2 views; it has {count} ({what})")
 
 
-def process_exam(ctx, item: ExamItem, read, check_content, record) -> object:
-    """Answer one examination and write its outputs; returns `record`(status, frames)."""
+def process_exam(ctx, index: int, item: ExamItem) -> Record:
+    """Answer one examination and write its outputs (`infer._process`'s twin for an examination)."""
     from .. import batch
     from ..exam_views import view_result
 
     out_dir = ctx.out / item.name
     wanted = ctx.request.to_dict()
-    if not ctx.overwrite:
-        done = batch.existing_request(out_dir)
-        if done == wanted:
-            return record("skipped", 0)
-        if done is not None:
-            raise ValueError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
-                             f"{done.get('prompt')!r}); pass --overwrite or another --out")
+    if already_done(ctx, out_dir, wanted):
+        return Record(index, item.display, item.name, "skipped")
     t0 = time.perf_counter()
-    views = _views(item, ctx.request, read)
-    for v in views:
-        check_content(v.study, v.source)
+    views = _views(item, ctx.request)
+    for study in {id(v.study): v.study for v in views}.values():  # a clip's frames share one study: checked once
+        _check_content(study, study.path)
     _clear(out_dir)
     ctx.grow_bar(total=len(views), postfix=item.name[-30:])
     result = ctx.predictor.predict_exam(ctx.request.task, ctx.request.prompt, [v.frame for v in views])
@@ -150,7 +113,7 @@ def process_exam(ctx, item: ExamItem, read, check_content, record) -> object:
            "warnings": result.warnings + [v.note for v in views if v.note], "confidence": result.confidence,
            "views": view_docs, "elapsed_s": round(time.perf_counter() - t0, 3)}
     write_text(out_dir / batch.RESULTS_NAME, json.dumps(doc, indent=2))
-    return record("done", len(views))
+    return Record(index, item.display, item.name, "done", frames=len(views))
 
 
 def _clear(out_dir: Path) -> None:

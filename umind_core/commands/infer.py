@@ -141,7 +141,7 @@ def validate_request(args: argparse.Namespace) -> Request:
 
     if args.decode is not None and args.decode not in DECODE_MODES:
         raise InferError(f"--decode must be one of {', '.join(DECODE_MODES)}, got {args.decode!r}")
-    exam = bool(getattr(args, "exam", False))
+    exam = bool(args.exam)
     if exam:
         if args.task not in prompts.EXAM_TEMPLATES:
             raise InferError(f"--exam answers {', '.join(prompts.EXAM_TEMPLATES)}, not {args.task!r}")
@@ -247,19 +247,27 @@ class _Context:
             self.bar.refresh()
 
 
+def already_done(ctx: _Context, out_dir: Path, wanted: dict) -> bool:
+    """Whether `out_dir` holds this request's finished results (skip it); another request's is an error."""
+    from .. import batch
+
+    if ctx.overwrite:
+        return False
+    done = batch.existing_request(out_dir)
+    if done is not None and done != wanted:
+        raise InferError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
+                         f"{done.get('prompt')!r}); pass --overwrite or another --out")
+    return done is not None
+
+
 def _process(ctx: _Context, index: int, item) -> Record:
     from .. import batch
 
     name = item.display
     out_dir = ctx.out / item.name
     wanted = ctx.request.to_dict()
-    if not ctx.overwrite:
-        done = batch.existing_request(out_dir)
-        if done == wanted:
-            return Record(index, name, item.name, "skipped")
-        if done is not None:
-            raise InferError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
-                             f"{done.get('prompt')!r}); pass --overwrite or another --out")
+    if already_done(ctx, out_dir, wanted):
+        return Record(index, name, item.name, "skipped")
     t0 = time.perf_counter()
     study = _read(item.path, ctx.request.axis)
     _check_content(study, name)
@@ -288,8 +296,7 @@ def _run_one(ctx: _Context, index: int, item) -> Record:
         if ctx.request.exam:
             from ._infer_exam import process_exam
 
-            rec = process_exam(ctx, item, _read, _check_content,
-                               lambda status, n: Record(index, item.display, item.name, status, frames=n))
+            rec = process_exam(ctx, index, item)
         else:
             rec = _process(ctx, index, item)
     except (ValueError, OSError, MemoryError, torch.OutOfMemoryError) as exc:
@@ -439,12 +446,13 @@ def _discover(specs, out: Path, exam: bool) -> tuple[list, list[tuple[str, str]]
     from .. import batch
 
     if exam:
-        from ._infer_exam import ExamItem, discover_exams, exam_names
+        from ._infer_exam import ExamItem
 
-        exams, problems = discover_exams(specs, exclude=out)
+        exams, problems = batch.discover_exams(specs, exclude=out)
         if not exams:
             raise InferError("no examinations: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
-        return [ExamItem(p, files, n) for (p, files), n in zip(exams, exam_names(exams))], problems
+        names = batch.output_names([p for p, _ in exams])
+        return [ExamItem(p, files, n) for (p, files), n in zip(exams, names)], problems
     paths, problems = batch.discover_inputs(specs, exclude=out)
     if not paths:
         raise InferError("no input files: " + "; ".join(f"{spec}: {why}" for spec, why in problems))
