@@ -42,9 +42,9 @@ def _kept_merged_weights(self, active_adapters) -> torch.Tensor:
            tuple(tuple(self.token_indices[n]) for n in active_adapters),
            tuple((id(d), d._version, d.dtype, d.device) for d in deltas))
     kept = getattr(base, _KEPT, None)
-    if kept is not None and torch.is_grad_enabled() and kept[1].is_inference():
-        return self._umind_merged_weights(active_adapters)  # made under inference_mode: autograd may not save it
-    if kept is None or kept[0] != key:
+    # one made under inference_mode may not be saved by autograd: a forward with gradients builds a plain one
+    stale = kept is None or kept[0] != key or (torch.is_grad_enabled() and kept[1].is_inference())
+    if stale:
         kept = (key, self._umind_merged_weights(active_adapters))
         setattr(base, _KEPT, kept)
     return kept[1]
