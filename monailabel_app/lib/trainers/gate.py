@@ -24,8 +24,9 @@ demo model 3 (benchmarks/results/annotation_loop_demo3): 40 test images
 of the new look showed the promoted versions losing 0.010 [-0.017, -0.003] mIoU, while the gate's "new labels"
 (1-2 images a run) and "earlier labels" (1-4) never had the ten samples a task needed to gate there. Pooled, the
 set grows by the held-out part of every run, and it gates from `held_out_min_samples` (3) scored samples, the
-paired standard error keeping a single flipped answer from deciding. A few images still see only large losses:
-the recipe, not the gate, has to make the small ones rare.
+paired standard error keeping a single flipped answer from deciding, but never forgiving more than the full
+score tolerance (`held_out_tolerance`: one collapsed mask among six passed the uncapped rule). A few images still see
+only large losses: the recipe, not the gate, has to make the small ones rare.
 
 A change is also weighed against the noise of the set it was measured on. Both versions answer the same
 samples, so the paired standard error of the change is sd(after_i - before_i) / sqrt(n) (`paired_se`). On the
@@ -70,10 +71,18 @@ class Tolerance:
     #: a change beyond the tolerance counts only when it also exceeds this many paired standard errors
     #: (0 = the tolerance alone decides)
     noise_z: float = 1.28
+    #: the most the noise rule may forgive a score (absolute); None = no cap. Errors are never capped: their
+    #: per-sample values (a keypoint, a caliper) move on every retrain even when nothing systematic changed
+    score_noise_cap: float | None = None
 
     def worse(self, kind: str, before: float, after: float, se: float | None = None) -> bool:
         beyond = after < before - self.score if kind == "score" else after > before * (1.0 + self.error) + 1e-12
-        return beyond and (se is None or abs(after - before) > self.noise_z * se)
+        if se is None:
+            return beyond
+        allowance = self.noise_z * se
+        if kind == "score" and self.score_noise_cap is not None:
+            allowance = min(allowance, self.score_noise_cap)
+        return beyond and abs(after - before) > allowance
 
 
 #: the held-out labels' tolerances as a share of the suite's (0.005 for scores, 1.25% for errors at the defaults).
@@ -83,10 +92,18 @@ HELD_OUT_SHARE = 0.25
 
 
 def held_out_tolerance(tol: Tolerance, min_samples: int) -> Tolerance:
-    """How the held-out labels are judged: a quarter of the tolerance, the same noise rule, gating from
-    `min_samples` samples."""
+    """How the held-out labels are judged: a quarter of the tolerance, the same noise rule with what it forgives a
+    score capped at the full score tolerance, gating from `min_samples` samples.
+
+    Why the cap: on 3-12 images the paired standard error grows with the loss when one image carries it (one mask
+    of six collapsing from 0.6 to 0 IoU gives a change of -0.10 with SE 0.10), so the plain noise rule forgives any
+    loss that a single corrected image carries. The loop benchmark served such a version (run 2, `random`, 20
+    labels: held-out labels 0.679 -> 0.575, the test split -0.011 [-0.017, -0.005]). Capped, a held-out score is
+    forgiven at most the 0.02 the regression suite grants at all, so a small loss on one image among four (-0.008)
+    is still noise and a collapsed mask, a lost box or a flipped answer is not. Replayed on the recorded loop runs:
+    `benchmarks/replay_gate.py`."""
     return replace(tol, score=tol.score * HELD_OUT_SHARE, error=tol.error * HELD_OUT_SHARE,
-                   min_samples=int(min_samples))
+                   min_samples=int(min_samples), score_noise_cap=tol.score)
 
 
 def _sample_value(task: str, sample: dict) -> float | None:
