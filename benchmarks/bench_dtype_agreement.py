@@ -1,0 +1,184 @@
+"""Does the bf16 path answer what the float32 reference answers? Tokens and masks, side by side (issue 36).
+
+The faster CPU path for a large model is bf16 weights and arithmetic (`bench_qwen4b_cpu.py`); whether it may be
+used depends on what it changes. Two models, each loaded twice (float32 and bfloat16), asked the same questions:
+
+- the bundled demo model (trained weights, the only model here whose answers mean something): every question
+  `umind eval` asks of held-out default-look images (segment, detect, keypoints, measure, diagnose); the share of
+  answers whose text is identical, the IoU between the two dtypes' masks, and each dtype's score against truth;
+- the small layout with Qwen's real 151,936-token vocabulary (`scripts/make_qwen_layout.py --variant small`),
+  random weights: its greedy answers to a segment and an open question on `--images` images, token by token.
+
+`python benchmarks/bench_dtype_agreement.py --work DIR` writes benchmarks/results/dtype_agreement.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "dtype_agreement.json"
+DTYPES = ("float32", "bfloat16")
+
+
+def mask_iou(a, b) -> float | None:
+    if a is None or b is None:
+        return None
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+def answers(model, records, queries) -> dict:
+    """(record, task, prompt) -> Result, each distinct question asked once (the runner's order)."""
+    from umind_core.imageio import Frame
+    from umind_core.predictor import Predictor
+
+    predictor = Predictor(model)
+    out = {}
+    for q in queries:
+        if q.key in out:
+            continue
+        rec = records[q.record]
+        predictor.set_image(Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame,
+                                  source=str(rec.image_path)))
+        out[q.key] = predictor.predict(q.predict_task, q.prompt)
+    return out
+
+
+def _box_iou(a, b) -> float:
+    from umind_core.evaluation.metrics import box_iou
+
+    return float(box_iou(a, b))
+
+
+def _pairs(a, b) -> dict[str, list[float]]:
+    """What differs between two answers' objects, paired in order: mask IoU, box IoU, the largest point shift
+    and the relative change of a drawn line's length (pixels)."""
+    out: dict[str, list[float]] = {"mask_iou": [], "box_iou": [], "point_shift_px": [], "line_rel_change": []}
+    for oa, ob in zip(a.objects, b.objects):
+        if oa.mask is not None and ob.mask is not None:
+            out["mask_iou"].append(mask_iou(oa.mask, ob.mask))
+        if oa.box is not None and ob.box is not None:
+            out["box_iou"].append(_box_iou(oa.box, ob.box))
+        if oa.points and len(oa.points) == len(ob.points):
+            out["point_shift_px"].append(max(float(np.hypot(p[0] - q[0], p[1] - q[1]))
+                                             for p, q in zip(oa.points, ob.points)))
+        if oa.line is not None and ob.line is not None:
+            la = float(np.hypot(oa.line[2] - oa.line[0], oa.line[3] - oa.line[1]))
+            lb = float(np.hypot(ob.line[2] - ob.line[0], ob.line[3] - ob.line[1]))
+            if la > 0:
+                out["line_rel_change"].append(abs(lb - la) / la)
+    return out
+
+
+def _spread(values: list[float]) -> dict:
+    v = np.asarray(values, float)
+    return {"n": int(v.size), "mean": round(float(v.mean()), 4), "p05": round(float(np.percentile(v, 5)), 4),
+            "p95": round(float(np.percentile(v, 95)), 4), "min": round(float(v.min()), 4),
+            "max": round(float(v.max()), 4)}
+
+
+def compare(ref: dict, fast: dict) -> dict:
+    """Per task: answers with identical text, the same number of objects, and how far paired objects moved."""
+    by_task: dict[str, dict] = {}
+    for key, a in ref.items():
+        b = fast[key]
+        row = by_task.setdefault(key[1], {"answers": 0, "same_text": 0, "same_objects": 0, "_pairs": {}})
+        row["answers"] += 1
+        row["same_text"] += int(a.text == b.text)
+        row["same_objects"] += int(len(a.objects) == len(b.objects))
+        for name, values in _pairs(a, b).items():
+            row["_pairs"].setdefault(name, []).extend(values)
+    for row in by_task.values():
+        pairs = row.pop("_pairs")
+        row["same_text_share"] = round(row["same_text"] / max(1, row["answers"]), 4)
+        for name, values in pairs.items():
+            if values:
+                row[name] = _spread(values)
+        if pairs.get("mask_iou"):
+            row["masks_iou_ge_099"] = round(float(np.mean(np.asarray(pairs["mask_iou"]) >= 0.99)), 4)
+    return by_task
+
+
+def demo_model(work: Path, n: int) -> dict:
+    from umind_core import demo
+    from umind_core.data.manifest import read_manifest, write_synthetic_dataset
+    from umind_core.evaluation.runner import build_queries, evaluate
+
+    folder = work / "default"
+    if not (folder / "manifest.jsonl").is_file():
+        write_synthetic_dataset(folder, n, seed0=1_000_000, size=256, progress=False)
+    records = read_manifest(folder / "manifest.jsonl")
+    queries = build_queries(records, ("segment", "detect", "keypoints", "measure", "diagnose"))
+    got, truth, seconds = {}, {}, {}
+    for dtype in DTYPES:
+        model = demo.load_model(None, dtype=dtype)
+        t = time.perf_counter()
+        got[dtype] = answers(model, records, queries)
+        seconds[dtype] = round(time.perf_counter() - t, 1)
+        summary = evaluate(model, records, tasks=("segment", "detect", "keypoints", "measure", "diagnose"),
+                           progress=False).metrics["summary"]
+        truth[dtype] = {k: round(v, 4) for k, v in summary.items()
+                        if isinstance(v, float) and not k.startswith("exam_")}
+    return {"images": n, "questions": len(got["float32"]), "agreement": compare(got["float32"], got["bfloat16"]),
+            "against_truth": truth, "answer_seconds": seconds}
+
+
+def small_layout(work: Path, n: int, max_new_tokens: int = 16) -> dict:
+    """The random small layout (no planted answer): its greedy tokens decided by whatever margins random weights
+    leave, the hardest case for agreement; masks are not compared (a random model rarely asks for one, and the
+    planted layout's mask logits are exactly 0 in float32, so their sign is rounding)."""
+    from umind_core.modeling.umind import UMindVL
+    from umind_core.predictor import Predictor
+    from umind_core.testing.samples import make_image
+    from umind_core.tools import qwen_layout
+
+    folder = work / "Qwen3-VL-small"
+    if not (folder / "config.json").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        qwen_layout.write_layout(folder, "small")
+        UMindVL.from_pretrained(folder).save_pretrained(work / "umind-small")  # one mask decoder for both dtypes
+    got, ids = {}, {}
+    for dtype in DTYPES:
+        model = UMindVL.from_pretrained(work / "umind-small", dtype=dtype)
+        predictor = Predictor(model, max_new_tokens=max_new_tokens)
+        rows = {}
+        for i in range(n):
+            predictor.set_image(make_image(i, height=256, width=256))
+            for task, prompt in (("segment", "lesion"), ("ask", "What organ is shown?")):
+                rows[(i, task, prompt)] = predictor.predict(task, prompt)
+        got[dtype] = rows
+        ids[dtype] = {k: model.tokenizer(r.text, add_special_tokens=False)["input_ids"] for k, r in rows.items()}
+    first = [next((j for j, (x, y) in enumerate(zip(a, ids["bfloat16"][k])) if x != y), None)
+             for k, a in ids["float32"].items()]
+    diverged = [j for j in first if j is not None]
+    return {"images": n, "max_new_tokens": max_new_tokens, "agreement": compare(got["float32"], got["bfloat16"]),
+            "first_different_token": {"answers_that_differ": len(diverged),
+                                      "mean_position": round(float(np.mean(diverged)), 2) if diverged else None}}
+
+
+def main(argv=None) -> int:
+    from umind_core.atomic import write_text
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--images", type=int, default=40)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    result = {"demo_model": demo_model(args.work, args.images), "small_real_vocabulary": small_layout(args.work, args.images)}
+    write_text(args.out, json.dumps(result, indent=1))
+    print(json.dumps({k: v["agreement"] for k, v in result.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
