@@ -13,8 +13,6 @@ segment's masks come back per view as that view's label map, inline (`_view_labe
 from __future__ import annotations
 
 import base64
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from umind_core.results import Result
 
 from .model_holder import MODEL_THREAD
 from .params import current_slice, parse_prompt
+from .reply_files import reply_path
 from .wall.caps import check_image_budget
 from .wall.errors import BadRequest
 from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES
@@ -137,8 +136,7 @@ def _view_label(mine: Result, view: ExamView, geometry: Geometry, target: str) -
     inline and base64-encoded: one reply carries every view's, and a client decodes each as it decodes a single
     image's label file. Named by the target (value 1), also when nothing was found, so its segment is cleared."""
     suffix = label_map_suffix(view.study.geometry)
-    fd, path = tempfile.mkstemp(prefix="umind-", suffix=suffix)
-    os.close(fd)
+    path = reply_path(suffix)
     try:
         files = write_viewer_files([mine], view.study, geometry, labels_to=path, names=[target], fallback=target)
         data = Path(path).read_bytes()

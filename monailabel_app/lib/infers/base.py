@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 import time
 from typing import Any, ClassVar
@@ -44,6 +43,7 @@ from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_e
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
 from ..params import current_slice, parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
+from ..reply_files import reply_path
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import frame_of_view, is_stock_extension, map_targets
 from ..wire import prompt_key
@@ -214,7 +214,7 @@ class UMindInferTask(InferTask):
                 path, names = self._label_map(study, opts, runs, geometry, fill_boxes=True)
                 body["label_names"] = names
                 return path, body
-            path = _temp(".mrk.json")
+            path = reply_path(".mrk.json")
             asked = [t for _, t, _ in runs if t] or list(self.default_labels)
             write_viewer_files([r for _, _, rs in runs for r in rs], study, geometry, markups_to=path,
                                markups=markups, targets=asked)
@@ -228,7 +228,7 @@ class UMindInferTask(InferTask):
         """One label value per requested target (the Slicer segment it updates), via `outputs.write_viewer_files`."""
         results = [r for _, _, rs in runs for r in rs]
         targets = [t for _, t, rs in runs for _ in rs]
-        path = _temp(label_map_suffix(study.geometry, opts.get("result_extension")))
+        path = reply_path(label_map_suffix(study.geometry, opts.get("result_extension")))
         try:
             stack = write_viewer_files(results, study, geometry, labels_to=path, names=targets,
                                        fallback=self.default_labels[0], fill_boxes=fill_boxes, max_labels=255).stack
@@ -285,11 +285,6 @@ def _named(err, image: object):
         detail = err.detail.replace("{image}", repr(shown))
         err.detail = detail.replace(image, shown) if isinstance(image, str) and image else detail
     return err
-
-
-def _temp(suffix: str) -> str:
-    with tempfile.NamedTemporaryFile(prefix="umind-", suffix=suffix, delete=False) as fh:
-        return fh.name
 
 
 def _dicts(runs) -> list[dict]:
