@@ -20,7 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_annotation_loop import change_interval, paired_samples  # a sibling script: benchmarks/ is sys.path[0]
+from bench_annotation_loop import (  # a sibling script: benchmarks/ is sys.path[0]
+    change_interval,
+    paired_samples,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "look_factors.json"

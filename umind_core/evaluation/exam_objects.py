@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .runner import IOU_THRESHOLD, _keypoint_section, build_queries, score
+from .runner import IOU_THRESHOLD, build_queries, keypoint_section, score
 
 __all__ = ["OBJECT_READINGS", "OBJECT_TASKS", "aggregate_objects", "exam_object_samples", "object_scorable",
            "object_table", "view_alone_samples"]
@@ -115,7 +115,7 @@ def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
             summary[f"{key}_detection_f1"] = prf["f1"]
         kp, meas = of_reading(samples, "exam_keypoints", reading), of_reading(samples, "exam_measure", reading)
         if kp:
-            part["keypoints"] = {**_keypoint_section(kp), "n": len(kp)}
+            part["keypoints"] = {**keypoint_section(kp), "n": len(kp)}
             summary[f"{key}_keypoint_error_rel_width"] = part["keypoints"]["mean_rel_width"]
         if meas:
             part["measurement"] = {**M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas]),

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .runner import _CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, parse_diagnosis
+from .runner import CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, parse_diagnosis
 
 __all__ = [
     "EXAM_TASKS",
@@ -238,8 +238,8 @@ def evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[di
 
     samples: list[dict] = []
     try:
-        for start in range(0, len(work), _CHUNK_RECORDS):
-            chunk = work[start:start + _CHUNK_RECORDS]
+        for start in range(0, len(work), CHUNK_RECORDS):
+            chunk = work[start:start + CHUNK_RECORDS]
             frames_of: dict[str, list] = {}
             for exam, asked in chunk:
                 frames = frames_of[exam.id] = _exam_frames(exam)

@@ -48,6 +48,7 @@ from ..imageio import line_length
 from . import metrics as M
 
 __all__ = [
+    "CHUNK_RECORDS",
     "EVAL_TASKS",
     "DIAGNOSIS_LABELS",
     "SUMMARY_KEYS",
@@ -55,6 +56,7 @@ __all__ = [
     "EvalReport",
     "Query",
     "build_queries",
+    "keypoint_section",
     "parse_diagnosis",
     "match_keypoints",
     "score",
@@ -88,7 +90,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
 REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")
 REFUSAL_QUESTION = "Where is the {target} in this image?"
 SITE_QUESTION = "What site does this ultrasound image show?"
-_CHUNK_RECORDS = 64  # records whose images are held in memory at once
+#: records whose images are held in memory at once (the single-image and examination scorers alike)
+CHUNK_RECORDS = 64
 _DIAGNOSIS_RE = re.compile(r"\b(malignan\w*|benign|normal)\b", re.I)
 _MM_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*mm\b", re.I)
 
@@ -361,7 +364,7 @@ def _of(samples: Iterable[dict], task: str) -> list[dict]:
     return [s for s in samples if s.get("task") == task]
 
 
-def _keypoint_section(kp: list[dict]) -> dict:
+def keypoint_section(kp: list[dict]) -> dict:
     """Keypoint errors in pixels, in % of the image width, and in mm over the samples with a spacing."""
     preds = [p for s in kp for p in s["pred_points"]]
     gts = [g for s in kp for g in s["gt_points"]]
@@ -406,7 +409,7 @@ def aggregate(samples: Sequence[dict]) -> dict:
 
     kp = _of(samples, "keypoints")
     if kp:
-        out["keypoints"] = _keypoint_section(kp)
+        out["keypoints"] = keypoint_section(kp)
         summary.update(keypoint_error_px=out["keypoints"]["mean_px"], keypoint_error_mm=out["keypoints"]["mean_mm"],
                        keypoint_error_rel_width=out["keypoints"]["mean_rel_width"])
 
@@ -532,8 +535,8 @@ def _evaluate_images(predictor, records: list, queries: list[Query], bar) -> lis
     from ..imageio import Frame
 
     samples: list[dict] = []
-    for start in range(0, len(records), _CHUNK_RECORDS):
-        chunk = range(start, min(start + _CHUNK_RECORDS, len(records)))
+    for start in range(0, len(records), CHUNK_RECORDS):
+        chunk = range(start, min(start + CHUNK_RECORDS, len(records)))
         chunk_queries = [q for q in queries if q.record in chunk]
         frames = {}
         for i in chunk:
