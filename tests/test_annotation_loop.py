@@ -491,3 +491,41 @@ def test_the_app_builds_the_trainers_config_and_the_trainer_validates_it(tmp_pat
     # the app's parser let warmup_ratio 1 through and the run failed; the trainer's own rule now refuses it here
     with pytest.raises(ConfError, match="warmup_ratio"):
         parse_train_params({"warmup_ratio": "1"})
+
+
+def test_an_exported_thyroid_label_teaches_the_nodule_and_the_whole_gland(tmp_path):
+    """A corrected thyroid as the Slicer module or the loop benchmark submits it (the gland and, inside it, the
+    nodule, on one label map): the export gives the nodule its own mask and the gland its full outline, nodule
+    included, as the generator's manifests (and so the model) draw a gland. Before, the gland painted last erased
+    the nodule, and a nodule painted last left the gland with a hole."""
+    from monailabel.datastore.local import LocalDatastore
+    from PIL import Image
+
+    from lib.trainers.dataset import export_datastore
+    from umind_core.data.manifest import read_manifest
+    from umind_core.painter import LabelPainter
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    gland = np.zeros((64, 64), bool)
+    gland[10:50, 8:56] = True
+    nodule = np.zeros((64, 64), bool)
+    nodule[20:30, 20:34] = True
+    for k in range(2):
+        Image.fromarray(np.full((64, 64), 90 + k, np.uint8)).save(studies / f"thy{k}.png")
+    ds = LocalDatastore(str(studies), extensions=("*.png",), auto_reload=False)
+    for k in range(2):
+        painter = LabelPainter((64, 64))
+        for name, mask in ((("thyroid nodule", nodule), ("thyroid", gland)) if k == 0
+                           else (("thyroid", gland), ("thyroid nodule", nodule))):
+            painter.paint(name, mask)
+        path = tmp_path / f"thy{k}_label.png"
+        Image.fromarray(painter.labels()).save(path)
+        ds.save_label(f"thy{k}", str(path), "final", {"label_names": painter.values})
+    data = export_datastore(ds, tmp_path / "out", ("lesion",), 0.5, 1, 0)
+    records = read_manifest(data.train_manifest) + read_manifest(data.val_manifest)
+    assert len(records) == 2
+    for rec in records:
+        masks = dict(zip((o.label for o in rec.annotations.objects), rec.load_masks()))
+        assert set(masks) == {"thyroid", "thyroid nodule"}
+        assert np.array_equal(masks["thyroid nodule"], nodule) and np.array_equal(masks["thyroid"], gland)

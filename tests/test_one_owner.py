@@ -151,8 +151,13 @@ def _m(shape, *slices) -> np.ndarray:
 
 PAINT_CASES = {
     "nothing": ((4, 5), []),
-    "overlap, later paints over": ((4, 5), [("a", _m((4, 5), slice(0, 3), slice(0, 3)), ()),
-                                            ("b", _m((4, 5), slice(2, 4), slice(2, 5)), ())]),
+    "overlap, the smaller keeps it": ((4, 5), [("a", _m((4, 5), slice(0, 3), slice(0, 3)), ()),
+                                               ("b", _m((4, 5), slice(2, 4), slice(2, 5)), ())]),
+    "a gland painted after its nodule": ((4, 5), [("nodule", _m((4, 5), slice(1, 3), slice(1, 3)), ()),
+                                                  ("gland", _m((4, 5), slice(0, 4), slice(0, 5)), ())]),
+    "equal sizes, the later": ((4, 5), [("a", _m((4, 5), 0, slice(0, 3)), ()), ("b", _m((4, 5), 0, slice(1, 4)), ())]),
+    "sizes count per frame": ((2, 4, 5), [("small", _m((4, 5), 1, 1), 0), ("big", _m((4, 5), slice(None), 1), 1),
+                                          ("big", _m((4, 5), slice(None), 1), 0)]),
     "a name keeps its value": ((4, 5), [("a", _m((4, 5), 0, 0), ()), ("b", _m((4, 5), 1, 1), ()),
                                         ("a", _m((4, 5), 3, slice(None)), ())]),
     "nonzero masks are inside": ((4, 5), [("a", _m((4, 5), 1, 2).astype(np.uint8) * 7, ())]),
@@ -173,18 +178,45 @@ def test_the_slicer_painter_is_the_core_rule(case):
     assert a.dtype == b.dtype and np.array_equal(a, b) and core.values == copy.values, case
 
 
+def test_a_nested_structure_survives_the_label_map_and_its_organ_gets_it_back():
+    """The rule itself: a gland answered after its nodule leaves the nodule visible (the loop's thyroid labels had
+    lost every nodule under "later paints over"); at equal size the later mask wins; and `unpainted` returns the
+    gland with the nodule's pixels, as the manifests draw an organ, while a ring around background stays a ring."""
+    from umind_core.painter import unpainted
+
+    _, paints = PAINT_CASES["a gland painted after its nodule"]
+    painter = LabelPainter((4, 5))
+    for name, mask, index in paints:
+        painter.paint(name, mask, index)
+    labels = painter.labels()
+    nodule, gland = paints[0][1], paints[1][1]
+    assert (labels[nodule] == 1).all() and (labels[gland & ~nodule] == 2).all()
+    assert np.array_equal(unpainted(labels, 2), gland) and np.array_equal(unpainted(labels, 1), nodule)
+    _, equal = PAINT_CASES["equal sizes, the later"]
+    tie = LabelPainter((4, 5))
+    for name, mask, index in equal:
+        tie.paint(name, mask, index)
+    assert tie.labels()[0].tolist() == [1, 2, 2, 2, 0]
+    ring = np.zeros((5, 5), np.uint8)
+    ring[0, :] = ring[4, :] = ring[:, 0] = ring[:, 4] = 3
+    ring[2, 2] = 4  # something inside the ring, background around it
+    assert np.array_equal(unpainted(ring, 3), ring == 3)
+    ring[1:4, 1:4] = 4  # the ring's inside wholly another structure: it lies inside the ring's outline
+    assert unpainted(ring, 3).all()
+
+
 def test_results_and_stacks_paint_with_the_painter():
     from umind_core.imageio import Geometry
     from umind_core.outputs import label_stack
     from umind_core.results import GroundedObject, Result
 
-    _, paints = PAINT_CASES["overlap, later paints over"]
+    _, paints = PAINT_CASES["a gland painted after its nodule"]
     objects = [GroundedObject(label=name, mask=mask) for name, mask, _ in paints]
     expected = LabelPainter((4, 5))
     for name, mask, _ in paints:
         expected.paint(name, mask)
     labels, names = Result(task="segment", objects=objects).label_map()
-    assert np.array_equal(labels, expected.labels()) and names == {1: "a", 2: "b"}
+    assert np.array_equal(labels, expected.labels()) and names == {1: "nodule", 2: "gland"}
     flat = Geometry("2d", (4, 5), (1.0, 1.0), (0.0, 0.0), (1.0, 0.0, 0.0, 1.0))
     stack = label_stack([Result(task="segment", objects=objects, frame_index=0)], flat)
     assert np.array_equal(stack.volume(), expected.labels()) and stack.values == expected.values

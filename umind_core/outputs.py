@@ -6,8 +6,8 @@ the server cannot drift apart:
 
 * The label stack covers every frame of the input (frames without an answer stay 0). A label name keeps one
   value across all frames, so a cine clip's "lesion" is the same value in every frame; values are given in
-  order of first appearance and later objects paint over earlier ones: `painter.LabelPainter`'s rule, which
-  `Result.label_map` paints one frame with.
+  order of first appearance and where objects overlap the smaller keeps its pixels (a nodule inside its gland):
+  `painter.LabelPainter`'s rule, which `Result.label_map` paints one frame with.
 * A 2D image's label map is its one frame; a clip's or a volume's is the whole stack.
 * Markups of a multi-frame input carry "(frame N)" in their names, since Slicer shows them all at once.
 * The files lie in `Study.output_geometry`: where the viewer shows the image, with the calibrated spacing, so a

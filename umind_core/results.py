@@ -230,8 +230,8 @@ class Result:
 
     def label_map(self) -> tuple[np.ndarray, dict[int, str]]:
         """H x W uint8 map with one value per distinct label (in order of first appearance;
-        unlabelled objects get their own value); later objects paint over earlier ones (`painter.LabelPainter`,
-        the rule every label map follows; here at most 255 labels, so the map stays uint8)."""
+        unlabelled objects get their own value); where objects overlap the smaller keeps its pixels
+        (`painter.LabelPainter`, the rule every label map follows; here at most 255 labels, so the map stays uint8)."""
         masked = [o for o in self.objects if o.mask is not None]
         if masked:
             shape = masked[0].mask.shape

@@ -3,7 +3,8 @@
 A final label is a label map in the image's geometry (what Slicer saves, or what umind_segment returned
 and a person corrected) plus its info: `label_names`, and from the UMind Slicer module the corrected
 markups, the finding and the report (corrections.py maps those onto the frames). Every frame with any
-annotation becomes one manifest record: the frame as a PNG, one mask per named label value with its box,
+annotation becomes one manifest record: the frame as a PNG, one mask per named label value with its box (an
+organ's mask with the structures inside it that the label map paints over it, as the manifests draw organs),
 the ROIs, landmarks and calipers, and the image's diagnosis. The conversation builder turns the records
 into every task's conversations, so training wording matches serving wording.
 
@@ -23,6 +24,7 @@ from PIL import Image
 from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
 from umind_core.data.split import hash_split
 from umind_core.imageio import Study, read_label_map, read_study
+from umind_core.painter import unpainted
 
 from ..wire import LABEL_NAMES
 from .corrections import FrameCorrections, info_fields, read_corrections
@@ -81,7 +83,7 @@ def _frame_objects(lab: np.ndarray, names: dict[int, str], fixes: FrameCorrectio
         if v not in names:
             notes.append(f"{safe}: label value {v} has no name (label_names nor conf labels): skipped")
             continue
-        m = lab == v
+        m = unpainted(lab, v)  # an organ gets back the nested structures painted over it (umind_core.painter)
         ys, xs = np.nonzero(m)
         mask_rel = f"masks/{safe}_{v}.png"
         Image.fromarray(m.astype(np.uint8) * 255).save(out_dir / mask_rel)

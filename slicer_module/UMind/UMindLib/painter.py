@@ -1,10 +1,11 @@
 """The module's copy of the server's label-painting rule, for the label map a submission sends.
 
 The owner is ``umind_core/painter.py`` (`LabelPainter`), which the server's label maps are painted with; it cannot
-be imported inside Slicer. The rule: a name keeps one value (1, 2, ... in the order names first appear), a later
-mask paints over an earlier one, and the map is uint8 while its values fit and uint16 from the first value past
-255. So a segment submitted back has the value the server gave its name. tests/test_one_owner.py holds this
-copy to the owner on a table of cases.
+be imported inside Slicer. The rule: a name keeps one value (1, 2, ... in the order names first appear), where
+masks overlap the smaller mask keeps its pixels (at equal size the later one: a nodule stays visible inside its
+gland), and the map is uint8 while its values fit and uint16 from the first value past 255. So a segment submitted
+back has the value the server gave its name. tests/test_one_owner.py holds this copy to the owner on a table of
+cases.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class LabelPainter:
         self.shape = tuple(int(s) for s in shape)
         self.values: dict[str, int] = {}
         self.array: np.ndarray | None = None
+        self._areas: dict = {}  # index -> value -> the largest mask area painted with it there
 
     def value(self, name: str) -> int:
         """The value of ``name``: the one it was given, or the next one when it first appears."""
@@ -35,7 +37,17 @@ class LabelPainter:
         if value > 255 and labels.dtype == np.uint8:
             self.array = labels = labels.astype(np.uint16)
         mask = np.asarray(mask)
-        labels[index][mask if mask.dtype == bool else mask != 0] = value
+        inside = mask if mask.dtype == bool else mask != 0
+        area = int(inside.sum())
+        target = labels[index]
+        areas = self._areas.setdefault(index, {})
+        smaller = [other for other, other_area in areas.items() if other != value and other_area < area]
+        if smaller:
+            now = target[inside]
+            target[inside] = np.where(np.isin(now, smaller), now, value)
+        else:
+            target[inside] = value
+        areas[value] = max(areas.get(value, 0), area)
         return value
 
     def labels(self) -> np.ndarray:

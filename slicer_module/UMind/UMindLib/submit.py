@@ -1,7 +1,7 @@
 """The way back: what the user corrected in Slicer -> what PUT /datastore/label stores.
 
-Segments become one label map on the image's own grid (value = position in the list + 1, later
-segments painting over earlier ones: `painter.LabelPainter`, the module's copy of the server's rule),
+Segments become one label map on the image's own grid (value = position in the list + 1, a smaller segment
+keeping its pixels where two overlap: `painter.LabelPainter`, the module's copy of the server's rule),
 markups become one Slicer mrk.json dict in LPS (written by Slicer's own storage nodes, so it reads back
 in Slicer and in umind_core.imageio alike), and the corrected answer travels in the label info under the
 keys of `contract`, the module's copy of the server's wire contract.
