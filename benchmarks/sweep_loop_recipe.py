@@ -32,7 +32,7 @@ KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error
 
 #: the server's recipe the sweeps before 2026-12-05 varied (rehearsal 2:1 on the default look, LoRA without the
 #: vision blocks): a recipe that leaves a data key out takes it from here, so the recorded results stay reproducible
-BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1}
+BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1, "pseudo": 0}
 #: name -> (TrainConfig overrides and data keys, LoraSettings overrides); "loop" is BASE_DATA, "server" what
 #: `umind_lora` does today (TrainParams' defaults: rehearsal 0.5 on the varied look, the vision blocks adapted)
 RECIPES: dict[str, tuple[dict, dict]] = {
@@ -76,9 +76,27 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     # is the ceiling the adapter's? the same 300 steps training every weight, and with LoRA on the vision blocks too
     "ceiling_full": ({"rehearsal": 0.0, "max_steps": 300}, {"full": True}),
     "ceiling_vision_lora": ({"rehearsal": 0.0, "max_steps": 300}, {"vision": True}),
+    # self-training: the start model's confident masks on the pool's unlabeled images (all of them: neither scored
+    # nor labeled) join the 20 labels in the datastore, as a person's labels would (`pseudo_labels`)
+    "pseudo120_vision_lora": ({"pseudo": 120}, {"vision": True}),
+    "pseudo120_vision_lora_steps80": ({"pseudo": 120, "max_steps": 80}, {"vision": True}),
+    # the same seen under photometric augmentation too (a second, augmented copy of every label): consistency-style
+    "pseudo120_augment_vision_lora": ({"pseudo": 120, "label_augment": 0.5, "label_copies": 2}, {"vision": True}),
 }
 #: recipe keys that shape the training set rather than the trainer
-DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies")
+DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies", "pseudo")
+#: what a pseudo-label asks about an image of each site: the generator's label names (umind_core/data/synthetic.py),
+#: never the image's own truth; the gland first, so a nodule inside it is painted over it (a label map holds one name
+#: per pixel). No "cyst": asked for both names on the 20 labeled images, the start model segments the same spot under
+#: either (mask scores 0.001-0.08 apart; the higher one named the truth in 5 of 9 lesions), so every lesion is the
+#: site's lesion label here (cysts are about 14% of lesions)
+SITE_TARGETS = {"breast": ("breast lesion",), "thyroid": ("thyroid", "thyroid nodule"), "kidney": ("kidney",),
+                "fetal_head": ("fetal head",)}
+#: a predicted mask is kept when its pixels' mean probability (`GroundedObject.score`) reaches this and the model's
+#: detect answer for the same target holds a box at IoU >= 0.5 with the mask's box (the two answers agree). Set on
+#: the 20 labeled images (their truth, never the pseudo-labeled images'): it dropped the two masks of IoU 0.16 and
+#: 0.63 (a breast lesion's, scores 0.82 and 0.90, no agreeing box) and kept 23, of IoU 0.61-0.94 where named right
+PSEUDO_MIN_SCORE = 0.85
 
 
 
@@ -95,28 +113,31 @@ def make_sets(out: Path, n_pool: int, n_default: int, default_seed0: int = DEFAU
     return read_manifest(pool_m), read_manifest(default_m)
 
 
-def build_training_set(picked, out: Path, seed: int, data_keys: dict) -> Path:
+def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: dict | None = None) -> Path:
     """The loop's own path: datastore labels -> export -> `training_set` (conversations, rehearsal mix), as
-    `umind_lora` runs it; `data_keys` are the recipe's DATA_KEYS (rehearsal ratio and look, label copies)."""
+    `umind_lora` runs it; `data_keys` are the recipe's DATA_KEYS (rehearsal ratio and look, label copies).
+    `pseudo` ({id: (record, label PNG, info)}, `pseudo_labels`) are saved beside the labels as final labels too, in a
+    datastore of their own so no other recipe sees them."""
     from monailabel.datastore.local import LocalDatastore
 
     from monailabel_app.lib.conf import TrainParams
     from monailabel_app.lib.trainers.dataset import export_datastore
     from monailabel_app.lib.trainers.rehearsal import training_set
 
-    p = dataclasses.replace(TrainParams(), **data_keys)
+    p = dataclasses.replace(TrainParams(), **{k: v for k, v in data_keys.items() if k != "pseudo"})
     rehearsal, look = p.rehearsal, p.rehearsal_look
     tag = "_".join(str(data_keys[k]) for k in DATA_KEYS)
-    studies = out / f"studies_{rehearsal}"
+    studies = out / (f"studies_{rehearsal}" + (f"_pseudo{data_keys['pseudo']}" if pseudo else ""))
     studies.mkdir(parents=True, exist_ok=True)
     ds = LocalDatastore(str(studies), extensions=("*.png",), auto_reload=False)
-    for rec in picked:
+    labels = {rec.id: (rec, *annotation(rec)) for rec in picked}
+    labels.update(pseudo or {})
+    for rec, _, _ in labels.values():
         dest = studies / f"{rec.id}.png"
         if not dest.is_file():
             dest.write_bytes(Path(rec.image_path).read_bytes())
     ds.refresh()
-    for rec in picked:
-        data, info = annotation(rec)
+    for rec, data, info in labels.values():
         tmp = out / f"{rec.id}_label.png"
         tmp.write_bytes(data)
         ds.save_label(rec.id, str(tmp), "final", info)
@@ -126,6 +147,74 @@ def build_training_set(picked, out: Path, seed: int, data_keys: dict) -> Path:
     manifest, _, _ = training_set(data.train_manifest, data.n_train_records, p, out / f"rehearsal_{look or 'default'}",
                                   seed=seed, appearance=look)
     return manifest
+
+
+def unlabeled(pool, tune, picked, n: int) -> list:
+    """The first `n` pool images (in seed order) that are neither scored nor labeled."""
+    taken = {r.id for r in tune} | {r.id for r in picked}
+    return [r for r in pool if r.id not in taken][:n]
+
+
+def pseudo_labels(records) -> tuple[dict, dict]:
+    """({id: (record, label PNG, info)}, counts): the start model's confident masks on `records` as an annotator's
+    submission (`annotation`'s form: a label map and label_names, no markups or finding). Each image's site says
+    what to ask (`SITE_TARGETS`); its annotations are never read. An image with no mask kept gets no label."""
+    from umind_core import demo
+    from umind_core.imageio import Frame
+    from umind_core.predictor import Predictor
+
+    predictor = Predictor(demo.load_model(None))
+    frames = {r.id: Frame(pixels=r.load_image(), spacing=r.spacing, index=r.frame, source=str(r.image_path))
+              for r in records}
+    found: dict[str, list] = {r.id: [] for r in records}
+    counts: dict[str, dict] = {}
+    for target in dict.fromkeys(t for r in records for t in SITE_TARGETS.get(r.site, ())):
+        ids = [r.id for r in records if target in SITE_TARGETS.get(r.site, ())]
+        seg = predictor.predict_batch([frames[i] for i in ids], "segment", target)
+        det = predictor.predict_batch([frames[i] for i in ids], "detect", target)
+        c = counts.setdefault(target, {"asked": len(ids), "masks": 0, "kept": 0})
+        for i, s, d in zip(ids, seg, det):
+            boxes = [o.box for o in d.objects if o.box is not None]
+            for o in s.objects:
+                if o.mask is None or not o.mask.any():
+                    continue
+                c["masks"] += 1
+                if (o.score or 0.0) >= PSEUDO_MIN_SCORE and _agrees(o.mask, boxes):
+                    c["kept"] += 1
+                    found[i].append((target, o.mask, o.score))
+    out = {}
+    for rec in records:
+        kept = sorted(found[rec.id], key=lambda f: SITE_TARGETS[rec.site].index(f[0]))
+        if kept:
+            out[rec.id] = (rec, *_paint(rec, kept))
+    counts["images_labeled"] = {"of": len(records), "labeled": len(out)}
+    return out, counts
+
+
+def _agrees(mask, boxes) -> bool:
+    """Whether a detect box matches the mask's box at IoU >= 0.5."""
+    import numpy as np
+
+    from umind_core.evaluation.metrics import box_iou
+
+    ys, xs = np.nonzero(mask)
+    own = [float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())]
+    return any(box_iou(own, b) >= 0.5 for b in boxes)
+
+
+def _paint(rec, kept: list) -> tuple[bytes, dict]:
+    import io
+
+    from PIL import Image
+
+    from umind_core.painter import LabelPainter
+
+    painter = LabelPainter(rec.load_image().shape[:2])
+    for target, mask, _ in kept:
+        painter.paint(target, mask)
+    buf = io.BytesIO()
+    Image.fromarray(painter.labels()).save(buf, format="PNG")
+    return buf.getvalue(), {"label_names": painter.values, "landmark_target": ""}
 
 
 def score(model, sets: dict) -> dict:
@@ -226,11 +315,19 @@ def main(argv=None) -> int:
         write_text(path, json.dumps(results, indent=2))
     print("start", json.dumps(results["start"]), flush=True)
     manifests: dict[tuple, Path] = {}
+    pseudo: dict[int, tuple[dict, dict]] = {}
     for name in names:
         key = tuple(_data_value(name, k) for k in DATA_KEYS)
+        n_pseudo = dict(zip(DATA_KEYS, key))["pseudo"]
+        if n_pseudo and n_pseudo not in pseudo:
+            pseudo[n_pseudo] = pseudo_labels(unlabeled(pool, tune, picked, n_pseudo))
+            print("pseudo-labels", json.dumps(pseudo[n_pseudo][1]), flush=True)
         if key not in manifests:
-            manifests[key] = build_training_set(picked, work, args.seed, dict(zip(DATA_KEYS, key)))
+            manifests[key] = build_training_set(picked, work, args.seed, dict(zip(DATA_KEYS, key)),
+                                                pseudo[n_pseudo][0] if n_pseudo else None)
         row = run_recipe(name, manifests[key], sets, args.out)
+        if n_pseudo:
+            row["pseudo"] = pseudo[n_pseudo][1]
         results.setdefault("recipes", {})[name] = row
         write_text(path, json.dumps(results, indent=2))
         print(json.dumps(row), flush=True)
