@@ -313,6 +313,27 @@ def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run
         assert f"{promoted} of {runs} runs promoted" in current, (arm, promoted, runs)
 
 
+def test_gate_replay_row_is_todays_gate_on_the_recorded_runs():
+    """benchmarks/replay_gate.py rerun here with today's gate on the two recorded runs gives the stored replay, and
+    the README row names each decision that changed with its held-out segmentation."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from replay_gate import replay
+
+    stored = json.loads((RESULTS / "annotation_loop_demo3_v2" / "gate_replay.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "replayed on the stored gate" in ln)
+    changed = 0
+    for rel, rows in stored.items():
+        assert replay(REPO / rel) == rows, rel
+        for r in rows:
+            if r["changed"]:
+                changed += 1
+                assert r["recorded"] == "promoted" and f"at {r['labels']}" in row, r
+    assert f"{changed} decisions change" in row
+
+
 def test_loop_ceiling_row_is_the_benchmark():
     """The in-domain ceiling row of benchmarks/README.md against results/loop_ceiling.json."""
     import json
