@@ -282,7 +282,7 @@ def test_decode_rows_in_benchmarks_are_the_benchmark():
         assert "`results/decode.json`" in row
 
 
-@pytest.mark.parametrize("run", ["run1", "run2"])
+@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run):
     """The 40-label loop runs with the new recipe and gate: every cell of their NOTES.md tables (20 and 40 labels,
     both arms) and the changes in benchmarks/README.md's rows, recomputed from results.json."""
