@@ -364,12 +364,13 @@ def main(argv=None) -> int:
         results["signals"] = signal_study(manifests["pool"], args.signal_sample)
         print("signals:", json.dumps(results["signals"]), flush=True)
         save(args.out, results)
-    for strategy in args.strategies.split(","):
-        run_strategy(strategy.strip(), args, manifests, args.out, results)
+    for strategy in [s.strip() for s in args.strategies.split(",") if s.strip()]:  # "": the signal study alone
+        run_strategy(strategy, args, manifests, args.out, results)
         write_table(args.out, results)
         plot(args.out, results)
-    print(write_table(args.out, results))
-    plot(args.out, results)
+    if results.get("strategies"):
+        print(write_table(args.out, results))
+        plot(args.out, results)
     return 0
 
 
