@@ -22,7 +22,7 @@ CLASSES = ("benign", "malignant")
 
 
 def readings(model, exams) -> list[dict]:
-    from umind_core.evaluation.exams import _exam_frames, best_view
+    from umind_core.evaluation.exams import best_view, exam_frames
     from umind_core.evaluation.runner import parse_diagnosis
     from umind_core.predictor import Predictor
 
@@ -32,7 +32,7 @@ def readings(model, exams) -> list[dict]:
         truth = (exam.annotations.diagnosis or "").strip().lower()
         if truth not in CLASSES:
             continue
-        frames = _exam_frames(exam)
+        frames = exam_frames(exam)
         views = []
         for frame in frames:
             predictor.set_image(frame)

@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     from umind_core import demo
     from umind_core.atomic import write_text
     from umind_core.data.manifest import write_synthetic_dataset
+    from umind_core.data.synthetic import APPEARANCES
     from umind_core.modeling.umind import UMindVL
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -80,9 +81,7 @@ def main(argv=None) -> int:
     model = demo.load_model(None) if args.model is None else UMindVL.from_pretrained(args.model)
     model.eval()
     results: dict = {"setup": {"n": args.n, "seed0": SEED0, "model": str(args.model or "bundled demo model"),
-                               "groups": {k: v for k, v in GROUPS.items()},
-                               "scanner_b": dataclasses.asdict(__import__("umind_core.data.synthetic",
-                                                                          fromlist=["APPEARANCES"]).APPEARANCES["scanner_b"])},
+                               "groups": dict(GROUPS), "scanner_b": dataclasses.asdict(APPEARANCES["scanner_b"])},
                      "looks": {}}
     for group in GROUPS:
         t = time.perf_counter()

@@ -219,7 +219,7 @@ class _OraclePredictor:
 
 def test_exam_objects_are_scored_on_their_own_view(exams):
     from umind_core.evaluation.exam_objects import aggregate_objects, exam_object_samples, view_alone_samples
-    from umind_core.evaluation.exams import _exam_frames
+    from umind_core.evaluation.exams import exam_frames
 
     thyroid = exams[1]
     shows = [{o.label for o in thyroid.images[k].annotations.objects if o.mask is not None}
@@ -228,7 +228,7 @@ def test_exam_objects_are_scored_on_their_own_view(exams):
     showing = [k for k, labels in enumerate(shows) if target in labels]
     hidden = [k for k, labels in enumerate(shows) if target not in labels]
     assert len(showing) >= 2 and hidden, shows  # the generator: the nodule in two planes, a lobe without it
-    frames = _exam_frames(thyroid)
+    frames = exam_frames(thyroid)
     predictor = _OraclePredictor(thyroid, view=showing[0], stray=hidden[0])
     samples = [s for s in exam_object_samples(predictor, thyroid, "segment", frames) if s["label"] == target]
     by_view = {s["view"]: s for s in samples}
@@ -257,7 +257,7 @@ class _CaliperOracle(_OraclePredictor):
 
 def test_an_exam_caliper_is_scored_once_on_the_view_it_was_drawn_in(exams):
     from umind_core.evaluation.exam_objects import exam_object_samples
-    from umind_core.evaluation.exams import _exam_frames
+    from umind_core.evaluation.exams import exam_frames
 
     exam = next(e for e in exams if sum(1 for v in e.images for o in v.annotations.objects if o.lines) >= 2)
     names = {}
@@ -270,7 +270,7 @@ def test_an_exam_caliper_is_scored_once_on_the_view_it_was_drawn_in(exams):
     name, views = next(((n, v) for n, v in names.items() if len(v) > 1), next(iter(names.items())))
     chosen = views[-1]
     samples = [s for s in exam_object_samples(_CaliperOracle(exam, view=chosen, stray=0), exam, "measure",
-                                              _exam_frames(exam)) if s["label"] == name]
+                                              exam_frames(exam)) if s["label"] == name]
     (sample,) = samples  # once per examination and name, whatever number of views show it
     # the truth line on its own view: its length in that view's spacing is the truth (lengths are stored to 0.01 mm)
     assert sample["view"] == chosen and sample["rel_error"] == pytest.approx(0.0, abs=1e-3)

@@ -40,6 +40,7 @@ __all__ = [
     "parse_report_sizes",
     "exam_truth_sizes",
     "best_view",
+    "exam_frames",
     "score_exam",
 ]
 
@@ -223,7 +224,8 @@ def _bleu4(hypotheses: list[str], references: list[str]) -> float | None:
 
 # ----------------------------------------------------------------------------------------------- evaluate
 
-def _exam_frames(exam) -> list:
+def exam_frames(exam) -> list:
+    """An examination's views as the Frames `Predictor.set_exam` reads, in the record's order."""
     from ..imageio import Frame
 
     return [Frame(pixels=pixels, spacing=view.spacing, index=view.frame, source=str(exam.resolve(view.image)))
@@ -242,7 +244,7 @@ def evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[di
             chunk = work[start:start + CHUNK_RECORDS]
             frames_of: dict[str, list] = {}
             for exam, asked in chunk:
-                frames = frames_of[exam.id] = _exam_frames(exam)
+                frames = frames_of[exam.id] = exam_frames(exam)
                 predictor.set_exam(frames)
                 for task in asked:
                     samples += (exam_object_samples(predictor, exam, task, frames) if task in OBJECT_TASKS
