@@ -8,6 +8,9 @@ conversation builder; rehearsal), one fresh LoRA adapter per recipe, then scores
 - `tune`: pool images that are not among the 20 (scanner_b), the set recipes are chosen on;
 - `default`: default-appearance images (seeds 1,200,000+, never trained on), to see forgetting.
 
+The 20 are a random draw by default; `--picks` labels the start model's most uncertain candidates or ones that cover
+the pool in an image embedding instead (`pick_labels`).
+
 The loop benchmark's fixed test split (seeds 7,000,000+) is never read here, so the loop benchmark that follows
 a choice made here is judged on data the choice did not see.
 """
@@ -22,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_annotation_loop import POOL_SEED0, annotation  # a sibling script: benchmarks/ is sys.path[0] when run
+from bench_annotation_loop import POOL_SEED0, TARGETS, annotation  # a sibling: benchmarks/ is sys.path[0] when run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,6 +220,93 @@ def _paint(rec, kept: list) -> tuple[bytes, dict]:
     return buf.getvalue(), {"label_names": painter.values, "landmark_target": ""}
 
 
+def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
+    """(picked, what the rule saw): `n` of `candidates` (the pool images not scored, in the seed's random order).
+    "random": the first `n` (the order is the draw); "uncertainty": the `n` with the highest `combined` signal of
+    the start model (`image_signals` over the loop's TARGETS); "typical": greedy k-center (farthest-point) on the
+    start model's mean-pooled image states, from the candidate nearest the candidates' mean; "medoids": the
+    candidate nearest each centre of a k-means on the same embedding (`_medoids`). No site balancing."""
+    if rule == "random":
+        return candidates[:n], {}
+    from umind_core import demo
+    from umind_core.predictor import Predictor
+
+    predictor = Predictor(demo.load_model(None))
+    if rule == "uncertainty":
+        from monailabel_app.lib.activelearning.uncertainty import image_signals
+
+        combined = {r.id: round(image_signals(predictor, _frame(r), list(TARGETS))["combined"], 4)
+                    for r in candidates}
+        picked = sorted(candidates, key=lambda r: -combined[r.id])[:n]  # stable: ties keep the draw's order
+        return picked, {"combined": combined}
+    if rule == "typical":
+        return _k_center(candidates, [_embedding(predictor, r) for r in candidates], n)
+    if rule == "medoids":
+        return _medoids(candidates, [_embedding(predictor, r) for r in candidates], n)
+    raise ValueError(f"unknown pick rule {rule!r}")
+
+
+def _frame(rec):
+    from umind_core.imageio import Frame
+
+    return Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame, source=str(rec.image_path))
+
+
+def _embedding(predictor, rec):
+    """The mask decoder's image states of the encoded frame (H, W, D), averaged over H and W: a D-vector."""
+    predictor.set_image(_frame(rec))
+    try:
+        return predictor._state.image_states[0].float().mean(dim=(0, 1)).numpy()
+    finally:
+        predictor.reset_image()
+
+
+def _k_center(candidates: list, vectors: list, n: int) -> tuple[list, dict]:
+    """Greedy farthest-point: the candidate nearest the mean first, then each time the one farthest from every
+    pick so far (Euclidean). Returns the picks, every candidate's distance to the mean and the covering radius
+    after each pick."""
+    import numpy as np
+
+    x = np.stack(vectors).astype(np.float64)
+    to_mean = np.linalg.norm(x - x.mean(axis=0), axis=1)
+    chosen = [int(np.argmin(to_mean))]
+    nearest = np.linalg.norm(x - x[chosen[0]], axis=1)
+    radius = [float(nearest.max())]
+    while len(chosen) < min(n, len(candidates)):
+        chosen.append(int(np.argmax(nearest)))
+        nearest = np.minimum(nearest, np.linalg.norm(x - x[chosen[-1]], axis=1))
+        radius.append(float(nearest.max()))
+    info = {"to_mean": {candidates[i].id: round(float(to_mean[i]), 4) for i in range(len(candidates))},
+            "radius_after_each": [round(r, 4) for r in radius], "embedding": "mean-pooled image_states"}
+    return [candidates[i] for i in chosen], info
+
+
+def _medoids(candidates: list, vectors: list, n: int, rounds: int = 50) -> tuple[list, dict]:
+    """k-means (Lloyd, started from the k-center picks) on the same embedding, then per cluster the candidate
+    nearest its centre: picks that cover the pool and are each typical of their part of it (k-center's own picks
+    sit on the pool's edge)."""
+    import numpy as np
+
+    x = np.stack(vectors).astype(np.float64)
+    start, info = _k_center(candidates, vectors, n)
+    index = {r.id: i for i, r in enumerate(candidates)}
+    centres = x[[index[r.id] for r in start]]
+    for _ in range(rounds):
+        assign = np.argmin(((x[:, None, :] - centres[None]) ** 2).sum(-1), axis=1)
+        moved = np.stack([x[assign == k].mean(axis=0) if (assign == k).any() else centres[k]
+                          for k in range(len(centres))])
+        if np.allclose(moved, centres):
+            break
+        centres = moved
+    chosen: list[int] = []
+    for c in centres:  # the nearest candidate not already chosen (two centres may share one)
+        order = np.argsort(np.linalg.norm(x - c, axis=1))
+        chosen.append(int(next(i for i in order if i not in chosen)))
+    sizes = np.bincount(assign, minlength=len(centres))
+    info = {"to_mean": info["to_mean"], "cluster_sizes": sizes.tolist(), "embedding": info["embedding"]}
+    return [candidates[i] for i in chosen], info
+
+
 def score(model, sets: dict) -> dict:
     from umind_core.evaluation.runner import evaluate
 
@@ -275,6 +365,21 @@ def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
     return {"recipe": name, "overrides": overrides, "lora": lora, "train_s": round(seconds, 1), **score(model, sets)}
 
 
+def _legacy_setup(results: dict) -> dict | None:
+    """A results file's setup; one written before `--picks` existed was a random draw of its `labels`."""
+    setup = results.get("setup")
+    if setup is None or "picks" in setup:
+        return setup
+    return {**setup, "picks": "random", "picked": results.get("labels")}
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def main(argv=None) -> int:
     from monailabel_app.lib.conf import TrainParams
     from umind_core import demo
@@ -290,6 +395,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--site", default=None, help="label only pool images of this site (e.g. breast)")
+    ap.add_argument("--picks", choices=("random", "uncertainty", "typical", "medoids"), default="random",
+                    help="which candidates are labeled (pick_labels); use a separate --out per rule")
     args = ap.parse_args(argv)
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [n for n in names if n not in RECIPES]
@@ -302,14 +409,18 @@ def main(argv=None) -> int:
     order = list(range(len(pool)))
     rng.shuffle(order)
     tune = [pool[i] for i in order[-args.tune:]]  # the same scored images whatever is labeled
-    picked = [pool[i] for i in order[:-args.tune] if args.site in (None, pool[i].site)][:args.labels]
+    candidates = [pool[i] for i in order[:-args.tune] if args.site in (None, pool[i].site)]
+    picked, pick_info = pick_labels(args.picks, candidates, args.labels)
     sets = {"tune": (tune, ("segment", "detect")), "default": (default, None)}
     path = args.out / "results.json"
     setup = {k: v for k, v in vars(args).items() if k not in ("out", "recipes")}
+    setup["picked"] = [r.id for r in picked]
     results = json.loads(path.read_text()) if path.is_file() else {}
-    if results.get("setup") != setup:  # another labeled/scored set: nothing earlier applies
-        results = {"setup": setup}
+    if _legacy_setup(results) != setup:  # another labeled/scored set: nothing earlier applies
+        results = {}
+    results["setup"] = setup
     results["labels"] = [r.id for r in picked]
+    results["picks"] = {"rule": args.picks, "sites": _count(r.site for r in picked), **pick_info}
     if "start" not in results:
         results["start"] = score(demo.load_model(None), sets)
         write_text(path, json.dumps(results, indent=2))
