@@ -7,9 +7,11 @@ used depends on what it changes. Two models, each loaded twice (float32 and bflo
   `umind eval` asks of held-out default-look images (segment, detect, keypoints, measure, diagnose); the share of
   answers whose text is identical, the IoU between the two dtypes' masks, and each dtype's score against truth;
 - the small layout with Qwen's real 151,936-token vocabulary (`scripts/make_qwen_layout.py --variant small`),
-  random weights: its greedy answers to a segment and an open question on `--images` images, token by token.
+  random weights: its greedy answers to a segment and an open question on `--images` images, token by token;
+- with `--qwen4b`, the 4B layout: bf16 (how it is served) against bf16 weights with float32 arithmetic.
 
-`python benchmarks/bench_dtype_agreement.py --work DIR` writes benchmarks/results/dtype_agreement.json.
+`python benchmarks/bench_dtype_agreement.py --work DIR` writes benchmarks/results/dtype_agreement.json; with
+`--qwen4b FOLDER` also the 4B layout (`--images 0 --qwen4b FOLDER` adds only that to the existing file).
 """
 
 from __future__ import annotations
@@ -165,16 +167,60 @@ def small_layout(work: Path, n: int, max_new_tokens: int = 16) -> dict:
                                       "mean_position": round(float(np.mean(diverged)), 2) if diverged else None}}
 
 
+def qwen4b(folder: Path, n: int, max_new_tokens: int = 12) -> dict:
+    """Qwen3-VL-4B's layout (random weights: `scripts/make_qwen_layout.py --variant 4b`): the bf16 path this project
+    serves it with against bf16 weights with float32 arithmetic (`modeling.upcast`, the nearest to a float32 reference
+    that fits in this machine's memory), the same greedy answers token by token."""
+    import gc
+
+    from umind_core.modeling.umind import UMindVL
+    from umind_core.modeling.upcast import compute_in_float32
+    from umind_core.predictor import Predictor
+    from umind_core.testing.samples import make_image
+
+    got, ids, seconds = {}, {}, {}
+    for mode in ("bfloat16", "bf16-weights"):
+        model = UMindVL.from_pretrained(folder, dtype="bfloat16")
+        if mode == "bf16-weights":
+            compute_in_float32(model)
+        predictor = Predictor(model, max_new_tokens=max_new_tokens)
+        rows, t = {}, time.perf_counter()
+        for i in range(n):
+            predictor.set_image(make_image(i, height=256, width=256))
+            for task, prompt in (("segment", "lesion"), ("ask", "What organ is shown?")):
+                rows[(i, task, prompt)] = predictor.predict(task, prompt)
+        seconds[mode] = round(time.perf_counter() - t, 1)
+        got[mode] = rows
+        ids[mode] = {k: model.tokenizer(r.text, add_special_tokens=False)["input_ids"] for k, r in rows.items()}
+        del predictor, model
+        gc.collect()
+    first = [next((j for j, (x, y) in enumerate(zip(a, ids["bf16-weights"][k])) if x != y), None)
+             for k, a in ids["bfloat16"].items()]
+    diverged = [j for j in first if j is not None]
+    return {"images": n, "max_new_tokens": max_new_tokens, "seconds": seconds,
+            "agreement": compare(got["bf16-weights"], got["bfloat16"]),
+            "first_different_token": {"answers_that_differ": len(diverged),
+                                      "positions": diverged}}
+
+
 def main(argv=None) -> int:
     from umind_core.atomic import write_text
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--images", type=int, default=40)
+    ap.add_argument("--qwen4b", type=Path, default=None,
+                    help="also the 4B layout in this folder (bf16 against bf16 weights with float32 arithmetic)")
+    ap.add_argument("--qwen4b-images", type=int, default=4)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    result = {"demo_model": demo_model(args.work, args.images), "small_real_vocabulary": small_layout(args.work, args.images)}
+    result = json.loads(args.out.read_text()) if args.out.is_file() and args.qwen4b and not args.images else {}
+    if args.images:
+        result = {"demo_model": demo_model(args.work, args.images),
+                  "small_real_vocabulary": small_layout(args.work, args.images)}
+    if args.qwen4b:
+        result["qwen3_vl_4b"] = qwen4b(args.qwen4b, args.qwen4b_images)
     write_text(args.out, json.dumps(result, indent=1))
     print(json.dumps({k: v["agreement"] for k, v in result.items()}, indent=1))
     return 0
