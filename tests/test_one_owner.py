@@ -156,8 +156,8 @@ PAINT_CASES = {
     "a gland painted after its nodule": ((4, 5), [("nodule", _m((4, 5), slice(1, 3), slice(1, 3)), ()),
                                                   ("gland", _m((4, 5), slice(0, 4), slice(0, 5)), ())]),
     "equal sizes, the later": ((4, 5), [("a", _m((4, 5), 0, slice(0, 3)), ()), ("b", _m((4, 5), 0, slice(1, 4)), ())]),
-    "sizes count per frame": ((2, 4, 5), [("small", _m((4, 5), 1, 1), 0), ("big", _m((4, 5), slice(None), 1), 1),
-                                          ("big", _m((4, 5), slice(None), 1), 0)]),
+    "sizes count per frame": ((2, 4, 5), [("a", _m((4, 5), slice(None), slice(None)), 0),
+                                          ("a", _m((4, 5), 0, 1), 1), ("b", _m((4, 5), slice(0, 2), 1), 1)]),
     "a name keeps its value": ((4, 5), [("a", _m((4, 5), 0, 0), ()), ("b", _m((4, 5), 1, 1), ()),
                                         ("a", _m((4, 5), 3, slice(None)), ())]),
     "nonzero masks are inside": ((4, 5), [("a", _m((4, 5), 1, 2).astype(np.uint8) * 7, ())]),
@@ -197,6 +197,12 @@ def test_a_nested_structure_survives_the_label_map_and_its_organ_gets_it_back():
     for name, mask, index in equal:
         tie.paint(name, mask, index)
     assert tie.labels()[0].tolist() == [1, 2, 2, 2, 0]
+    # "a" covers all of frame 0, yet on frame 1 its one pixel is the smaller mask there and keeps it from "b"
+    _, frames = PAINT_CASES["sizes count per frame"]
+    stack = LabelPainter((2, 4, 5))
+    for name, mask, index in frames:
+        stack.paint(name, mask, index)
+    assert stack.labels()[1][:, 1].tolist() == [1, 2, 0, 0]
     ring = np.zeros((5, 5), np.uint8)
     ring[0, :] = ring[4, :] = ring[:, 0] = ring[:, 4] = 3
     ring[2, 2] = 4  # something inside the ring, background around it
