@@ -40,7 +40,7 @@ def mask_iou(a, b) -> float | None:
 
 def answers(model, records, queries) -> dict:
     """(record, task, prompt) -> Result, each distinct question asked once (the runner's order)."""
-    from umind_core.imageio import Frame
+    from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
     predictor = Predictor(model)
@@ -48,9 +48,7 @@ def answers(model, records, queries) -> dict:
     for q in queries:
         if q.key in out:
             continue
-        rec = records[q.record]
-        predictor.set_image(Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame,
-                                  source=str(rec.image_path)))
+        predictor.set_image(record_frame(records[q.record]))
         out[q.key] = predictor.predict(q.predict_task, q.prompt)
     return out
 

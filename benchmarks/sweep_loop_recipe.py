@@ -18,6 +18,7 @@ a choice made here is judged on data the choice did not see.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import random
@@ -163,12 +164,11 @@ def pseudo_labels(records) -> tuple[dict, dict]:
     submission (`annotation`'s form: a label map and label_names, no markups or finding). Each image's site says
     what to ask (`SITE_TARGETS`); its annotations are never read. An image with no mask kept gets no label."""
     from umind_core import demo
-    from umind_core.imageio import Frame
+    from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
-    frames = {r.id: Frame(pixels=r.load_image(), spacing=r.spacing, index=r.frame, source=str(r.image_path))
-              for r in records}
+    frames = {r.id: record_frame(r) for r in records}
     found: dict[str, list] = {r.id: [] for r in records}
     counts: dict[str, dict] = {}
     for target in dict.fromkeys(t for r in records for t in SITE_TARGETS.get(r.site, ())):
@@ -229,13 +229,14 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     if rule == "random":
         return candidates[:n], {}
     from umind_core import demo
+    from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
     if rule == "uncertainty":
         from monailabel_app.lib.activelearning.uncertainty import image_signals
 
-        combined = {r.id: round(image_signals(predictor, _frame(r), list(TARGETS))["combined"], 4)
+        combined = {r.id: round(image_signals(predictor, record_frame(r), list(TARGETS))["combined"], 4)
                     for r in candidates}
         picked = sorted(candidates, key=lambda r: -combined[r.id])[:n]  # stable: ties keep the draw's order
         return picked, {"combined": combined}
@@ -246,15 +247,11 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     raise ValueError(f"unknown pick rule {rule!r}")
 
 
-def _frame(rec):
-    from umind_core.imageio import Frame
-
-    return Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame, source=str(rec.image_path))
-
-
 def _embedding(predictor, rec):
     """The mask decoder's image states of the encoded frame (H, W, D), averaged over H and W: a D-vector."""
-    predictor.set_image(_frame(rec))
+    from umind_core.evaluation.runner import record_frame
+
+    predictor.set_image(record_frame(rec))
     try:
         return predictor._state.image_states[0].float().mean(dim=(0, 1)).numpy()
     finally:
@@ -373,15 +370,7 @@ def _legacy_setup(results: dict) -> dict | None:
     return {**setup, "picks": "random", "picked": results.get("labels")}
 
 
-def _count(values) -> dict:
-    out: dict = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
-
-
 def main(argv=None) -> int:
-    from monailabel_app.lib.conf import TrainParams
     from umind_core import demo
     from umind_core.atomic import write_text
 
@@ -420,7 +409,7 @@ def main(argv=None) -> int:
         results = {}
     results["setup"] = setup
     results["labels"] = [r.id for r in picked]
-    results["picks"] = {"rule": args.picks, "sites": _count(r.site for r in picked), **pick_info}
+    results["picks"] = {"rule": args.picks, "sites": dict(sorted(collections.Counter(r.site for r in picked).items())), **pick_info}
     if "start" not in results:
         results["start"] = score(demo.load_model(None), sets)
         write_text(path, json.dumps(results, indent=2))

@@ -57,6 +57,7 @@ __all__ = [
     "Query",
     "build_queries",
     "keypoint_section",
+    "record_frame",
     "parse_diagnosis",
     "match_keypoints",
     "score",
@@ -529,20 +530,23 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
                       manifest=manifest_name)
 
 
+def record_frame(rec):
+    """A single-image record as the Frame the Predictor reads (`exams.exam_frames` is an examination's)."""
+    from ..imageio import Frame
+
+    return Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame, source=str(rec.image_path))
+
+
 def _evaluate_images(predictor, records: list, queries: list[Query], bar) -> list[dict]:
     """Every single-image query answered (each distinct (image, task, prompt) once, images sharing a prompt
     batched) and scored; records are read a chunk at a time."""
-    from ..imageio import Frame
-
     samples: list[dict] = []
     for start in range(0, len(records), CHUNK_RECORDS):
         chunk = range(start, min(start + CHUNK_RECORDS, len(records)))
         chunk_queries = [q for q in queries if q.record in chunk]
         frames = {}
         for i in chunk:
-            rec = records[i]
-            frames[i] = Frame(pixels=rec.load_image(), spacing=rec.spacing, index=rec.frame,
-                              source=str(rec.image_path))
+            frames[i] = record_frame(records[i])
         served: dict[tuple, int] = {}
         for q in chunk_queries:
             served[q.key] = served.get(q.key, 0) + 1
