@@ -11,10 +11,10 @@ so one set of builders places single-image and examination results alike.
 
 from __future__ import annotations
 
-import email.message
-import email.parser
 import base64
 import binascii
+import email.message
+import email.parser
 import email.policy
 import json
 import re
