@@ -36,7 +36,8 @@ KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error
 
 #: the server's recipe the sweeps before 2026-12-05 varied (rehearsal 2:1 on the default look, LoRA without the
 #: vision blocks): a recipe that leaves a data key out takes it from here, so the recorded results stay reproducible
-BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1, "pseudo": 0}
+BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1, "pseudo": 0,
+             "rehearsal_style": 0.0, "style_beta": 0.3}
 #: name -> (TrainConfig overrides and data keys, LoraSettings overrides); "loop" is BASE_DATA, "server" what
 #: `umind_lora` does today (TrainParams' defaults: rehearsal 0.5 on the varied look, the vision blocks adapted)
 RECIPES: dict[str, tuple[dict, dict]] = {
@@ -72,6 +73,12 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "decoder_only_1e-3": ({"rehearsal": 0.0, "lr": 1e-9, "decoder_lr": 1e-3}, {"vision": True}),
     "decoder_only_3e-3_steps80": ({"rehearsal": 0.0, "lr": 1e-9, "decoder_lr": 3e-3, "max_steps": 80},
                                   {"vision": True}),
+    # half (or all) of the 2:1 rehearsal images redrawn in the look of the unlabeled pool images
+    # (`rehearsal.StyleMix`): grey levels only (beta 0), a third of the spectrum, all of it
+    "style_half_beta0": ({"rehearsal_style": 0.5, "style_beta": 0.0}, {"vision": True}),
+    "style_half_beta03": ({"rehearsal_style": 0.5, "style_beta": 0.3}, {"vision": True}),
+    "style_half_beta1": ({"rehearsal_style": 0.5, "style_beta": 1.0}, {"vision": True}),
+    "style_all_beta03": ({"rehearsal_style": 1.0, "style_beta": 0.3}, {"vision": True}),
     "no_rehearsal_augment_copies4": ({"rehearsal": 0.0, "label_augment": 0.5, "label_copies": 4}, {"vision": True}),
     # what many labels can buy at all (run with --labels 140): each image seen about 8 times without rehearsal
     "ceiling_no_rehearsal": ({"rehearsal": 0.0, "max_steps": 300}, {}),
@@ -88,7 +95,7 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "pseudo120_augment_vision_lora": ({"pseudo": 120, "label_augment": 0.5, "label_copies": 2}, {"vision": True}),
 }
 #: recipe keys that shape the training set rather than the trainer
-DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies", "pseudo")
+DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies", "pseudo", "rehearsal_style", "style_beta")
 #: what a pseudo-label asks about an image of each site: the generator's label names (umind_core/data/synthetic.py),
 #: never the image's own truth; the gland first, so a nodule inside it is painted over it (a label map holds one name
 #: per pixel). No "cyst": asked for both names on the 20 labeled images, the start model segments the same spot under
@@ -117,11 +124,13 @@ def make_sets(out: Path, n_pool: int, n_default: int, default_seed0: int = DEFAU
     return read_manifest(pool_m), read_manifest(default_m)
 
 
-def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: dict | None = None) -> Path:
+def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: dict | None = None,
+                       style_targets: tuple = ()) -> Path:
     """The loop's own path: datastore labels -> export -> `training_set` (conversations, rehearsal mix), as
     `umind_lora` runs it; `data_keys` are the recipe's DATA_KEYS (rehearsal ratio and look, label copies).
     `pseudo` ({id: (record, label PNG, info)}, `pseudo_labels`) are saved beside the labels as final labels too, in a
-    datastore of their own so no other recipe sees them."""
+    datastore of their own so no other recipe sees them. `style_targets`: the images a restyled rehearsal record
+    may take its look from (the server's: every study not held out; here: the pool images not scored)."""
     from monailabel.datastore.local import LocalDatastore
 
     from monailabel_app.lib.conf import TrainParams
@@ -149,7 +158,7 @@ def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: di
     data = export_datastore(ds, out / f"data_{tag}", ("lesion",), p.val_fraction,
                             p.min_val, p.seed)
     manifest, _, _ = training_set(data.train_manifest, data.n_train_records, p, out / f"rehearsal_{look or 'default'}",
-                                  seed=seed, appearance=look)
+                                  seed=seed, appearance=look, style_targets=style_targets)
     return manifest
 
 
@@ -424,7 +433,8 @@ def main(argv=None) -> int:
             print("pseudo-labels", json.dumps(pseudo[n_pseudo][1]), flush=True)
         if key not in manifests:
             manifests[key] = build_training_set(picked, work, args.seed, dict(zip(DATA_KEYS, key)),
-                                                pseudo[n_pseudo][0] if n_pseudo else None)
+                                                pseudo[n_pseudo][0] if n_pseudo else None,
+                                                tuple(Path(r.image_path) for r in candidates))
         row = run_recipe(name, manifests[key], sets, args.out)
         if n_pseudo:
             row["pseudo"] = pseudo[n_pseudo][1]

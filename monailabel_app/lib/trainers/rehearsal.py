@@ -19,14 +19,15 @@ import logging
 import os
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from umind_core.atomic import new_temp_dir, replace_dir
 from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import ManifestRecord, read_manifest, rebase, write_manifest
 
-__all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "rehearsal_plan", "mix_rehearsal", "training_set",
-           "LabelHistory"]
+__all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "rehearsal_plan", "mix_rehearsal", "StyleMix",
+           "training_set", "LabelHistory"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +84,13 @@ def rehearsal_plan(n_new: int, ratio: float, minimum: int, pool_size: int) -> tu
 
 
 def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed: int, out: Path,
-                  copies: int = 1, augment: float = 0.0) -> tuple[Path, int]:
+                  copies: int = 1, augment: float = 0.0, style: StyleMix | None = None) -> tuple[Path, int]:
     """Write `out`: `copies` of each of the new labels' records plus `n` records drawn from the rehearsal pool.
 
     With `augment` > 0 every copy after the first is the label's image through `augment.augment_image` (that
     probability per transform, drawn from the run's seed and the copy), so a few labels seen several times are
-    not seen as the same pixels; annotations are unchanged (the transforms move no structure).
+    not seen as the same pixels; annotations are unchanged (the transforms move no structure). With `style`, its
+    share of the rehearsal records is redrawn in the look of the studies' own images (`StyleMix`).
     """
     records = []
     for k in range(max(1, int(copies))):
@@ -106,7 +108,54 @@ def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed
         for rec in picked:
             rebase(rec, out.parent)
             rec.id = f"rehearsal-{rec.id}"
+        if style is not None:
+            style.apply(picked, out.parent / "restyled", seed)
     return write_manifest(records + picked, out), len(picked)
+
+
+@dataclass(frozen=True)
+class StyleMix:
+    """Rehearsal images redrawn in the look of the studies' own unlabeled images (`umind_core.data.style`).
+
+    Why: the loop's few labels show a new scanner on a handful of images; the studies folder holds many more of
+    them without labels. A rehearsal image in one of their looks keeps its exact truth for every task, so the
+    model sees the new speckle and grey curve on structures it is told the answers for. `share` of the rehearsal
+    records (the first of a seeded order) each take one target image, drawn from the run's seed; `beta` is the
+    share of the spectrum taken (`style.restyle`). The rest stay in the pool's look, which holds the old skills.
+    """
+
+    targets: tuple[Path, ...]
+    share: float
+    beta: float
+
+    def apply(self, records: list[ManifestRecord], folder: Path, seed: int) -> int:
+        """Point `share` of `records` at restyled copies in `folder`; returns how many were restyled."""
+        import numpy as np
+        from PIL import Image
+
+        from umind_core.data.style import restyle, scan_region
+
+        if not self.targets or self.share <= 0 or not records:
+            return 0
+        rng = random.Random(f"umind-style:{seed}")
+        chosen = rng.sample(records, round(self.share * len(records)))
+        folder.mkdir(parents=True, exist_ok=True)
+        done = 0
+        for rec in chosen:
+            image = rec.load_image()
+            if image.ndim != 2 or image.dtype != np.uint8:
+                continue
+            target_path = rng.choice(self.targets)
+            target = np.asarray(Image.open(target_path).convert("L"))
+            scan = rec.load_scan_mask()
+            scan = scan_region(image) if scan is None else scan
+            path = folder / f"{rec.id}.png"
+            Image.fromarray(restyle(image, scan, target, scan_region(target), self.beta)).save(path)
+            root = rec.root if rec.root is not None else Path(".")
+            rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
+            rec.extra["restyled_from"] = Path(target_path).name
+            done += 1
+        return done
 
 
 def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None:
@@ -134,14 +183,15 @@ def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None
 
 
 def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: int | None = None,
-                 appearance: str | None = None) -> tuple[Path, int, int]:
+                 appearance: str | None = None, style_targets: list[Path] | tuple = ()) -> tuple[Path, int, int]:
     """A run's training manifest beside `train_raw` (the exported new labels): their conversations
     (labels.jsonl), then the rehearsal `params` (a TrainParams) asks for, drawn from the seeded pool in
     `pool_dir` (train.jsonl). Returns (manifest, rehearsal records, copies of each new record).
 
     One owner of the recipe, so that `benchmarks/sweep_loop_recipe.py` trains on what `umind_lora` trains on.
     `seed` defaults to the params' own; `appearance` is the rehearsal pool's look (default: the params'
-    `rehearsal_look`).
+    `rehearsal_look`); `style_targets` are the studies' images whose looks `params.rehearsal_style` of the
+    rehearsal records take (`StyleMix`; none: no record is restyled).
     """
     seed = params.seed if seed is None else seed
     appearance = params.rehearsal_look if appearance is None else appearance
@@ -151,8 +201,9 @@ def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: 
     pool = synthetic_set(pool_dir, params.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=max(params.refusal_rate, 0.5),
                          appearance=appearance) if n else None
     copies = max(copies, int(params.label_copies))
+    style = StyleMix(tuple(style_targets), params.rehearsal_style, params.style_beta) if style_targets else None
     manifest, picked = mix_rehearsal(labels, pool, n, seed, out / "train.jsonl", copies=copies,
-                                     augment=params.label_augment)
+                                     augment=params.label_augment, style=style)
     return manifest, picked, copies
 
 
