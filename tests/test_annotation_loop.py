@@ -529,3 +529,34 @@ def test_an_exported_thyroid_label_teaches_the_nodule_and_the_whole_gland(tmp_pa
         masks = dict(zip((o.label for o in rec.annotations.objects), rec.load_masks()))
         assert set(masks) == {"thyroid", "thyroid nodule"}
         assert np.array_equal(masks["thyroid nodule"], nodule) and np.array_equal(masks["thyroid"], gland)
+
+
+def test_restyled_rehearsal_takes_the_studies_look_and_keeps_its_truth(tmp_path):
+    import numpy as np
+
+    from lib.trainers.rehearsal import StyleMix, mix_rehearsal, synthetic_set
+    from umind_core.data.manifest import read_manifest, write_synthetic_dataset
+
+    pool = synthetic_set(tmp_path / "pool", 6, seed0=2_000_000)
+    new = write_synthetic_dataset(tmp_path / "new", 2, seed0=9, progress=False, appearance="scanner_b")
+    targets = tuple(r.image_path for r in read_manifest(new))
+    style = StyleMix(targets, share=0.5, beta=0.3)
+    out, n = mix_rehearsal(new, pool, 4, seed=0, out=tmp_path / "mix" / "train.jsonl", style=style)
+    rehearsal = read_manifest(out)[2:]
+    restyled = [r for r in rehearsal if "restyled_from" in r.extra]
+    assert n == 4 and len(restyled) == 2
+    assert {r.extra["restyled_from"] for r in restyled} <= {p.name for p in targets}
+    originals = {f"rehearsal-{r.id}": r for r in read_manifest(pool)}
+    for rec in restyled:
+        orig = originals[rec.id]
+        a, b = orig.load_image(), rec.load_image()
+        assert rec.image_path.parent.name == "restyled" and a.shape == b.shape
+        assert np.abs(a.astype(int) - b.astype(int)).mean() > 1.0
+        assert [o.box for o in rec.annotations.objects] == [o.box for o in orig.annotations.objects]
+        assert [m.sum() for m in rec.load_masks()] == [m.sum() for m in orig.load_masks()]
+        assert rec.conversations == orig.conversations
+    again, _ = mix_rehearsal(new, pool, 4, seed=0, out=tmp_path / "mix2" / "train.jsonl", style=style)
+    assert [r.extra.get("restyled_from") for r in read_manifest(again)] == [
+        r.extra.get("restyled_from") for r in read_manifest(out)]  # the run's seed decides
+    plain, _ = mix_rehearsal(new, pool, 4, seed=0, out=tmp_path / "mix3" / "train.jsonl")
+    assert not any("restyled_from" in r.extra for r in read_manifest(plain))

@@ -47,7 +47,7 @@ def test_report_sizes_are_read_by_name():
 
 def test_truth_sizes_and_best_view_of_generated_exams(exams):
     breast, _, kidney = exams
-    assert exam_truth_sizes(breast) == {"length": 24.98, "width": 18.47, "depth": 14.88}
+    assert exam_truth_sizes(breast) == {"length": 18.55, "width": 18.47, "depth": 13.17}
     assert set(exam_truth_sizes(kidney)) == {"length", "width", "depth"}  # "kidney AP" is the depth
     # the lesion's long-axis plane: radial (breast), the nodule lobe's longitudinal (thyroid); kidney: longitudinal
     assert [best_view(e) for e in exams] == [0, 0, 0]
@@ -99,13 +99,13 @@ def test_exam_reading_and_best_view_are_scored_side_by_side(exams):
 def test_a_wrong_diagnosis_and_a_size_off_by_ten_percent(exams):
     breast = exams[0]
     wrong = Result("diagnose", answer="Benign.")
-    text = breast.annotations.report.replace("Size: 25.0 x", "Size: 27.5 x")
+    text = breast.annotations.report.replace("Size: 18.6 x", "Size: 20.4 x")
     samples = [score_exam(breast, "diagnose", "exam", wrong),
                score_exam(breast, "report", "exam", Result("report", answer=text))]
     m = aggregate(samples)["exam"]["exam"]
     assert m["diagnosis"]["accuracy"] == 0.0
     size = m["report"]["size"]
-    assert size["n"] == 3 and size["mean_rel"] == pytest.approx((27.5 / 24.98 - 1 + 0.03 / 18.47 + 0.02 / 14.88) / 3,
+    assert size["n"] == 3 and size["mean_rel"] == pytest.approx((20.4 / 18.55 - 1 + 0.03 / 18.47 + 0.03 / 13.17) / 3,
                                                                  abs=1e-3)
     with pytest.raises(EvalError, match="no benign or malignant"):
         score_exam(exams[2], "diagnose", "exam", wrong)  # a kidney exam is "normal"

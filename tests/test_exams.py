@@ -177,6 +177,27 @@ def test_breast_planes_show_one_lesion_and_the_report_reads_their_calipers(seed)
     assert exam.diagnosis == exam.views[0].objects[0].diagnosis == exam.views[1].objects[0].diagnosis
 
 
+def _margin(report: str) -> str:
+    from umind_core.data.synthetic import MARGIN_WORDS
+
+    return next(k for k, words in sorted(MARGIN_WORDS.items(), key=lambda kv: -len(kv[1])) if words in report)
+
+
+def test_a_malignant_lesion_shows_its_signs_in_at_least_one_plane_and_the_report_names_them():
+    suspicious = {"spiculated", "irregular", "microlobulated"}
+    malignant = [e for e in (generate_exam(s, "breast", size=SIZE) for s in range(60)) if e.diagnosis == "malignant"]
+    planes = [[_margin(v.report) for v in e.views] for e in malignant]
+    assert len(malignant) >= 10
+    assert all(any(m in suspicious for m in ms) for ms in planes)  # never hidden in both planes
+    one_plane = [e for e, ms in zip(malignant, planes) if not all(m in suspicious for m in ms)]
+    assert 0.3 <= len(one_plane) / len(malignant) <= 0.95  # SIGN_VISIBILITY 0.5 of each plane: 2/3 expected
+    for exam, ms in zip(malignant, planes):
+        shown = next(m for m in ms if m in suspicious)
+        assert _margin(exam.report) == shown  # the exam reports the sign a plane shows, whichever plane it is
+    benign = [e for e in (generate_exam(s, "breast", size=SIZE) for s in range(40)) if e.diagnosis == "benign"]
+    assert benign and all(_margin(e.views[0].report) == _margin(e.views[1].report) for e in benign)
+
+
 def test_thyroid_exam_shows_both_lobes_and_the_nodule_in_two_planes():
     exam = next(e for e in (generate_exam(s, "thyroid", 4, size=SIZE) for s in range(10)) if e.diagnosis != "normal")
     side, other = exam.view_names[0].split()[0], exam.view_names[2].split()[0]

@@ -12,6 +12,14 @@ its own random stream; what ties the views together is the anatomy in millimetre
   width x depth;
 * a fetus has one BPD; the femur length follows from it (FL ~ 0.72 .. 0.82 BPD, as in growth charts).
 
+What each plane shows of a lesion is not always the same: a malignant lesion's suspicious margin (spiculated,
+irregular, microlobulated) and its echogenic foci show in each of its two planes with probability
+SIGN_VISIBILITY, and in at least one; a plane that misses them shows a benign-looking margin (the tissue's
+echogenicity, shadowing and texture are the lesion's own in both). Spiculation and microcalcifications are often
+seen in one plane only, which is why a lesion is scanned in two and why the examination, not the frame, is
+classified; with identical signs in both planes the views of an exam agreed on the class in 41-44 of 47 held-out
+exams and no reading of the exam could beat its best view (benchmarks/results/exam_continuation).
+
 The exam report reads its sizes off the views' calipers (what a sonographer does), so it agrees with the masks
 even when a view had to shrink a structure to fit the scan. Everything is a pure function of
 ``(seed, site, n_views, size, appearance)``.
@@ -66,6 +74,9 @@ class _Plan:
     lesion: syn._LesionPlan | None = None
     dims_mm: tuple[float, float, float] = (0.0, 0.0, 0.0)  # length, width, depth of the lesion or the kidney
     side: int = 1  # thyroid: +1 = the nodule's lobe is the right one
+    #: per lesion plane (first, second): None = the lesion's own margin and foci, else the benign-looking margin
+    #: that plane shows instead, without foci (`_plane_margins`)
+    plane_margins: tuple[str | None, str | None] = (None, None)
 
 
 def _check(seed, site, n_views, size) -> None:
@@ -95,9 +106,27 @@ def _plan(rng: np.random.Generator, site: str, kind: str) -> _Plan:
     return _Plan(kind, None, (0.0, 0.0, 0.0), 1 if rng.random() < 0.5 else -1)
 
 
-def _cut(lesion: syn._LesionPlan, across_mm: float, depth_mm: float) -> syn._LesionPlan:
-    """The lesion as one plane shows it: `across_mm` wide and `depth_mm` deep (its traits unchanged)."""
+#: the chance that each plane of a malignant lesion shows its suspicious margin and foci (at least one does)
+SIGN_VISIBILITY = 0.5
+
+
+def _plane_margins(rng: np.random.Generator, plan: _Plan) -> tuple[str | None, str | None]:
+    """Which of a malignant lesion's two planes miss its signs, and the margin such a plane shows instead."""
+    if plan.lesion is None or plan.kind != "malignant":
+        return (None, None)
+    shows = [bool(rng.random() < SIGN_VISIBILITY) for _ in range(2)]
+    if not any(shows):
+        shows[int(rng.integers(2))] = True
+    return tuple(None if shown else str(rng.choice(["circumscribed", "lobulated"], p=[0.6, 0.4]))
+                 for shown in shows)
+
+
+def _cut(lesion: syn._LesionPlan, across_mm: float, depth_mm: float, margin: str | None = None) -> syn._LesionPlan:
+    """The lesion as one plane shows it: `across_mm` wide and `depth_mm` deep; with `margin`, that margin and no
+    foci (a plane that misses the lesion's signs), else its own traits."""
     traits = dict(lesion.traits, aspect=depth_mm / across_mm)
+    if margin is not None:
+        traits.update(margin=margin, calc=0)
     return syn._LesionPlan(lesion.kind, traits, max(across_mm, depth_mm))
 
 
@@ -117,6 +146,7 @@ def generate_exam(seed: int, site: str | None = None, n_views: int | None = None
     weights = np.array([syn._FINDING_WEIGHTS[f] for f in options])
     kind = str(options[int(choice.choice(len(options), p=weights / weights.sum()))])
     plan = _plan(np.random.default_rng([seed, 12]), site, kind)
+    plan.plane_margins = _plane_margins(np.random.default_rng([seed, 13]), plan)
     look = appearance_of(appearance, seed)
     geometry = look.geometry_for(site)
     views = []
@@ -137,7 +167,8 @@ def _side(side: int) -> str:
 
 def _breast_view(plan: _Plan, v: int, done: list) -> syn.SceneFn:
     """Radial plane (v=0): the lesion's length x depth; anti-radial (v=1): its width x depth."""
-    lesion = None if plan.lesion is None else _cut(plan.lesion, plan.dims_mm[v], plan.dims_mm[2])
+    lesion = None if plan.lesion is None else _cut(plan.lesion, plan.dims_mm[v], plan.dims_mm[2],
+                                                   plan.plane_margins[v])
     return lambda rng, probe, s, px, inner: syn._breast(rng, probe, s, plan.kind, px, inner, plan=lesion)
 
 
@@ -147,7 +178,8 @@ def _thyroid_view(plan: _Plan, v: int, done: list) -> syn.SceneFn:
     kind = plan.kind if own else "normal"
     lesion = None
     if plan.lesion is not None and own:
-        lesion = _cut(plan.lesion, plan.dims_mm[v], plan.dims_mm[2])  # v=0 shows the length, v=1 the width
+        # v=0 shows the length, v=1 the width
+        lesion = _cut(plan.lesion, plan.dims_mm[v], plan.dims_mm[2], plan.plane_margins[v])
     side = plan.side if own else -plan.side
     if v in (1, 2):
         return lambda rng, probe, s, px, inner: syn._thyroid(rng, probe, s, kind, px, inner, plan=lesion, side=side)
@@ -298,8 +330,8 @@ def _lesion_report(plan: _Plan, views: list[SyntheticSample], names: list[str]) 
     first, second = _lesion_of(views[0]), _lesion_of(views[1])
     length, depth = _split(first.lines)
     width, _ = _split(second.lines)
-    text = views[1].report if site == "thyroid" else views[0].report  # the transverse thyroid view has words
-    finding = _finding_words(site, plan, text)
+    worded = 1 if site == "thyroid" else 0  # the transverse thyroid view has words
+    finding = _exam_signs(_finding_words(site, plan, views[worded].report), plan, plan.plane_margins[worded])
     impression = _impression(site, plan.kind)
     report = (f"Site: {site}. Views: {listed}. Finding: {finding}. Size: {length:.1f} x {width:.1f} x "
               f"{depth:.1f} mm (length x width x depth). Impression: {impression}.")
@@ -312,6 +344,20 @@ def _finding_words(site: str, plan: _Plan, report: str) -> str:
         return m.group(1)
     noun = "cyst" if plan.kind == "cyst" else ("mass" if site == "breast" else "nodule")
     return f"{noun} in the {_side(plan.side)} lobe" if site == "thyroid" else noun
+
+
+def _exam_signs(finding: str, plan: _Plan, shown_margin: str | None) -> str:
+    """The finding as the examination reports it: the lesion's own margin and foci, where the worded plane
+    showed a benign-looking margin (`shown_margin`) instead (a report names the worst sign any plane shows)."""
+    if shown_margin is None:
+        return finding
+    traits = plan.lesion.traits
+    finding = finding.replace(syn.MARGIN_WORDS[shown_margin], syn.MARGIN_WORDS[traits["margin"]])
+    if traits["margin"] in ("irregular", "spiculated"):
+        finding = re.sub(r"\b(oval|round)\b", "irregular", finding, count=1)
+    if traits["calc"] and "punctate echogenic foci" not in finding:
+        finding += ", punctate echogenic foci"
+    return finding
 
 
 def _impression(site: str, kind: str) -> str:

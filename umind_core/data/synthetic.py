@@ -671,6 +671,13 @@ def _plan_lesion(rng: np.random.Generator, site: str, kind: str) -> _LesionPlan:
     return _LesionPlan(kind, t, _u(rng, lo, hi) if kind != "cyst" else _u(rng, 4.0, 0.9 * hi))
 
 
+#: how a report words each margin (the single-image reports and an examination's, which may take the margin another
+#: plane shows)
+MARGIN_WORDS = {"circumscribed": "circumscribed margin", "lobulated": "gently lobulated margin",
+                "microlobulated": "microlobulated margin", "irregular": "irregular margin",
+                "spiculated": "spiculated margin"}
+
+
 def _place_lesion(rng, plan: _LesionPlan, mm, pixels, inner, region: Callable[[float, float], tuple]):
     """Draw a margin and a position (``region(w, h)`` gives a centre) until it lies inside the scan."""
     t, kind = plan.traits, plan.kind
@@ -694,9 +701,7 @@ def _place_lesion(rng, plan: _LesionPlan, mm, pixels, inner, region: Callable[[f
     words = {
         "shape": ("irregular" if t["margin"] in ("irregular", "spiculated") else
                   "round" if 0.85 <= box_h / box_w <= 1.15 else "oval"),
-        "margin": {"circumscribed": "circumscribed margin", "lobulated": "gently lobulated margin",
-                   "microlobulated": "microlobulated margin", "irregular": "irregular margin",
-                   "spiculated": "spiculated margin"}[t["margin"]],
+        "margin": MARGIN_WORDS[t["margin"]],
         "orientation": "taller than wide" if box_h > box_w else "wider than tall",
         "echo": ("anechoic" if kind == "cyst" else "mildly hypoechoic" if t["amp"] >= 0.4
                  else "markedly hypoechoic"),
