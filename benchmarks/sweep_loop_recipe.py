@@ -96,6 +96,8 @@ RECIPES: dict[str, tuple[dict, dict]] = {
 }
 #: recipe keys that shape the training set rather than the trainer
 DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies", "pseudo", "rehearsal_style", "style_beta")
+#: data keys the sweep applies itself (pseudo-labels, restyled rehearsal), not TrainParams fields of the server
+SWEEP_ONLY_KEYS = ("pseudo", "rehearsal_style", "style_beta")
 #: what a pseudo-label asks about an image of each site: the generator's label names (umind_core/data/synthetic.py),
 #: never the image's own truth; the gland first, so a nodule inside it is painted over it (a label map holds one name
 #: per pixel). No "cyst": asked for both names on the 20 labeled images, the start model segments the same spot under
@@ -135,9 +137,9 @@ def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: di
 
     from monailabel_app.lib.conf import TrainParams
     from monailabel_app.lib.trainers.dataset import export_datastore
-    from monailabel_app.lib.trainers.rehearsal import training_set
+    from monailabel_app.lib.trainers.rehearsal import StyleMix, training_set
 
-    p = dataclasses.replace(TrainParams(), **{k: v for k, v in data_keys.items() if k != "pseudo"})
+    p = dataclasses.replace(TrainParams(), **{k: v for k, v in data_keys.items() if k not in SWEEP_ONLY_KEYS})
     rehearsal, look = p.rehearsal, p.rehearsal_look
     tag = "_".join(str(data_keys[k]) for k in DATA_KEYS)
     studies = out / (f"studies_{rehearsal}" + (f"_pseudo{data_keys['pseudo']}" if pseudo else ""))
@@ -157,8 +159,11 @@ def build_training_set(picked, out: Path, seed: int, data_keys: dict, pseudo: di
     # the server's default `labels` conf ("lesion"): it names only values the label info leaves unnamed (none here)
     data = export_datastore(ds, out / f"data_{tag}", ("lesion",), p.val_fraction,
                             p.min_val, p.seed)
+    style = None
+    if data_keys["rehearsal_style"] > 0:
+        style = StyleMix(tuple(style_targets), data_keys["rehearsal_style"], data_keys["style_beta"])
     manifest, _, _ = training_set(data.train_manifest, data.n_train_records, p, out / f"rehearsal_{look or 'default'}",
-                                  seed=seed, appearance=look, style_targets=style_targets)
+                                  seed=seed, appearance=look, style=style)
     return manifest
 
 

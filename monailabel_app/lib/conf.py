@@ -104,11 +104,6 @@ class TrainParams:
     #: (`umind_core.data.augment`; 0 = plain copies)
     label_augment: float = setting(0.0, 0.0, 1.0)
     rehearsal_pool: int = setting(200, 0)  # seeded synthetic images the rehearsal draws from (once per workdir)
-    #: this share of the rehearsal images is redrawn in the look of the studies' own images, held-out ones
-    #: excepted (`trainers.rehearsal.StyleMix`; 0 = none)
-    rehearsal_style: float = setting(0.0, 0.0, 1.0)
-    #: the share of the spectrum a restyled rehearsal image takes from its target (`umind_core.data.style`)
-    style_beta: float = setting(0.3, 0.0, 1.0)
     #: seeded synthetic images of the regression suite (made once per workdir). 150 gives ~65 diagnosis and ~75
     #: caliper samples, so that one answer moves a score by less than the 0.02 tolerance; at 60 (26 diagnosis
     #: samples, 0.038 each) one flipped answer rejected runs in the loop benchmark

@@ -183,15 +183,15 @@ def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None
 
 
 def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: int | None = None,
-                 appearance: str | None = None, style_targets: list[Path] | tuple = ()) -> tuple[Path, int, int]:
+                 appearance: str | None = None, style: StyleMix | None = None) -> tuple[Path, int, int]:
     """A run's training manifest beside `train_raw` (the exported new labels): their conversations
     (labels.jsonl), then the rehearsal `params` (a TrainParams) asks for, drawn from the seeded pool in
     `pool_dir` (train.jsonl). Returns (manifest, rehearsal records, copies of each new record).
 
     One owner of the recipe, so that `benchmarks/sweep_loop_recipe.py` trains on what `umind_lora` trains on.
     `seed` defaults to the params' own; `appearance` is the rehearsal pool's look (default: the params'
-    `rehearsal_look`); `style_targets` are the studies' images whose looks `params.rehearsal_style` of the
-    rehearsal records take (`StyleMix`; none: no record is restyled).
+    `rehearsal_look`); `style` restyles a share of the rehearsal records (`StyleMix`; measured offline only,
+    benchmarks/results/loop_recipe_demo3/NOTES.md: it moved nothing, so the server does not pass one).
     """
     seed = params.seed if seed is None else seed
     appearance = params.rehearsal_look if appearance is None else appearance
@@ -201,7 +201,6 @@ def training_set(train_raw: Path, n_records: int, params, pool_dir: Path, seed: 
     pool = synthetic_set(pool_dir, params.rehearsal_pool, REHEARSAL_SEED0, refusal_rate=max(params.refusal_rate, 0.5),
                          appearance=appearance) if n else None
     copies = max(copies, int(params.label_copies))
-    style = StyleMix(tuple(style_targets), params.rehearsal_style, params.style_beta) if style_targets else None
     manifest, picked = mix_rehearsal(labels, pool, n, seed, out / "train.jsonl", copies=copies,
                                      augment=params.label_augment, style=style)
     return manifest, picked, copies
