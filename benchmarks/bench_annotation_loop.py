@@ -164,13 +164,13 @@ def signal_study(manifest: Path, n: int) -> dict:
     from umind_core import demo
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_iou
-    from umind_core.imageio import Frame
+    from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
     rows = []
     for rec in [r for r in read_manifest(manifest) if r.annotations.objects][:n]:  # a normal scan has no IoU
-        frame = Frame(pixels=rec.load_image(), spacing=rec.spacing, index=0, source=str(rec.image_path))
+        frame = record_frame(rec)
         gts = rec.load_masks()
         ious = []
         for obj, gt in zip(rec.annotations.objects, gts):

@@ -267,7 +267,7 @@ def _embedding(predictor, rec):
 
     predictor.set_image(record_frame(rec))
     try:
-        return predictor._state.image_states[0].float().mean(dim=(0, 1)).numpy()
+        return predictor.get_image_embedding().float().mean(dim=(0, 1)).numpy()
     finally:
         predictor.reset_image()
 

@@ -226,6 +226,19 @@ def test_bad_images_name_the_problem(trained_tiny, image, message):
 def test_predict_before_set_image(trained_tiny):
     with pytest.raises(PredictorError, match="call set_image"):
         Predictor(trained_tiny).predict("segment")
+    with pytest.raises(PredictorError, match="call set_image"):
+        Predictor(trained_tiny).get_image_embedding()
+
+
+def test_image_embedding_is_the_set_frames_and_differs_between_frames(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=8)
+    p.set_image(make_image(0))
+    first = p.get_image_embedding().clone()
+    assert first.ndim == 3 and min(first.shape) > 1
+    p.predict("segment", "lesion")  # answering leaves the image's features as they were
+    assert torch.equal(p.get_image_embedding(), first)
+    p.set_image(make_image(1))
+    assert not torch.equal(p.get_image_embedding(), first)
 
 
 def test_constant_and_grey_images_are_valid(trained_tiny):

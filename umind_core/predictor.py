@@ -147,6 +147,15 @@ class Predictor:
         with self._lock:
             self._state = None
 
+    def get_image_embedding(self) -> torch.Tensor:
+        """The image features of the frame given to `set_image` (H, W, D: the states the mask decoder reads), as
+        Segment Anything's predictor hands out its embedding: for pick rules and studies that compare images in the
+        model's own terms without reaching into the cache."""
+        with self._lock:
+            if self._state is None:
+                raise PredictorError("no image set: call set_image(frame) before get_image_embedding()")
+            return self._state.image_states[0].detach()
+
     # ------------------------------------------------------------------ examination
     @property
     def is_exam_set(self) -> bool:
