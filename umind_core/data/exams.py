@@ -17,8 +17,7 @@ irregular, microlobulated) and its echogenic foci show in each of its two planes
 SIGN_VISIBILITY, and in at least one; a plane that misses them shows a benign-looking margin (the tissue's
 echogenicity, shadowing and texture are the lesion's own in both). Spiculation and microcalcifications are often
 seen in one plane only, which is why a lesion is scanned in two and why the examination, not the frame, is
-classified; with identical signs in both planes the views of an exam agreed on the class in 41-44 of 47 held-out
-exams and no reading of the exam could beat its best view (benchmarks/results/exam_continuation).
+classified. (What the demo models make of it: benchmarks/results/exam_continuation/NOTES.md.)
 
 The exam report reads its sizes off the views' calipers (what a sonographer does), so it agrees with the masks
 even when a view had to shrink a structure to fit the scan. Everything is a pure function of

@@ -119,9 +119,9 @@ class StyleMix:
 
     Why: the loop's few labels show a new scanner on a handful of images; the studies folder holds many more of
     them without labels. A rehearsal image in one of their looks keeps its exact truth for every task, so the
-    model sees the new speckle and grey curve on structures it is told the answers for. `share` of the rehearsal
-    records (the first of a seeded order) each take one target image, drawn from the run's seed; `beta` is the
-    share of the spectrum taken (`style.restyle`). The rest stay in the pool's look, which holds the old skills.
+    model sees the new speckle and grey curve on structures it is told the answers for. A seeded sample of `share`
+    of the rehearsal records each take one target image, drawn from the same seed; `beta` is the share of the
+    spectrum taken (`style.restyle`). The rest stay in the pool's look, which holds the old skills.
     """
 
     targets: tuple[Path, ...]
