@@ -132,13 +132,33 @@ def demo_model(work: Path, n: int) -> dict:
             "against_truth": truth, "answer_seconds": seconds}
 
 
+def layout_answers(model, n: int, max_new_tokens: int) -> tuple[dict, dict]:
+    """A random-weight layout's greedy answers to a segment and an open question on `n` test images, and their
+    token ids: {(image, task, prompt): Result}, {same key: ids}."""
+    from umind_core.predictor import Predictor
+    from umind_core.testing.samples import make_image
+
+    predictor = Predictor(model, max_new_tokens=max_new_tokens)
+    rows = {}
+    for i in range(n):
+        predictor.set_image(make_image(i, height=256, width=256))
+        for task, prompt in (("segment", "lesion"), ("ask", "What organ is shown?")):
+            rows[(i, task, prompt)] = predictor.predict(task, prompt)
+    return rows, {k: model.tokenizer(r.text, add_special_tokens=False)["input_ids"] for k, r in rows.items()}
+
+
+def first_differences(ids: dict, other: dict) -> list[int]:
+    """Where each answer that differs between the two readings first differs (token index); an answer that is a
+    prefix of the other's, or equal to it, counts as not differing."""
+    first = [next((j for j, (x, y) in enumerate(zip(a, other[k])) if x != y), None) for k, a in ids.items()]
+    return [j for j in first if j is not None]
+
+
 def small_layout(work: Path, n: int, max_new_tokens: int = 16) -> dict:
     """The random small layout (no planted answer): its greedy tokens decided by whatever margins random weights
     leave, the hardest case for agreement; masks are not compared (a random model rarely asks for one, and the
     planted layout's mask logits are exactly 0 in float32, so their sign is rounding)."""
     from umind_core.modeling.umind import UMindVL
-    from umind_core.predictor import Predictor
-    from umind_core.testing.samples import make_image
     from umind_core.tools import qwen_layout
 
     folder = work / "Qwen3-VL-small"
@@ -149,17 +169,8 @@ def small_layout(work: Path, n: int, max_new_tokens: int = 16) -> dict:
     got, ids = {}, {}
     for dtype in DTYPES:
         model = UMindVL.from_pretrained(work / "umind-small", dtype=dtype)
-        predictor = Predictor(model, max_new_tokens=max_new_tokens)
-        rows = {}
-        for i in range(n):
-            predictor.set_image(make_image(i, height=256, width=256))
-            for task, prompt in (("segment", "lesion"), ("ask", "What organ is shown?")):
-                rows[(i, task, prompt)] = predictor.predict(task, prompt)
-        got[dtype] = rows
-        ids[dtype] = {k: model.tokenizer(r.text, add_special_tokens=False)["input_ids"] for k, r in rows.items()}
-    first = [next((j for j, (x, y) in enumerate(zip(a, ids["bfloat16"][k])) if x != y), None)
-             for k, a in ids["float32"].items()]
-    diverged = [j for j in first if j is not None]
+        got[dtype], ids[dtype] = layout_answers(model, n, max_new_tokens)
+    diverged = first_differences(ids["float32"], ids["bfloat16"])
     return {"images": n, "max_new_tokens": max_new_tokens, "agreement": compare(got["float32"], got["bfloat16"]),
             "first_different_token": {"answers_that_differ": len(diverged),
                                       "mean_position": round(float(np.mean(diverged)), 2) if diverged else None}}
@@ -173,28 +184,18 @@ def qwen4b(folder: Path, n: int, max_new_tokens: int = 12) -> dict:
 
     from umind_core.modeling.umind import UMindVL
     from umind_core.modeling.upcast import compute_in_float32
-    from umind_core.predictor import Predictor
-    from umind_core.testing.samples import make_image
 
     got, ids, seconds = {}, {}, {}
     for mode in ("bfloat16", "bf16-weights"):
         model = UMindVL.from_pretrained(folder, dtype="bfloat16")
         if mode == "bf16-weights":
             compute_in_float32(model)
-        predictor = Predictor(model, max_new_tokens=max_new_tokens)
-        rows, t = {}, time.perf_counter()
-        for i in range(n):
-            predictor.set_image(make_image(i, height=256, width=256))
-            for task, prompt in (("segment", "lesion"), ("ask", "What organ is shown?")):
-                rows[(i, task, prompt)] = predictor.predict(task, prompt)
+        t = time.perf_counter()
+        got[mode], ids[mode] = layout_answers(model, n, max_new_tokens)
         seconds[mode] = round(time.perf_counter() - t, 1)
-        got[mode] = rows
-        ids[mode] = {k: model.tokenizer(r.text, add_special_tokens=False)["input_ids"] for k, r in rows.items()}
-        del predictor, model
+        del model
         gc.collect()
-    first = [next((j for j, (x, y) in enumerate(zip(a, ids["bf16-weights"][k])) if x != y), None)
-             for k, a in ids["bfloat16"].items()]
-    diverged = [j for j in first if j is not None]
+    diverged = first_differences(ids["bfloat16"], ids["bf16-weights"])
     return {"images": n, "max_new_tokens": max_new_tokens, "seconds": seconds,
             "agreement": compare(got["bf16-weights"], got["bfloat16"]),
             "first_different_token": {"answers_that_differ": len(diverged),

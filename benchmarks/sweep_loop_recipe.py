@@ -210,13 +210,10 @@ def pseudo_labels(records) -> tuple[dict, dict]:
 
 def _agrees(mask, boxes) -> bool:
     """Whether a detect box matches the mask's box at IoU >= 0.5."""
-    import numpy as np
-
     from umind_core.evaluation.metrics import box_iou
+    from umind_core.importers.common import box_of
 
-    ys, xs = np.nonzero(mask)
-    own = [float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())]
-    return any(box_iou(own, b) >= 0.5 for b in boxes)
+    return any(box_iou(box_of(mask), b) >= 0.5 for b in boxes)
 
 
 def _paint(rec, kept: list) -> tuple[bytes, dict]:
