@@ -151,8 +151,7 @@ class StyleMix:
             scan = scan_region(image) if scan is None else scan
             path = folder / f"{rec.id}.png"
             Image.fromarray(restyle(image, scan, target, scan_region(target), self.beta)).save(path)
-            root = rec.root if rec.root is not None else Path(".")
-            rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
+            _point_at(rec, path)
             rec.extra["restyled_from"] = Path(target_path).name
             done += 1
         return done
@@ -178,6 +177,11 @@ def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{draw:08x}.png"
     Image.fromarray(augment_image(image, scan, rng, p)).save(path)
+    _point_at(rec, path)
+
+
+def _point_at(rec: ManifestRecord, path: Path) -> None:
+    """Make `rec` read its (single-frame) image from `path`, relative to the record's root."""
     root = rec.root if rec.root is not None else Path(".")
     rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
 
