@@ -1,26 +1,35 @@
-"""The server's default decode before and after issue 36, in one run: `static` (the old default) against `auto`.
+"""The server's default decode against the old default, in one run: `auto` and `static` of this tree, and `static`
+of the code before issue 36's speed work (`--before`, a checkout of it), each in its own process.
 
 What a user of the default configuration meets, on the bundled demo model at its own input size (256 px):
-- the first request after start (a fresh Predictor each, cold image: `set_image` + `predict`), which `auto` must not
-  slow down: it decodes its first steps with the static step while the tuned graph builds in the background;
-- segment latency p50 once warm (`auto` after its background builds finished), alternating the two modes;
-- a second prompt on a cached image against a cold one (image encoded per call), per mode.
+- the first request after start (a fresh Predictor, cold image: `set_image` + `predict`), which `auto` must not
+  slow down: it decodes with the static step while its tuned graphs build in the background;
+- segment latency p50 once warm (`auto` after its background builds finished);
+- a second prompt on a cached image against a cold one (image encoded per call), for detect and for segment.
 
-    .venv/bin/python benchmarks/bench_default_decode.py [--images 8] [--out benchmarks/results/default_decode.json]
+Each configuration runs in a fresh process (its own first request, its own compiled graphs), in the order
+before, static, auto, then again in reverse, so that a drift of the machine's speed during the run shows in both
+halves; the figures pool both.
+
+    git worktree add /tmp/umind-before <commit before the change>
+    .venv/bin/python benchmarks/bench_default_decode.py --before /tmp/umind-before [--images 8] \
+        [--out benchmarks/results/default_decode.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-MODES = ("static", "auto")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _images(n: int) -> list[np.ndarray]:
@@ -37,62 +46,101 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _first_request(mode: str, image: np.ndarray):
-    """A fresh Predictor's first segment (what the first request after a start costs), and the Predictor."""
-    from umind_core import demo
-    from umind_core.predictor import Predictor
-
-    predictor = Predictor(demo.load_model(None), decode=mode)
-
-    def first():
-        predictor.set_image(image)
-        predictor.predict("segment", "lesion")
-
-    return _timed(first), predictor
-
-
 def _wait_built(predictor, timeout: float) -> float:
     """Seconds until every step graph `auto` queued is tuned (or failed), polling its status."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         steps = predictor.decode_status()["steps"]
-        if steps and all(s["state"] == "tuned" or s["state"].startswith("failed") for s in steps):
+        if all(s["state"] == "tuned" or s["state"].startswith("failed") for s in steps):
             break
         time.sleep(1.0)
     return time.perf_counter() - t0
 
 
+def worker(mode: str, n_images: int) -> dict:
+    """One configuration's figures, measured in this process (whose `umind_core` is the tree under test)."""
+    from umind_core import demo
+    from umind_core.predictor import Predictor
+
+    images = _images(n_images)
+    predictor = Predictor(demo.load_model(None), decode=mode)
+
+    def ask(task, image=None):
+        if image is not None:
+            predictor.set_image(image)
+        predictor.predict(task, "lesion")
+
+    out = {"first_request_s": _timed(lambda: ask("segment", images[0])), "segment_s": [],
+           "cold_s": [], "cached_s": [], "cold_segment_s": [], "cached_segment_s": []}
+    out["build_wait_s"] = _wait_built(predictor, 900)
+    for rnd in range(3):  # a warm-up round (new shapes, graphs queued by it built), then two kept
+        if rnd == 1:
+            _wait_built(predictor, 900)
+        for img in images:
+            samples = {"segment_s": _timed(lambda: ask("segment", img)),
+                       "cached_s": _timed(lambda: ask("detect")),
+                       "cold_s": _timed(lambda: ask("detect", img)),
+                       "cached_segment_s": _timed(lambda: ask("segment")),
+                       "cold_segment_s": _timed(lambda: ask("segment", img))}
+            if rnd:
+                for key, value in samples.items():
+                    out[key].append(value)
+    out["steps"] = predictor.decode_status()["steps"]
+    return out
+
+
+def _run_worker(tree: Path, mode: str, n_images: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("UMIND_DECODE", None)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", mode, "--images", str(n_images)],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"the {mode} worker in {tree} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _summary(out: dict) -> dict:
+    med = {k: {c: statistics.median(v) for c, v in out[k].items()}
+           for k in ("segment_s", "cold_s", "cached_s", "cold_segment_s", "cached_segment_s")}
+    configs = list(out["segment_s"])
+    summary = {
+        "first_request_ms": {c: 1000 * statistics.median(out["first_request_s"][c]) for c in configs},
+        "segment_p50_ms": {c: 1000 * med["segment_s"][c] for c in configs},
+        "cold_over_cached_detect": {c: med["cold_s"][c] / med["cached_s"][c] for c in configs},
+        "cold_over_cached_segment": {c: med["cold_segment_s"][c] / med["cached_segment_s"][c] for c in configs},
+    }
+    base = "before_static" if "before_static" in configs else "static"
+    summary["segment_lower_than_" + base] = {c: med["segment_s"][base] / med["segment_s"][c] for c in configs}
+    summary["first_request_over_" + base] = {c: summary["first_request_ms"][c] / summary["first_request_ms"][base]
+                                             for c in configs}
+    return summary
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=8)
+    ap.add_argument("--before", type=Path, help="a checkout of the code before the change (its `static` is measured)")
+    ap.add_argument("--worker", choices=("static", "auto"), help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "default_decode.json")
     args = ap.parse_args(argv)
-    images = _images(args.images)
-    out: dict = {"first_request_s": {}, "segment_s": {m: [] for m in MODES}, "cold_s": {m: [] for m in MODES},
-                 "cached_s": {m: [] for m in MODES}}
-    preds = {}
-    for mode in MODES:
-        out["first_request_s"][mode], preds[mode] = _first_request(mode, images[0])
-    out["auto_build_wait_s"] = _wait_built(preds["auto"], 600)
-    for i, img in enumerate([images[0]] + images):  # a warm-up round for the new shapes, not kept
-        for mode in (MODES if i % 2 else MODES[::-1]):
-            p = preds[mode]
-            seg = _timed(lambda: (p.set_image(img), p.predict("segment", "lesion")))
-            cached = _timed(lambda: p.predict("detect", "lesion"))
-            cold = _timed(lambda: (p.set_image(img), p.predict("detect", "lesion")))
-            if i:
-                out["segment_s"][mode].append(seg)
-                out["cached_s"][mode].append(cached)
-                out["cold_s"][mode].append(cold)
-    _wait_built(preds["auto"], 600)  # the rounds may have met new capacities
-    out["auto_steps"] = preds["auto"].decode_status()["steps"]
-    med = {k: {m: statistics.median(out[k][m]) for m in MODES} for k in ("segment_s", "cold_s", "cached_s")}
-    out["summary"] = {
-        "first_request_auto_over_static": out["first_request_s"]["auto"] / out["first_request_s"]["static"],
-        "segment_p50_ms": {m: 1000 * med["segment_s"][m] for m in MODES},
-        "segment_static_over_auto": med["segment_s"]["static"] / med["segment_s"]["auto"],
-        "cold_over_cached": {m: med["cold_s"][m] / med["cached_s"][m] for m in MODES},
-    }
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.images)))
+        return 0
+    configs = ([("before_static", args.before, "static")] if args.before else []) + [
+        ("static", ROOT, "static"), ("auto", ROOT, "auto")]
+    keys = ("first_request_s", "segment_s", "cold_s", "cached_s", "cold_segment_s", "cached_segment_s")
+    out: dict = {k: {name: [] for name, _, _ in configs} for k in keys}
+    out["auto_steps"], out["order"] = [], []
+    for name, tree, mode in configs + configs[::-1]:
+        print(f"measuring {name} ({tree})", file=sys.stderr, flush=True)
+        got = _run_worker(tree, mode, args.images)
+        out["order"].append(name)
+        out["first_request_s"][name].append(got["first_request_s"])
+        for k in keys[1:]:
+            out[k][name].extend(got[k])
+        if name == "auto":
+            out["auto_steps"] = got["steps"]
+    out["summary"] = _summary(out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     print(json.dumps(out["summary"], indent=2))

@@ -104,14 +104,19 @@ def test_the_prompt_is_the_exam_conversations_layout(predictor, exam_views):
 def test_the_prefix_is_encoded_once_for_several_prompts(predictor, exam_views, monkeypatch):
     model = predictor.model
     calls = []
-    forward = model.forward
+    forward, encode_images = model.forward, model.encode_images
 
-    def counting(*args, **kwargs):
+    def counting(*args, **kwargs):  # transformers' forward over the prefix (the eager decode)
         if kwargs.get("pixel_values") is not None:
             calls.append(kwargs["image_grid_thw"].shape[0])
         return forward(*args, **kwargs)
 
+    def counting_images(pixel_values, image_grid_thw):  # the vision tower alone (the fast decoder's prefix)
+        calls.append(image_grid_thw.shape[0])
+        return encode_images(pixel_values, image_grid_thw)
+
     monkeypatch.setattr(model, "forward", counting)
+    monkeypatch.setattr(model, "encode_images", counting_images)
     predictor.set_exam(exam_views)
     assert calls == [3]  # one encoder pass, all three views in it
     predictor.predict_exam("diagnose")

@@ -105,8 +105,78 @@ def test_compiled_step_equals_eager_for_every_task(trained_tiny, mode):
     eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
     fast = _answers(trained_tiny, mode, make_image(0), calls, max_new_tokens=64)
     assert fast[3]._engine.fast.compile_error is None, fast[3]._engine.fast.compile_error
-    assert fast[3]._engine.fast._compiled, "the single-token step was never compiled"
+    widths = {key[4] for key in fast[3]._engine.fast._compiled}
+    # the single-token step, the 16-token mask group and the prompts, each padded to a graph width, ran graphs
+    assert 1 in widths and fast[3].model.num_mask_tokens in widths, widths
+    assert all(fast_decode.graph_tokens(k) for k in widths) and len(widths) >= 4, widths
     _assert_same(eager, fast)
+
+
+def test_a_step_of_several_tokens_equals_the_eager_forward_on_a_cache_with_holes(trained_tiny):
+    """static_step (what every graph computes) fed k tokens at once: the same logits and states as eager_forward,
+    with a row whose prompt is left-padded (holes in the middle of its cache) beside one without."""
+    torch.manual_seed(0)
+    w = fast_decode.DecodeWeights(trained_tiny)
+    rows, capacity, start, k = 2, 64, 20, 8
+    shape = (rows, w.n_kv, capacity, w.head_dim)
+    prefix = [(torch.randn(shape), torch.randn(shape)) for _ in w.layers]
+    valid = torch.ones(rows, capacity, dtype=torch.bool)
+    valid[1, :3] = False  # a shorter image prefix, right-aligned
+    valid[1, start: start + 3] = False  # a prompt left-padded by 3
+    ids = torch.randint(0, w.embed.shape[0], (rows, k))
+    cos_t, sin_t = w.rope_table(capacity)
+    pos = torch.arange(start, start + k)[None].expand(rows, -1)
+    cos, sin = cos_t[pos][:, None], sin_t[pos][:, None]
+    outs = []
+    for run in ("eager", "static"):
+        keys = [kv[0].clone() for kv in prefix]
+        values = [kv[1].clone() for kv in prefix]
+        if run == "eager":
+            out = fast_decode.eager_forward(w, keys, values, ids, cos, sin, start, valid)
+        else:
+            out = fast_decode.static_step(w, keys, values, ids, cos, sin, torch.arange(start, start + k), valid)
+        outs.append((out, keys))
+    (eager, keys_e), (static, keys_s) = outs
+    torch.testing.assert_close(static[0], eager[0], atol=1e-5, rtol=1e-5)
+    # every real token's state agrees; a padding token's is never read (it attends where the eager mask differs)
+    torch.testing.assert_close(static[1][0], eager[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(static[1][1, 3:], eager[1][1, 3:], atol=1e-5, rtol=1e-5)
+    for ke, ks in zip(keys_e, keys_s):
+        torch.testing.assert_close(ks[:, :, start: start + k], ke[:, :, start: start + k], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["two frames", "an examination of two sizes"])
+def test_the_lean_image_prefix_equals_transformers_prefix(trained_tiny, layout):
+    """The fast decoder's prefix (lean layers, M-RoPE positions and DeepStack handed over) against transformers'
+    forward: the same keys and values in every layer and the same image states the mask decoder reads."""
+    from umind_core.decode_batch import BatchDecoder
+    from umind_core.predictor import _as_frame
+
+    if layout == "two frames":
+        frames, kind = [_as_frame(make_image(0)), _as_frame(make_image(1))], "encode"
+    else:
+        frames, kind = [_as_frame(make_image(0)), _as_frame(make_image(1)[:48, :40])], "encode_exam"
+    fast = BatchDecoder(trained_tiny, fast_decode.FastDecoder(trained_tiny, compile=False), 64, True, 8)
+    eager = BatchDecoder(trained_tiny, None, 64, True, 8)
+    lean, ref = getattr(fast, kind)(frames), getattr(eager, kind)(frames)
+    assert isinstance(lean.cache, fast_decode.StaticKVCache) and lean.prefix_len == ref.prefix_len
+    n = ref.prefix_len
+    for layer, (k, v) in enumerate(zip(lean.cache.keys, lean.cache.values)):
+        torch.testing.assert_close(k[:, :, :n], ref.cache.layers[layer].keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v[:, :, :n], ref.cache.layers[layer].values, atol=1e-5, rtol=1e-5)
+    assert len(lean.image_states) == len(ref.image_states) == 2
+    for a, b in zip(lean.image_states, ref.image_states):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lean.rope_delta, ref.rope_delta)
+
+
+def test_prompts_are_padded_to_a_graph_width_only_where_graphs_run(trained_tiny):
+    assert [fast_decode.graph_tokens(k) for k in (1, 2, 8, 16, 17, 24, 64, 72)] == [
+        True, False, True, True, False, True, True, False]
+    graphs = fast_decode.FastDecoder(trained_tiny, compile=True)
+    lean = fast_decode.FastDecoder(trained_tiny, compile=False)
+    assert [graphs.prompt_width(n) for n in (8, 17, 24, 62, 64, 65, 90)] == [8, 24, 24, 64, 64, 65, 90]
+    assert [lean.prompt_width(n) for n in (17, 62)] == [17, 62]
 
 
 def test_batched_frames_equal_eager(trained_tiny):
@@ -347,13 +417,14 @@ def test_queries_and_keys_normed_and_rotated_together_equal_the_model_s_own_modu
 GUARD_S = 600  # a generous bound on waiting for the builder thread: a wrong implementation fails, never hangs
 
 
-def _eager_single_steps(monkeypatch) -> list[int]:
-    """The rows of every single-token step the eager lean step ran (the steps that did not replay a graph)."""
+def _eager_graph_steps(monkeypatch) -> list[tuple[int, int]]:
+    """(rows, tokens) of every forward of a graph width (single-token steps, mask groups, padded prompts) that the
+    eager lean forward ran (those that did not replay a graph)."""
     steps, original = [], fast_decode.eager_forward
 
     def spy(w, keys, values, ids, *args, **kwargs):
-        if ids.shape[1] == 1:
-            steps.append(ids.shape[0])
+        if fast_decode.graph_tokens(ids.shape[1]):
+            steps.append(tuple(ids.shape))
         return original(w, keys, values, ids, *args, **kwargs)
 
     monkeypatch.setattr(fast_decode, "eager_forward", spy)
@@ -404,9 +475,9 @@ def test_auto_answers_equal_eager_before_and_after_its_tuned_graph_is_built(trai
     steps = pred.decode_status()["steps"]
     assert steps and all(s["state"] == "tuned" for s in steps), steps
     graphs = counters["stats"]["unique_graphs"]
-    eager_steps = _eager_single_steps(monkeypatch)
+    eager_steps = _eager_graph_steps(monkeypatch)
     second = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
-    assert eager_steps == []  # every single-token step replayed a tuned graph
+    assert eager_steps == []  # every step, mask group and prompt replayed a tuned graph
     assert counters["stats"]["unique_graphs"] == graphs  # built from zeros of the live layout: its guards passed
     _assert_same(eager, second)
 
@@ -415,7 +486,7 @@ def test_auto_answers_before_its_graph_is_built_and_replays_it_after(trained_tin
     gate = threading.Event()
     build = _FakeBuild(gate)
     monkeypatch.setattr(fast_decode, "build_step", build)
-    eager_steps = _eager_single_steps(monkeypatch)
+    eager_steps = _eager_graph_steps(monkeypatch)
     calls = [("detect", "lesion"), ("diagnose", None)]
     eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
     eager_steps.clear()
@@ -423,23 +494,25 @@ def test_auto_answers_before_its_graph_is_built_and_replays_it_after(trained_tin
         first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
         pred = first[3]
         fast, capacity = pred._engine.fast, pred._state.cache.capacity
-        # answered while the build was held: every step ran eagerly, and the build is still under way
+        # answered while the build was held: every step ran eagerly, and the first build (the detect prompt's,
+        # padded to 32 tokens) is still under way, the single-token step's and the diagnose prompt's queued
         assert build.started.wait(GUARD_S) and not gate.is_set() and build.builds == 1
-        assert eager_steps and set(eager_steps) == {1} and build.calls == 0
+        assert {k for _, k in eager_steps} == {1, 24, 32} and build.calls == 0, eager_steps
         assert pred.decode_status() == {"mode": "auto", "steps": [
-            {"rows": 1, "capacity": capacity, "dtype": "float32", "device": "cpu", "state": "building"}]}
+            {"rows": 1, "capacity": capacity, "tokens": k, "dtype": "float32", "device": "cpu", "state": state}
+            for k, state in ((1, "eager (tuning queued)"), (24, "eager (tuning queued)"), (32, "building"))]}
         pred.predict_batch([make_image(1), make_image(2)], "detect", "lesion")  # a second batch size queues
-        states = {(s["rows"], s["capacity"]): s["state"] for s in pred.decode_status()["steps"]}
-        assert states[(1, capacity)] == "building", states
-        assert {state for (rows, _), state in states.items() if rows == 2} == {"eager (tuning queued)"}, states
+        states = {(s["rows"], s["capacity"], s["tokens"]): s["state"] for s in pred.decode_status()["steps"]}
+        assert states[(1, capacity, 32)] == "building", states
+        assert {state for (rows, _, _), state in states.items() if rows == 2} == {"eager (tuning queued)"}, states
     finally:
         gate.set()
     assert fast.wait_for_builds(GUARD_S)
     assert build.threads == [step_builder.BUILDER_THREAD] * build.builds and build.builds == len(states)
-    assert (1, capacity, torch.float32, "cpu") in fast._compiled
+    assert {(1, capacity, torch.float32, "cpu", k) for k in (1, 24, 32)} <= set(fast._compiled)
     eager_steps.clear()
     second = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
-    assert eager_steps == [] and build.calls > 0  # the installed step ran every single-token step
+    assert eager_steps == [] and build.calls > 0  # the installed graphs ran every step and prompt
     assert {s["state"] for s in pred.decode_status()["steps"]} == {"tuned"}
     _assert_same(eager, first)
     _assert_same(eager, second)
@@ -457,11 +530,13 @@ def test_auto_build_that_fails_leaves_its_key_eager_with_one_warning(trained_tin
         again = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
     _assert_same(eager, first)
     _assert_same(eager, again)
-    assert build.builds == 1  # the failed key is not built again
+    steps = pred.decode_status()["steps"]
+    assert {s["tokens"] for s in steps} == {1, 16, 24}  # the step, the mask group, both prompts (17 and 24 wide)
+    assert build.builds == len(steps)  # a failed key is not built again
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("umind")]
-    assert len(warnings) == 1 and "\n" not in warnings[0] and "no C++ compiler" in warnings[0], warnings
-    (step,) = pred.decode_status()["steps"]
-    assert step["state"] == "failed: RuntimeError: inductor: no C++ compiler"
+    assert len(warnings) == len(steps), warnings  # one line for each key, when its build failed
+    assert all("\n" not in w and "no C++ compiler" in w for w in warnings), warnings
+    assert {s["state"] for s in steps} == {"failed: RuntimeError: inductor: no C++ compiler"}
     assert pred._engine.fast.compile_error is None  # per key: other batch sizes still get their graphs
 
 
@@ -490,7 +565,8 @@ def test_auto_drops_a_graph_built_from_weights_that_changed_meanwhile(trained_ti
     assert build.builds == 1 and not fast._compiled  # built from the old weights: not installed
     after = pred.predict("diagnose").text  # eager; queues a build from the new weights
     assert fast.wait_for_builds(GUARD_S)
-    assert build.builds == 2 and build.weights[-1] is fast.weights and len(fast._compiled) == 1
+    # the new weights' prompt (24 tokens) and single-token step graphs
+    assert build.builds == 3 and build.weights[-1] is fast.weights and len(fast._compiled) == 2
     replayed = pred.predict("diagnose").text
     reference = Predictor(model, decode="eager", max_new_tokens=64)
     reference.set_image(make_image(0))

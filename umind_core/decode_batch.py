@@ -34,6 +34,7 @@ __all__ = ["BatchDecoder", "Decoded", "ExamState", "ImageState", "Row", "PROMPT_
 # What one more forward costs, in prompt positions. On the demo model a prompt forward cost 0.8-1.8 ms beside
 # about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
 PROMPT_PART_POSITIONS = 32
+PREFIX_IDS_KEPT = 256  # (prefix texts, image grids) whose token ids are kept (one per frame size and exam layout)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class BatchDecoder:
         tok = model.tokenizer
         self.eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
+        self._prefix_ids: dict[tuple, dict] = {}  # (prefix texts, image grids) -> the processor's token ids
 
     # ------------------------------------------------------------------ batches and image prefixes
     def stacks(self) -> bool:
@@ -169,25 +171,31 @@ class BatchDecoder:
         one per view for an examination)."""
         model = self.model
         t0 = time.perf_counter()
-        enc = model.processor(images=[f.pixels for f in frames], text=texts, return_tensors="pt")
-        enc = _to_device(enc, model.device, model.dtype)
+        enc = _to_device(self._processed(frames, texts), model.device, model.dtype)
         position_ids, delta = model.rope_index(enc["input_ids"], enc["mm_token_type_ids"], enc["image_grid_thw"])
-        with torch.no_grad():
-            out = model(
-                input_ids=enc["input_ids"],
-                pixel_values=enc["pixel_values"],
-                image_grid_thw=enc["image_grid_thw"],
-                mm_token_type_ids=enc["mm_token_type_ids"],
-                position_ids=position_ids,
-                use_cache=True,
-                decode_masks=False,
-                logits="none",  # the prefix's own next token is never read: its prompt comes after it
-            )
+        if self.fast is not None and not model.training:  # the lean layers, straight into the decoder's cache
+            with torch.no_grad():
+                image_embeds, deepstack = model.encode_images(enc["pixel_values"], enc["image_grid_thw"])
+                embeds, visual = model.prefix_embeddings(enc["input_ids"], image_embeds)
+            # room for a prompt, the answer and a mask group; grows if a prompt needs more
+            cache, hidden = self.fast.encode_prefix(embeds, position_ids, visual, deepstack, self.answer_room())
+        else:
+            with torch.no_grad():
+                out = model(
+                    input_ids=enc["input_ids"],
+                    pixel_values=enc["pixel_values"],
+                    image_grid_thw=enc["image_grid_thw"],
+                    mm_token_type_ids=enc["mm_token_type_ids"],
+                    position_ids=position_ids,
+                    use_cache=True,
+                    decode_masks=False,
+                    logits="none",  # the prefix's own next token is never read: its prompt comes after it
+                )
+            cache, hidden = out.cache, out.hidden_states
+            if self.fast is not None:  # a model in training mode keeps transformers' cache (FastDecoder.adopt)
+                cache = self.fast.adopt(cache, answer_tokens=self.answer_room())
         spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
-        image_states = [model.image_states(out.hidden_states[b], span) for b in range(len(texts)) for span in spans[b]]
-        cache = out.cache
-        if self.fast is not None:  # room for a prompt, the answer and a mask group; grows if a prompt needs more
-            cache = self.fast.adopt(cache, answer_tokens=self.answer_room())
+        image_states = [model.image_states(hidden[b], span) for b in range(len(texts)) for span in spans[b]]
         return kind(
             frames=frames,
             cache=cache,
@@ -196,6 +204,24 @@ class BatchDecoder:
             image_states=image_states,
             encode_s=time.perf_counter() - t0,
         )
+
+    def _processed(self, frames: list[Frame], texts: list[str]) -> dict:
+        """The processor's output for these frames and prefix texts.
+
+        Why not the processor alone: the token ids depend only on the texts and the images' grids, and tokenizing
+        the prefix was half of the processor's 2 ms a frame on the demo model. So the ids of each (texts, grids)
+        are kept after the first call, and later frames run the image processor alone."""
+        pixels = [f.pixels for f in frames]
+        images = self.model.processor.image_processor(images=pixels, return_tensors="pt")
+        key = (tuple(texts), tuple(tuple(g) for g in images["image_grid_thw"].tolist()))
+        ids = self._prefix_ids.get(key)
+        if ids is not None:
+            return {**images, **ids}
+        enc = self.model.processor(images=pixels, text=texts, return_tensors="pt")
+        if len(self._prefix_ids) >= PREFIX_IDS_KEPT:
+            self._prefix_ids.clear()
+        self._prefix_ids[key] = {k: v for k, v in enc.items() if k not in images}
+        return enc
 
     # ------------------------------------------------------------------ prompts and decoding
     def forward(self, state: ImageState, ids: torch.Tensor, start: int, delta: torch.Tensor | None = None,
@@ -226,7 +252,7 @@ class BatchDecoder:
         """
         model = self.model
         t0 = time.perf_counter()
-        ids, pad, shift = self._prompt_ids(suffixes, model.device)
+        ids, pad, shift = self._prompt_ids(suffixes, model.device, self._graph_widths(state))
         delta = state.rope_delta - shift[:, None]  # a row's left padding is a hole, not part of its sequence
         t1 = t0
 
@@ -248,9 +274,18 @@ class BatchDecoder:
             "processed_tokens": int(ids.shape[1]) + fed,
         }
 
-    def _prompt_ids(self, per_row: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k."""
+    def _graph_widths(self, state: ImageState) -> bool:
+        """Whether prompts on `state` are fed at a step graph's width (fast_decode.FastDecoder.prompt_width): on the
+        fast decoder's cache, in the modes that build graphs."""
+        return isinstance(state.cache, fast_decode.StaticKVCache) and self.fast.compile
+
+    def _prompt_ids(self, per_row: list[list[int]], device,
+                    graph_widths: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(ids (B, k), pad mask or None, left padding per row) of each row's turn suffix, left-padded to one k
+        (with `graph_widths`, the step graph's width for the longest)."""
         width = max(len(ids) for ids in per_row)
+        if graph_widths:
+            width = self.fast.prompt_width(width)
         shift = torch.tensor([width - len(ids) for ids in per_row], device=device)
         ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in per_row], device=device)
         if not bool(shift.any()):
@@ -267,7 +302,7 @@ class BatchDecoder:
         of their cache rows, and the second part every row from there (`_prompt_split` picks the column).
         """
         start = state.prefix_len
-        split = _prompt_split(pad, state.cache, state.batch)
+        split = None if self._graph_widths(state) else _prompt_split(pad, state.cache, state.batch)
         if split is None:
             return self.forward(state, ids, start, delta, pad)
         n, p = split

@@ -38,7 +38,8 @@ tokens), which are all text:
   on-disk caches can be pointed at a lasting folder (`step_builder.use_compile_cache`), so that a restarted
   process rebuilds faster.
 
-The image prefix itself (vision encoder, deepstack features) still runs through `transformers` once per image.
+The image prefix's language layers run here too (`FastDecoder.encode_prefix`: its M-RoPE positions and DeepStack
+features given); the vision encoder runs through `transformers`, once per image.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ PROMPT_ROOM = 64  # slots allocated for a prompt beyond the answer; a longer pro
 # on 8 images), and room for 256 answer tokens made its caches 512 slots instead of 256: a tuned step of 8 rows
 # took 3.41 against 2.22 ms, of 1 row 0.77 against 0.64 ms (medians of 15, one process).
 ANSWER_ROOM = 112
+GRAPH_TOKEN_STEP = 8  # prompts are padded to whole steps of this width where step graphs run (graph_tokens)
+MAX_GRAPH_TOKENS = 64  # wider prompts (and odd-width mask groups of a mixed batch) run the eager lean forward
 
 
 @dataclass
@@ -183,6 +186,7 @@ class DecodeWeights:
         self.norm = lm.norm.weight.detach()
         self.layers = [self._layer(layer) for layer in lm.layers]
         rot = lm.rotary_emb
+        self.mrope = rot  # the image prefix's 3-D positions (t, h, w) are rotated by the model's own module
         self.inv_freq = rot.inv_freq.detach().float()
         self.attention_scaling = float(rot.attention_scaling)
         self.dtype, self.device = self.embed.dtype, self.embed.device
@@ -373,6 +377,16 @@ class StaticKVCache:
         self.valid = valid
 
 
+def graph_tokens(k: int) -> bool:
+    """Whether a forward of k tokens a row runs a step graph (in the modes that build them): the single-token step,
+    and widths in whole GRAPH_TOKEN_STEPs up to MAX_GRAPH_TOKENS (a mask group, a prompt padded to its bucket).
+
+    Why: the eager lean forward of a 17-token prompt or a 16-token mask group took about 4 ms on the demo model,
+    mostly the Python and dispatch around some 70 small calls; a graph per width removes them. Widths come in steps
+    so that a handful of graphs serve every prompt (each takes 10-40 s to tune)."""
+    return k == 1 or (k % GRAPH_TOKEN_STEP == 0 and k <= MAX_GRAPH_TOKENS)
+
+
 def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     """`t` (B, ...) with copies of its row 0 appended up to `rows` rows."""
     return torch.cat([t, t[:1].expand(rows - t.shape[0], *t.shape[1:])])
@@ -439,60 +453,73 @@ def eager_forward(w: DecodeWeights, keys, values, ids, cos, sin, start: int, val
     Used for prompts and the 16 mask tokens (k > 1) and as the single-token step when compiling is off or failed.
     `valid` (B, capacity), when given, also hides each row's holes (see StaticKVCache).
     """
-    k = ids.shape[1]
+    x = _eager_layers(w, keys, values, F.embedding(ids, w.embed), cos, sin, start, valid)
+    return _logits(w, x), _rms(x, w.norm, w.eps)
+
+
+def _eager_layers(w: DecodeWeights, keys, values, x, cos, sin, start: int, valid: torch.Tensor | None = None,
+                  deepstack: tuple = ()):
+    """The layers over input states x (B, k, D) at slots start..start+k-1 (see eager_forward); the last layer's
+    states, before the final norm. `deepstack[i]` (B, k, D) is added after layer i: Qwen3-VL's DeepStack, the
+    vision tower's earlier features fed into the first language layers at the image tokens (zero elsewhere)."""
+    k = x.shape[1]
     end = start + k
     mask = None
     if k > 1:  # new token i sees every cached slot and new tokens 0..i
-        mask = torch.ones(k, end, dtype=torch.bool, device=ids.device).tril(diagonal=start)
+        mask = torch.ones(k, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
     if valid is not None:
         rows = valid[:, None, None, :end]
         mask = rows if mask is None else rows & mask
-    x = F.embedding(ids, w.embed)
     scale = w.head_dim ** -0.5
-    for layer, kc, vc in zip(w.layers, keys, values):
+    for i, (layer, kc, vc) in enumerate(zip(w.layers, keys, values)):
         q, key, value = _attention_inputs(w, layer, x, cos, sin)
         kc[:, :, start:end] = key
         vc[:, :, start:end] = value
         attn = F.scaled_dot_product_attention(q, kc[:, :, :end], vc[:, :, :end], attn_mask=mask, scale=scale,
                                               enable_gqa=True)
         x = _attention_output_and_mlp(w, layer, x, attn)
-    return _logits(w, x), _rms(x, w.norm, w.eps)
+        if i < len(deepstack):
+            x = x + deepstack[i]
+    return x
 
 
 def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot, valid):
-    """One token per row written at `slot` (a 1-element tensor), attending over the whole capacity under a mask
-    (slots up to `slot` that the row's `valid` (B, capacity) allows).
+    """k tokens per row written at slots `slot` (a tensor of k consecutive slot indices), each attending over the
+    whole capacity under a mask (the slots up to its own that the row's `valid` (B, capacity) allows).
 
-    Every shape is fixed by (batch, capacity) and the position travels as data, so `torch.compile` builds this
-    graph once and replays it at every step.
+    Every shape is fixed by (batch, capacity, k) and the position travels as data, so `torch.compile` builds this
+    graph once and replays it at every step (k = 1) or every prompt and mask group of that width (k > 1).
     """
     x = F.embedding(ids, w.embed)
     capacity = keys[0].shape[2]
-    hidden = ~((torch.arange(capacity, device=ids.device) <= slot)[None, :] & valid)[:, None, None, :]
+    seen = torch.arange(capacity, device=ids.device)[None, :] <= slot[:, None]  # (k, capacity)
+    hidden = ~(seen[None] & valid[:, None, :])[:, None]  # (B, 1, k, capacity)
     for layer, kc, vc in zip(w.layers, keys, values):
         q, key, value = _attention_inputs(w, layer, x, cos, sin)
         kc.index_copy_(2, slot, key)
         vc.index_copy_(2, slot, value)
-        x = _attention_output_and_mlp(w, layer, x, _one_query_attention(w, q, kc, vc, hidden))
+        x = _attention_output_and_mlp(w, layer, x, _static_attention(w, q, kc, vc, hidden))
     return _logits(w, x), _rms(x, w.norm, w.eps)
 
 
-def _one_query_attention(w: DecodeWeights, q, keys, values, hidden):
-    """Attention of one query per row over the whole cache, written as two products and a softmax.
+def _static_attention(w: DecodeWeights, q, keys, values, hidden):
+    """Attention of k queries per row over the whole cache, written as two products and a softmax.
 
     Why not F.scaled_dot_product_attention: for one query its CPU kernel took 50-60 us a layer in a profile
     (block loops, allocations) around arithmetic of a few thousand multiply-adds; spelled out, the compiler fuses
     the scale, the mask and the softmax into one loop beside two small products (the compiled demo step measured
     1.15-1.24 ms against 1.50-1.64 ms with SDPA, one process each, both with transposed weights). The query
     heads sharing a key/value head (grouped-query attention) are that head's rows: query head h reads kv head
-    h // (heads / kv_heads), as SDPA's enable_gqa does. `hidden` (B, 1, 1, capacity) is True where a slot may
-    not be attended to.
+    h // (heads / kv_heads), as SDPA's enable_gqa does; with k queries a kv head's rows are its query heads'
+    k queries, head-major. `hidden` (B, 1, k, capacity) is True where a slot may not be attended to.
     """
-    b = q.shape[0]
+    b, _, k, _ = q.shape
     group = w.n_heads // w.n_kv
-    scores = torch.matmul(q.reshape(b, w.n_kv, group, w.head_dim) * w.head_dim ** -0.5, keys.transpose(-1, -2))
+    scores = torch.matmul(q.reshape(b, w.n_kv, group * k, w.head_dim) * w.head_dim ** -0.5, keys.transpose(-1, -2))
+    if k > 1:  # each query head of a kv head repeats the k queries' mask rows
+        hidden = hidden.repeat(1, 1, group, 1)
     probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
-    return torch.matmul(probs, values).reshape(b, w.n_heads, 1, w.head_dim)
+    return torch.matmul(probs, values).reshape(b, w.n_heads, k, w.head_dim)
 
 
 class FastDecoder:
@@ -543,8 +570,9 @@ class FastDecoder:
             states = self._builder.states()
         else:
             states = {key: "tuned" if self.tune else "compiled" for key in list(self._compiled)}
-        steps = [{"rows": key[0], "capacity": key[1], "dtype": str(key[2]).replace("torch.", ""), "device": key[3],
-                  "state": state} for key, state in sorted(states.items(), key=lambda item: item[0][:2])]
+        steps = [{"rows": key[0], "capacity": key[1], "tokens": key[4], "dtype": str(key[2]).replace("torch.", ""),
+                  "device": key[3], "state": state}
+                 for key, state in sorted(states.items(), key=lambda item: (*item[0][:2], item[0][4]))]
         out = {"mode": self.mode, "steps": steps}
         if self.compile_error is not None:
             out["error"] = self.compile_error
@@ -570,6 +598,35 @@ class FastDecoder:
             else:
                 self._compiled.clear()
         return self.weights
+
+    def encode_prefix(self, embeds: torch.Tensor, position_ids: torch.Tensor, visual: torch.Tensor,
+                      deepstack: list[torch.Tensor], answer_tokens: int) -> tuple[StaticKVCache, torch.Tensor]:
+        """(the cache of an image prefix with room for a prompt and `answer_tokens` more, its final states (B, L, D)):
+        the prefix's input states `embeds` (B, L, D: text embeddings, the image's at its placeholders) through the
+        lean layers, straight into a StaticKVCache.
+
+        `position_ids` (3, B, L) are its M-RoPE positions (UMindVL.rope_index); `visual` (B, L) marks the image
+        tokens, where DeepStack's features `deepstack[i]` (one (N, D) row per image token, in order) join the
+        states after layer i. Why not transformers' forward: on the demo model its 4-layer pass over the 70-token
+        prefix took 7.3-7.8 ms a frame, mostly dispatch, mask building and a DynamicCache that `adopt` then
+        copies; this path reads the oneDNN-packed projections the prompts read.
+        """
+        w = self.refresh()
+        b, length, _ = embeds.shape
+        capacity = _capacity(length, answer_tokens)
+        keys = [embeds.new_zeros((b, w.n_kv, capacity, w.head_dim)) for _ in w.layers]
+        values = [embeds.new_zeros((b, w.n_kv, capacity, w.head_dim)) for _ in w.layers]
+        with torch.no_grad():
+            cos, sin = w.mrope(embeds, position_ids)  # (B, L, hd)
+            dense = []
+            for features in deepstack:
+                added = torch.zeros_like(embeds)
+                added[visual] = features.to(embeds.dtype)
+                dense.append(added)
+            x = _eager_layers(w.eager, keys, values, embeds, cos[:, None], sin[:, None], 0, None, tuple(dense))
+            hidden = _rms(x, w.norm, w.eps)
+        cache = StaticKVCache(keys, values, length)
+        return cache.padded(self.rows_for(b)), hidden
 
     def adopt(self, cache, answer_tokens: int):
         """A static copy of the image-prefix cache with room for a prompt and `answer_tokens` more tokens.
@@ -633,13 +690,20 @@ class FastDecoder:
         cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # (B, 1, k, hd)
         with torch.no_grad():
             out = None
-            if k == 1 and self.compile and self.compile_error is None:
+            if self.compile and self.compile_error is None and graph_tokens(k):
                 out = self._compiled_step(w, cache, ids, cos, sin, start)
             if out is None:
                 valid = None if cache.uniform else cache.valid
                 out = eager_forward(w.eager, cache.keys, cache.values, ids, cos, sin, start, valid)
         cache.length = start + k
         return FastOutput(logits=out[0][:batch], hidden_states=out[1][:batch])
+
+    def prompt_width(self, width: int) -> int:
+        """The width to feed a batch of prompts of at most `width` tokens at: with step graphs, the next graph width
+        (`graph_tokens`; the extra columns are left padding, holes in the cache), else `width` itself."""
+        if not self.compile or width > MAX_GRAPH_TOKENS:
+            return width
+        return _round_up(width, GRAPH_TOKEN_STEP)
 
     def stack(self, rows: list[tuple[StaticKVCache, int]], answer_tokens: int) -> StaticKVCache:
         """`StaticKVCache.stack` with room for a prompt and `answer_tokens` more tokens, as `adopt` leaves, and
@@ -648,10 +712,10 @@ class FastDecoder:
         return StaticKVCache.stack(rows, _capacity(max(c.length for c, _ in rows), answer_tokens))
 
     def _compiled_step(self, w, cache, ids, cos, sin, start):
-        """The single-token step through its graph for (rows, capacity, dtype, device), or None for the eager lean
+        """The step through its graph for (rows, capacity, dtype, device, tokens), or None for the eager lean
         step: in the background mode while the graph is not built (it is queued), and after any failure."""
-        key = (ids.shape[0], cache.capacity, w.dtype, str(w.device))
-        slot = torch.tensor([start], device=ids.device)
+        key = (ids.shape[0], cache.capacity, w.dtype, str(w.device), ids.shape[1])
+        slot = torch.arange(start, start + ids.shape[1], device=ids.device)
         args = (cache.keys, cache.values, ids, cos, sin, slot, cache.valid)
         fn = self._compiled.get(key)
         if self._builder is not None and fn is None:
@@ -662,19 +726,19 @@ class FastDecoder:
                 return fn(*args)
             t0 = time.perf_counter()
             if self.tune:
-                logger.info("umind: tuning the decode step for batch %d, cache %d (once per batch size; 10-40 s on "
-                            "2 cores)", ids.shape[0], cache.capacity)
+                logger.info("umind: tuning the decode step for batch %d, cache %d, %d tokens (once per shape; "
+                            "10-40 s on 2 cores)", ids.shape[0], cache.capacity, ids.shape[1])
             fn, out = build_step(w, args, self.tune)
-            logger.info("umind: decode step for batch %d, cache %d %s in %.1f s", ids.shape[0], cache.capacity,
-                        "tuned" if self.tune else "compiled", time.perf_counter() - t0)
+            logger.info("umind: decode step for batch %d, cache %d, %d tokens %s in %.1f s", ids.shape[0],
+                        cache.capacity, ids.shape[1], "tuned" if self.tune else "compiled", time.perf_counter() - t0)
             self._compiled[key] = fn
             return out
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure means: use the eager lean step
             error = one_line(exc)
             if self._builder is not None:  # a built graph that fails on the live call: that key goes eager
                 self._builder.fail(key, error)
-                logger.warning("umind: the decode step for batch %d, cache %d failed, that batch size decodes "
-                               "eagerly (%s)", key[0], key[1], error)
+                logger.warning("umind: the decode step for batch %d, cache %d, %d tokens failed, that shape "
+                               "decodes eagerly (%s)", key[0], key[1], key[4], error)
                 return None
             self.compile_error = error
             logger.warning("umind: torch.compile of the decode step failed, decoding eagerly (%s)", self.compile_error)

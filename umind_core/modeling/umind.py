@@ -359,6 +359,23 @@ class UMindVL(nn.Module):
             input_ids, mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask
         )
 
+    def encode_images(self, pixel_values: torch.Tensor,
+                      image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(the image tokens' input embeddings (N, D), every image's in order; DeepStack's features, one (N, D) per
+        language layer they join): the vision tower's output as the language model takes it, for a caller that
+        runs the language layers itself (`fast_decode.FastDecoder.encode_prefix`)."""
+        out = self.qwen.model.get_image_features(pixel_values, image_grid_thw, return_dict=True)
+        return torch.cat(out.pooler_output, dim=0), [torch.cat(f, dim=0) for f in out.deepstack_features]
+
+    def prefix_embeddings(self, input_ids: torch.Tensor, image_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input states (B, L, D) of a sequence with images: the token embeddings, the image placeholders
+        replaced by `image_embeds` in order; the placeholder mask (B, L)), as transformers' forward builds them."""
+        embeds = self.qwen.get_input_embeddings()(input_ids)
+        visual = input_ids == self.image_token_id
+        if int(visual.sum()) != image_embeds.shape[0]:
+            raise ValueError(f"{int(visual.sum())} image placeholders for {image_embeds.shape[0]} image embeddings")
+        return embeds.masked_scatter(visual[..., None], image_embeds.to(embeds.dtype)), visual
+
     def mask_loss(
         self, mask_logits: Sequence[torch.Tensor], mask_targets: Sequence[torch.Tensor | None]
     ) -> torch.Tensor:
