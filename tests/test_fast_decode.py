@@ -253,6 +253,72 @@ def test_demo_model_fast_equals_eager_including_a_refusal():
     assert any(not r.objects and r.text for r in eager[0]), [r.text for r in eager[0]]  # a refusal in words
 
 
+def _drafted_answers(model, decode, images, calls, rounds=2, **kwargs):
+    """(results, mask logits, token ids, draft tokens kept) of `calls` on each image, the images asked `rounds`
+    times over with one Predictor: from the second answer to a prompt on, its trusted drafts are fed."""
+    pred = Predictor(model, decode=decode, **kwargs)
+    out, kept = [], 0
+    for _ in range(rounds):
+        for image in images:
+            out.append(_answers(model, decode, image, calls, pred=pred))
+            kept += pred.last_stats.get("draft_tokens_kept", 0)
+    return out, kept
+
+
+@pytest.mark.parametrize("mode", ["static", "compiled"])
+def test_drafted_answers_equal_eager(trained_tiny, mode):
+    """A lone request's draft (the continuation its prompt's earlier answers agreed on) is fed with its next token
+    in one forward, and only what the model picks at every position is kept: the same answers and masks as
+    transformers' step-by-step greedy decode."""
+    calls = _task_calls()
+    images = [make_image(i) for i in range(3)]
+    eager, _ = _drafted_answers(trained_tiny, "eager", images, calls, max_new_tokens=64)
+    fast, kept = _drafted_answers(trained_tiny, mode, images, calls, max_new_tokens=64)
+    assert kept > 0, "no draft was ever kept: the comparison did not exercise the speculative forward"
+    for e, f in zip(eager, fast):
+        _assert_same(e, f)
+
+
+def test_demo_model_drafted_answers_equal_eager():
+    """The same on the shipped model: real templates (refusals, reports), drafts that fail at box coordinates."""
+    from umind_core import demo
+    from umind_core.data import synthetic
+
+    if not demo.has_demo_model():
+        pytest.skip("the bundled demo model is not built")
+    model = demo.load_model(None)
+    images = [synthetic.generate(seed, site=site, size=256).image for seed, site in ((3, "breast"), (4, "thyroid"))]
+    calls = [("segment", "lesion"), ("detect", "lesion"), ("diagnose", None), ("report", None)]
+    eager, _ = _drafted_answers(model, "eager", images, calls)
+    fast, kept = _drafted_answers(model, "static", images, calls)
+    assert kept >= 20, kept
+    for e, f in zip(eager, fast):
+        _assert_same(e, f)
+
+
+def test_answer_drafts_offer_only_continuations_two_answers_agreed_on():
+    from umind_core.answer_drafts import AnswerDrafts
+
+    drafts = AnswerDrafts(context=2, longest=4)
+    prompt = [7, 8]
+    drafts.learn(prompt, [1, 2, 3, 4, 5, 6])
+    assert drafts.draft(prompt, [1], room=10) == []  # seen once: not trusted yet
+    drafts.learn(prompt, [1, 2, 3, 9, 9])
+    assert drafts.draft(prompt, [1], room=10) == [2, 3, 9, 9]  # agreed on 2 after (1,): the latest continuation
+    assert drafts.draft(prompt, [1], room=2) == [2, 3]
+    assert drafts.draft(prompt, [5, 1, 2], room=10) == [3, 9, 9]  # keyed by the last two tokens
+    assert drafts.draft(prompt, [2, 3], room=10) == []  # 4 then 9: they disagreed
+    assert drafts.draft([7], [1], room=10) == []  # another prompt
+    small = AnswerDrafts(context=1, longest=2, max_entries=3)
+    small.learn(prompt, [1, 2, 3])
+    small.learn(prompt, [1, 2, 3])
+    assert small.draft(prompt, [1], room=5) == [2, 3] and len(small) == 2
+    small.learn(prompt, [4, 5, 6])  # a fourth run would pass max_entries: the table starts over
+    assert len(small) == 1 and small.draft(prompt, [1], room=5) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        AnswerDrafts(context=0)
+
+
 def _lora_model(tiny_model_factory):
     """A LoRA + trainable-token model whose adapters are not zero, so that merging them matters."""
     model = tiny_model_factory()  # LoRA on the text layers, new grounding rows as trainable tokens
@@ -471,6 +537,7 @@ def test_auto_answers_equal_eager_before_and_after_its_tuned_graph_is_built(trai
     first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
     _assert_same(eager, first)
     pred = first[3]
+    pred._engine.drafts = None  # drafted forwards have widths of their own (test_drafted_answers_equal_eager)
     assert pred._engine.fast.wait_for_builds(GUARD_S)
     steps = pred.decode_status()["steps"]
     assert steps and all(s["state"] == "tuned" for s in steps), steps
@@ -493,6 +560,7 @@ def test_auto_answers_before_its_graph_is_built_and_replays_it_after(trained_tin
     try:
         first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
         pred = first[3]
+        pred._engine.drafts = None  # drafted forwards have widths of their own (test_drafted_answers_equal_eager)
         fast, capacity = pred._engine.fast, pred._state.cache.capacity
         # answered while the build was held: every step ran eagerly, and the first build (the detect prompt's,
         # padded to 32 tokens) is still under way, the single-token step's and the diagnose prompt's queued

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import prompts
+from .answer_drafts import AnswerDrafts
 from .imageio import Frame
 from .modeling import fast_decode
 
-__all__ = ["BatchDecoder", "Decoded", "ExamState", "ImageState", "Row", "PROMPT_PART_POSITIONS"]
+__all__ = ["PROMPT_PART_POSITIONS", "BatchDecoder", "Decoded", "ExamState", "ImageState", "Row"]
 
 # What one more forward costs, in prompt positions. On the demo model a prompt forward cost 0.8-1.8 ms beside
 # about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
@@ -102,6 +103,8 @@ class BatchDecoder:
         self.eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
         self._prefix_ids: dict[tuple, dict] = {}  # (prefix texts, image grids) -> the processor's token ids
+        # what this decoder's earlier answers said next, per prompt (_speculate); None: never speculate
+        self.drafts: AnswerDrafts | None = AnswerDrafts()
 
     # ------------------------------------------------------------------ batches and image prefixes
     def stacks(self) -> bool:
@@ -259,19 +262,26 @@ class BatchDecoder:
         def finish(b: int, dec: Decoded) -> None:
             on_done(b, dec, t1 - t0, time.perf_counter() - t1)
 
+        self._drafted = [0, 0]  # draft tokens fed, and kept, by _speculate in this call
         try:
             out = self._feed_prompts(state, ids, delta, pad)
             t1 = time.perf_counter()
-            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta, finish)
+            decoded, fed = self._decode(state, out.logits[:, -1], state.prefix_len + ids.shape[1], delta, finish,
+                                        suffixes)
         finally:
             extra = state.cache.get_seq_length() - state.prefix_len
             if extra > 0:  # back to the image prefix for the next prompt
                 state.cache.crop(-extra)
+        for prompt, dec in zip(suffixes, decoded):
+            if self.drafts is not None:
+                self.drafts.learn(prompt, dec.token_ids)
         return {
             "prefix_tokens": state.prefix_len,
             "prompt_tokens": int(ids.shape[1]),
             "generated_tokens": max(len(d.token_ids) for d in decoded),
             "processed_tokens": int(ids.shape[1]) + fed,
+            "draft_tokens": self._drafted[0],
+            "draft_tokens_kept": self._drafted[1],
         }
 
     def _graph_widths(self, state: ImageState) -> bool:
@@ -312,15 +322,16 @@ class BatchDecoder:
         return self.forward(state, ids[:, p:], start + p, delta, pad[:, p:])
 
     def _decode(self, state: ImageState, logits: torch.Tensor, start: int,
-                delta: torch.Tensor | None = None, on_done=None) -> tuple[list[Decoded], int]:
+                delta: torch.Tensor | None = None, on_done=None,
+                prompts_fed: list[list[int]] | None = None) -> tuple[list[Decoded], int]:
         """Greedy decoding on the cache; returns per-sequence output and the number of positions fed.
         `on_done(b, decoded)` is called as sequence b ends, before the others go on.
 
         `lanes[r]` is the sequence that row r of the cache (and of `logits`) decodes: all of them at first, then,
-        once enough have finished, only the live ones on a smaller cache (`_narrowed`).
+        once enough have finished, only the live ones on a smaller cache (`_narrowed`). A lone sequence whose
+        prompt (`prompts_fed[b]`) has a trusted draft feeds it with its next token in one forward (`_speculate`).
         """
         model = self.model
-        n_mask, seg_id = model.num_mask_tokens, model.seg_mask_id
         batch = state.batch
         decoded = [Decoded() for _ in range(batch)]
         pending: list[list[int]] = [[] for _ in range(batch)]  # tokens chosen but not yet fed
@@ -335,6 +346,13 @@ class BatchDecoder:
             if all(done):
                 break
             state, delta, lanes = self._narrowed(state, delta, lanes, done)
+            draft = self._draft(state, lanes, pending, decoded, prompts_fed, cursor)
+            if draft:
+                spec = _Speculation(lanes[0], draft, decoded, pending, groups, done, lanes, on_done)
+                kept = self._speculate(state, spec, cursor, delta)
+                cursor += kept
+                fed += kept
+                continue
             k = min(len(pending[b]) for b in lanes if not done[b])
             if not self.one_forward_masks:
                 k = 1
@@ -345,15 +363,72 @@ class BatchDecoder:
             for r, b in enumerate(lanes):
                 if done[b]:
                     continue
-                for j, tok in enumerate(pending[b][:k]):
-                    if tok == seg_id:
-                        groups[b].append(out.hidden_states[r, j])
-                        if len(groups[b]) == n_mask:
-                            decoded[b].mask_queries.append(torch.stack(groups[b]))
-                            groups[b] = []
+                self._collect_masks(groups[b], decoded[b], out.hidden_states[r], pending[b][:k])
                 pending[b] = pending[b][k:]
             logits = out.logits[:, -1]
         return decoded, fed
+
+    def _draft(self, state: ImageState, lanes: list[int], pending, decoded, prompts_fed, cursor: int) -> list[int]:
+        """The draft to feed after a lone sequence's next token (`AnswerDrafts`), or [] where none is fed: more than
+        one row, a mask group being fed, the eager reference, tokens fed one at a time, or no room in the cache
+        (a draft never grows it: a new capacity would mean new step graphs)."""
+        if (self.drafts is None or prompts_fed is None or len(lanes) != 1 or len(pending[lanes[0]]) != 1 or not self.one_forward_masks
+                or not isinstance(state.cache, fast_decode.StaticKVCache) or state.cache.rows != 1):
+            return []
+        b = lanes[0]
+        room = state.cache.capacity - cursor - 1
+        draft = self.drafts.draft(prompts_fed[b], decoded[b].token_ids, room)
+        while draft and self._chunk_width(state, 1 + len(draft)) > room + 1:
+            draft = draft[:-1]
+        return draft
+
+    def _chunk_width(self, state: ImageState, n: int) -> int:
+        """The width a forward of n tokens is fed at: a step graph's (right-padded) where graphs run, else n."""
+        return self.fast.prompt_width(n) if self._graph_widths(state) else n
+
+    def _speculate(self, state: ImageState, spec: _Speculation, cursor: int, delta) -> int:
+        """Feed a lone sequence's next token and its draft in one forward, right-padded to a graph width; keep the
+        longest run the model picks itself at every position (choosing from each position's logits exactly as a
+        step would), and drop the rest. Returns the tokens kept (fed); the cache ends after them.
+
+        The padding and the dropped tokens are written past the kept ones, where no later token looks (a token
+        attends to the slots up to its own) and the next forward overwrites them."""
+        b, lanes = spec.lane, spec.lanes
+        chunk = spec.pending[b] + spec.draft
+        ids = chunk + [self.pad_id] * (self._chunk_width(state, len(chunk)) - len(chunk))
+        out = self.forward(state, torch.tensor([ids], device=self.model.device), cursor, delta)
+        logits = self.fast.logits(out.hidden_states)
+        used = 0
+        while True:
+            want = spec.pending[b]
+            got = chunk[used: used + len(want)]
+            if not got or got != want[: len(got)]:
+                break  # the model's choice left the draft: it is fed by the next forward
+            self._collect_masks(spec.groups[b], spec.decoded[b], out.hidden_states[0, used: used + len(got)], got)
+            used += len(got)
+            spec.pending[b] = want[len(got):]
+            if spec.pending[b]:
+                break  # the draft ended inside a mask group: its other tokens come next
+            for e in self._choose(spec.decoded, spec.pending, spec.done, lanes, logits[:, used - 1]):
+                if spec.on_done is not None:
+                    spec.on_done(e, spec.decoded[e])
+            if spec.done[b]:
+                break
+        state.cache.crop(cursor + used)
+        self._drafted[0] += len(spec.draft)
+        self._drafted[1] += used - 1
+        return used
+
+    def _collect_masks(self, group: list[torch.Tensor], decoded: Decoded, states: torch.Tensor,
+                       tokens: list[int]) -> None:
+        """Keep the states of a sequence's fed mask tokens (`states[j]` is tokens[j]'s) in its open `group`; each
+        complete group of N becomes one set of mask queries."""
+        for state, tok in zip(states, tokens):
+            if tok == self.model.seg_mask_id:
+                group.append(state)
+                if len(group) == self.model.num_mask_tokens:
+                    decoded.mask_queries.append(torch.stack(group))
+                    group.clear()
 
     def _choose(self, decoded: list[Decoded], pending: list[list[int]], done: list[bool], lanes: list[int],
                 logits: torch.Tensor) -> list[int]:
@@ -407,6 +482,20 @@ class BatchDecoder:
         if cache is None:
             return state, delta, lanes
         return replace(state, cache=cache), delta[live], [lanes[r] for r in live]
+
+
+@dataclass
+class _Speculation:
+    """One speculative forward's sequence (`lane`), its draft, and the decode loop's per-sequence lists it updates."""
+
+    lane: int
+    draft: list[int]
+    decoded: list[Decoded]
+    pending: list[list[int]]
+    groups: list[list[torch.Tensor]]
+    done: list[bool]
+    lanes: list[int]
+    on_done: object
 
 
 def _prompt_split(pad: torch.Tensor | None, cache, batch: int) -> tuple[int, int] | None:

@@ -698,6 +698,13 @@ class FastDecoder:
         cache.length = start + k
         return FastOutput(logits=out[0][:batch], hidden_states=out[1][:batch])
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits at every position of `hidden` (the normed states a forward returns), for a caller that
+        reads more than the last position's (a speculative forward, decode_batch)."""
+        w = self.weights if self.weights is not None else self.refresh()
+        with torch.no_grad():
+            return linear(hidden, w.eager.lm_head, w.lm_bias)
+
     def prompt_width(self, width: int) -> int:
         """The width to feed a batch of prompts of at most `width` tokens at: with step graphs, the next graph width
         (`graph_tokens`; the extra columns are left padding, holes in the cache), else `width` itself."""
