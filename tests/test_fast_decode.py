@@ -695,3 +695,26 @@ def test_a_large_language_model_decodes_eagerly_unless_a_mode_is_named(trained_t
     assert Predictor(trained_tiny, decode="static").decode_status()["mode"] == "static"  # named: honoured
     monkeypatch.setenv(fast_decode.DECODE_ENV, "tuned")
     assert Predictor(trained_tiny).decode_status()["mode"] == "tuned"
+
+
+def test_background_builds_wait_for_the_model_thread_to_be_idle(monkeypatch):
+    """A build starts once the model has been idle BUILD_QUIET_S, so that the request which queued it is not slowed
+    by dynamo's tracing; a model that is never idle still gets its graph after BUILD_QUIET_MAX_S."""
+
+    class Owner:
+        busy = True
+
+        def idle_seconds(self):
+            return 0.0 if self.busy else 1.0
+
+    for never_idle in (False, True):
+        if never_idle:
+            monkeypatch.setattr(step_builder, "BUILD_QUIET_MAX_S", 0.3)
+        owner, started = Owner(), threading.Event()
+        builder = step_builder.BackgroundBuilder(lambda w, args: (started.set(), lambda *a: None)[1], owner=owner)
+        builder.request((1, 256, torch.float32, "cpu", 1), None, (torch.zeros(1),))
+        if not never_idle:
+            assert not started.wait(0.5)  # the model is busy: the build waits (up to 2 s)
+            owner.busy = False
+        assert started.wait(GUARD_S) and builder.wait(GUARD_S)
+        assert set(builder.graphs) == {(1, 256, torch.float32, "cpu", 1)}

@@ -20,6 +20,7 @@ Only the model's public parts are used (`UMindVL`: processor, tokenizer, `rope_i
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 
@@ -36,6 +37,19 @@ __all__ = ["PROMPT_PART_POSITIONS", "BatchDecoder", "Decoded", "ExamState", "Ima
 # about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
 PROMPT_PART_POSITIONS = 32
 PREFIX_IDS_KEPT = 256  # (prefix texts, image grids) whose token ids are kept (one per frame size and exam layout)
+
+
+def _model_busy(method):
+    """`method` run as the model thread's work (FastDecoder.in_use): background step builds wait until it ends."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self.fast is None:
+            return method(self, *args, **kwargs)
+        with self.fast.in_use():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 @dataclass
@@ -168,6 +182,7 @@ class BatchDecoder:
         in size: each is encoded at its own resolution (one `image_grid_thw` row per view)."""
         return self._encode_prefix(views, [prompts.exam_prefix(len(views))], ExamState)
 
+    @_model_busy
     def _encode_prefix(self, frames: list[Frame], texts: list[str], kind: type[ImageState]) -> ImageState:
         """The prefix texts (one per sequence, their image placeholders filled by `frames` in order) through the
         model with the cache kept; the image states of every image, in order (one per sequence for single frames,
@@ -245,6 +260,7 @@ class BatchDecoder:
                 logits="last",  # the next token is chosen from the last position alone (run, _decode)
             )
 
+    @_model_busy
     def run(self, state: ImageState, suffixes: list[list[int]], on_done) -> dict[str, int]:
         """Answer row b's prompt tokens (`suffixes[b]`) on row b of `state`; the cache goes back to the image
         prefix afterwards. Returns the batch's token counts.
