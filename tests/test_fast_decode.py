@@ -105,8 +105,11 @@ def test_compiled_step_equals_eager_for_every_task(trained_tiny, mode):
     eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
     fast = _answers(trained_tiny, mode, make_image(0), calls, max_new_tokens=64)
     assert fast[3]._engine.fast.compile_error is None, fast[3]._engine.fast.compile_error
-    widths = {key[4] for key in fast[3]._engine.fast._compiled}
-    # the single-token step, the 16-token mask group and the prompts, each padded to a graph width, ran graphs
+    compiled = fast[3]._engine.fast._compiled
+    widths = {key[4] for key in compiled if key[5] == fast_decode.STEP}
+    # the image prefix, the single-token step, the 16-token mask group and the prompts (each padded to a graph
+    # width) ran graphs
+    assert any(key[5] == fast_decode.PREFIX for key in compiled), compiled
     assert 1 in widths and fast[3].model.num_mask_tokens in widths, widths
     assert all(fast_decode.graph_tokens(k) for k in widths) and len(widths) >= 4, widths
     _assert_same(eager, fast)
@@ -507,7 +510,7 @@ class _FakeBuild:
         self.started = threading.Event()
         self.calls, self.threads, self.weights = 0, [], []
 
-    def __call__(self, w, args, tune):
+    def __call__(self, w, args, tune, part=fast_decode.STEP):
         self.threads.append(threading.current_thread().name)
         self.weights.append(w)
         self.started.set()
@@ -518,7 +521,7 @@ class _FakeBuild:
 
         def step(*a):
             self.calls += 1
-            return fast_decode.static_step(w, *a)
+            return (fast_decode.prefix_forward if part == fast_decode.PREFIX else fast_decode.static_step)(w, *a)
 
         return step, None
 
@@ -561,23 +564,27 @@ def test_auto_answers_before_its_graph_is_built_and_replays_it_after(trained_tin
         first = _answers(trained_tiny, "auto", make_image(0), calls, max_new_tokens=64)
         pred = first[3]
         pred._engine.drafts = None  # drafted forwards have widths of their own (test_drafted_answers_equal_eager)
-        fast, capacity = pred._engine.fast, pred._state.cache.capacity
-        # answered while the build was held: every step ran eagerly, and the first build (the detect prompt's,
-        # padded to 32 tokens) is still under way, the single-token step's and the diagnose prompt's queued
+        fast, capacity, prefix = pred._engine.fast, pred._state.cache.capacity, pred._state.prefix_len
+        # answered while the build was held: every step ran eagerly, and the first build (the image prefix's) is
+        # still under way, the detect prompt's (padded to 32 tokens), the step's and the diagnose prompt's queued
         assert build.started.wait(GUARD_S) and not gate.is_set() and build.builds == 1
         assert {k for _, k in eager_steps} == {1, 24, 32} and build.calls == 0, eager_steps
+        queued = "eager (tuning queued)"
         assert pred.decode_status() == {"mode": "auto", "steps": [
-            {"rows": 1, "capacity": capacity, "tokens": k, "dtype": "float32", "device": "cpu", "state": state}
-            for k, state in ((1, "eager (tuning queued)"), (24, "eager (tuning queued)"), (32, "building"))]}
+            {"rows": 1, "capacity": capacity, "tokens": k, "part": part, "dtype": "float32", "device": "cpu",
+             "state": state}
+            for k, part, state in sorted(((1, "step", queued), (24, "step", queued), (32, "step", queued),
+                                          (prefix, "prefix", "building")))]}
         pred.predict_batch([make_image(1), make_image(2)], "detect", "lesion")  # a second batch size queues
         states = {(s["rows"], s["capacity"], s["tokens"]): s["state"] for s in pred.decode_status()["steps"]}
-        assert states[(1, capacity, 32)] == "building", states
-        assert {state for (rows, _, _), state in states.items() if rows == 2} == {"eager (tuning queued)"}, states
+        assert states[(1, capacity, prefix)] == "building", states
+        assert {state for (rows, _, _), state in states.items() if rows == 2} == {queued}, states
     finally:
         gate.set()
     assert fast.wait_for_builds(GUARD_S)
     assert build.threads == [step_builder.BUILDER_THREAD] * build.builds and build.builds == len(states)
-    assert {(1, capacity, torch.float32, "cpu", k) for k in (1, 24, 32)} <= set(fast._compiled)
+    assert {(1, capacity, torch.float32, "cpu", k, "step") for k in (1, 24, 32)} <= set(fast._compiled)
+    assert (1, capacity, torch.float32, "cpu", prefix, "prefix") in fast._compiled
     eager_steps.clear()
     second = _answers(trained_tiny, "auto", make_image(0), calls, pred=pred)
     assert eager_steps == [] and build.calls > 0  # the installed graphs ran every step and prompt
@@ -599,7 +606,9 @@ def test_auto_build_that_fails_leaves_its_key_eager_with_one_warning(trained_tin
     _assert_same(eager, first)
     _assert_same(eager, again)
     steps = pred.decode_status()["steps"]
-    assert {s["tokens"] for s in steps} == {1, 16, 24}  # the step, the mask group, both prompts (17 and 24 wide)
+    # the image prefix, the step, the mask group, both prompts (17 and 24 wide)
+    assert {(s["tokens"], s["part"]) for s in steps} == {
+        (pred._state.prefix_len, "prefix"), (1, "step"), (16, "step"), (24, "step")}
     assert build.builds == len(steps)  # a failed key is not built again
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("umind")]
     assert len(warnings) == len(steps), warnings  # one line for each key, when its build failed
@@ -626,15 +635,18 @@ def test_auto_drops_a_graph_built_from_weights_that_changed_meanwhile(trained_ti
             weight = model.qwen.get_input_embeddings().weight
             weight[[first, digit]] = weight[[digit, first]].clone()
         pred.set_image(make_image(0))  # a new weight snapshot while the old one's graph is being built
-        assert fast.weights is not old and pred.decode_status()["steps"] == []
+        assert fast.weights is not old  # the old builds are dropped; the new prefix's is queued
+        assert [(s["part"], s["state"]) for s in pred.decode_status()["steps"]] == [("prefix", "eager (tuning queued)")]
     finally:
         gate.set()
     assert fast.wait_for_builds(GUARD_S)
-    assert build.builds == 1 and not fast._compiled  # built from the old weights: not installed
+    # the old weights' graph was built but not installed; the new prefix's, queued by set_image, was
+    assert build.builds == 2 and build.weights[0] is old and build.weights[1] is fast.weights
+    assert [key[5] for key in fast._compiled] == ["prefix"]
     after = pred.predict("diagnose").text  # eager; queues a build from the new weights
     assert fast.wait_for_builds(GUARD_S)
-    # the new weights' prompt (24 tokens) and single-token step graphs
-    assert build.builds == 3 and build.weights[-1] is fast.weights and len(fast._compiled) == 2
+    # the new weights' prefix, prompt (24 tokens) and single-token step graphs
+    assert build.builds == 4 and build.weights[-1] is fast.weights and len(fast._compiled) == 3
     replayed = pred.predict("diagnose").text
     reference = Predictor(model, decode="eager", max_new_tokens=64)
     reference.set_image(make_image(0))
@@ -711,10 +723,11 @@ def test_background_builds_wait_for_the_model_thread_to_be_idle(monkeypatch):
         if never_idle:
             monkeypatch.setattr(step_builder, "BUILD_QUIET_MAX_S", 0.3)
         owner, started = Owner(), threading.Event()
-        builder = step_builder.BackgroundBuilder(lambda w, args: (started.set(), lambda *a: None)[1], owner=owner)
-        builder.request((1, 256, torch.float32, "cpu", 1), None, (torch.zeros(1),))
+        builder = step_builder.BackgroundBuilder(lambda w, args, key: (started.set(), lambda *a: None)[1],
+                                                 owner=owner)
+        builder.request((1, 256, torch.float32, "cpu", 1, "step"), None, (torch.zeros(1),))
         if not never_idle:
             assert not started.wait(0.5)  # the model is busy: the build waits (up to 2 s)
             owner.busy = False
         assert started.wait(GUARD_S) and builder.wait(GUARD_S)
-        assert set(builder.graphs) == {(1, 256, torch.float32, "cpu", 1)}
+        assert set(builder.graphs) == {(1, 256, torch.float32, "cpu", 1, "step")}

@@ -86,6 +86,7 @@ PROMPT_ROOM = 64  # slots allocated for a prompt beyond the answer; a longer pro
 # on 8 images), and room for 256 answer tokens made its caches 512 slots instead of 256: a tuned step of 8 rows
 # took 3.41 against 2.22 ms, of 1 row 0.77 against 0.64 ms (medians of 15, one process).
 ANSWER_ROOM = 112
+STEP, PREFIX = "step", "prefix"  # what a graph computes: tokens after the image prefix, or the prefix itself
 GRAPH_TOKEN_STEP = 8  # prompts are padded to whole steps of this width where step graphs run (graph_tokens)
 MAX_GRAPH_TOKENS = 64  # wider prompts (and odd-width mask groups of a mixed batch) run the eager lean forward
 
@@ -483,6 +484,14 @@ def _eager_layers(w: DecodeWeights, keys, values, x, cos, sin, start: int, valid
     return x
 
 
+def prefix_forward(w: DecodeWeights, keys, values, embeds, cos, sin, deepstack):
+    """An image prefix's language layers from slot 0 (FastDecoder.encode_prefix): input states `embeds` (B, L, D),
+    M-RoPE cos/sin (B, 1, L, hd), DeepStack features (n, B, L, D) added after the first n layers. Returns the final
+    states after the norm. Shapes are fixed by (batch, capacity, L), so one graph serves every frame of a size."""
+    x = _eager_layers(w, keys, values, embeds, cos, sin, 0, None, tuple(deepstack))
+    return _rms(x, w.norm, w.eps)
+
+
 def static_step(w: DecodeWeights, keys, values, ids, cos, sin, slot, valid):
     """k tokens per row written at slots `slot` (a tensor of k consecutive slot indices), each attending over the
     whole capacity under a mask (the slots up to its own that the row's `valid` (B, capacity) allows).
@@ -549,7 +558,7 @@ class FastDecoder:
         self._compiled: dict[tuple, object] = {}
         if self.background:
             tune = self.tune  # not self: the builder must not keep this decoder (and its model) alive
-            self._builder = BackgroundBuilder(lambda w, args: build_step(w, args, tune)[0], owner=self,
+            self._builder = BackgroundBuilder(lambda w, args, key: build_step(w, args, tune, key[5])[0], owner=self,
                                               what="tuned" if tune else "compiled")
             self._compiled = self._builder.graphs  # the builder installs here, under its lock
         self.compile_error: str | None = None  # set once a compile failed; the eager lean step is used from then on
@@ -571,8 +580,8 @@ class FastDecoder:
             states = self._builder.states()
         else:
             states = {key: "tuned" if self.tune else "compiled" for key in list(self._compiled)}
-        steps = [{"rows": key[0], "capacity": key[1], "tokens": key[4], "dtype": str(key[2]).replace("torch.", ""),
-                  "device": key[3], "state": state}
+        steps = [{"rows": key[0], "capacity": key[1], "tokens": key[4], "part": key[5],
+                  "dtype": str(key[2]).replace("torch.", ""), "device": key[3], "state": state}
                  for key, state in sorted(states.items(), key=lambda item: (*item[0][:2], item[0][4]))]
         out = {"mode": self.mode, "steps": steps}
         if self.compile_error is not None:
@@ -634,15 +643,17 @@ class FastDecoder:
         values = [embeds.new_zeros((b, w.n_kv, capacity, w.head_dim)) for _ in w.layers]
         with torch.no_grad():
             cos, sin = w.mrope(embeds, position_ids)  # (B, L, hd)
-            dense = []
-            for features in deepstack:
-                added = torch.zeros_like(embeds)
-                added[visual] = features.to(embeds.dtype)
-                dense.append(added)
-            # the plain projections, not the packed ones prompts read: for the prefix's 70 rows (more than the 64
-            # oneDNN packs for) the packed layers took 4.5 ms against 3.8 (demo model, medians of 40, one process)
-            x = _eager_layers(w, keys, values, embeds, cos[:, None], sin[:, None], 0, None, tuple(dense))
-            hidden = _rms(x, w.norm, w.eps)
+            dense = embeds.new_zeros((len(deepstack), *embeds.shape))
+            for i, features in enumerate(deepstack):
+                dense[i][visual] = features.to(embeds.dtype)
+            args = (keys, values, embeds, cos[:, None], sin[:, None], dense)
+            hidden = None
+            if self.compile and self.compile_error is None:
+                hidden = self._graph((b, capacity, w.dtype, str(w.device), length, PREFIX), w, args)
+            if hidden is None:
+                # the plain projections, not the packed ones prompts read: for the prefix's 70 rows (more than the
+                # 64 oneDNN packs for) the packed layers took 4.5 ms against 3.8 (demo model, medians of 40)
+                hidden = prefix_forward(w, *args)
         cache = StaticKVCache(keys, values, length)
         return cache.padded(self.rows_for(b)), hidden
 
@@ -739,9 +750,13 @@ class FastDecoder:
     def _compiled_step(self, w, cache, ids, cos, sin, start):
         """The step through its graph for (rows, capacity, dtype, device, tokens), or None for the eager lean
         step: in the background mode while the graph is not built (it is queued), and after any failure."""
-        key = (ids.shape[0], cache.capacity, w.dtype, str(w.device), ids.shape[1])
+        key = (ids.shape[0], cache.capacity, w.dtype, str(w.device), ids.shape[1], STEP)
         slot = torch.arange(start, start + ids.shape[1], device=ids.device)
-        args = (cache.keys, cache.values, ids, cos, sin, slot, cache.valid)
+        return self._graph(key, w, (cache.keys, cache.values, ids, cos, sin, slot, cache.valid))
+
+    def _graph(self, key: tuple, w, args: tuple):
+        """`args` through the graph of `key` (rows, capacity, dtype, device, tokens, part), or None for the eager
+        lean forward: in the background mode while the graph is not built (it is queued), and after any failure."""
         fn = self._compiled.get(key)
         if self._builder is not None and fn is None:
             self._builder.request(key, w, args)  # never waits: the builder thread builds it from zeros, not `args`
@@ -751,34 +766,35 @@ class FastDecoder:
                 return fn(*args)
             t0 = time.perf_counter()
             if self.tune:
-                logger.info("umind: tuning the decode step for batch %d, cache %d, %d tokens (once per shape; "
-                            "10-40 s on 2 cores)", ids.shape[0], cache.capacity, ids.shape[1])
-            fn, out = build_step(w, args, self.tune)
-            logger.info("umind: decode step for batch %d, cache %d, %d tokens %s in %.1f s", ids.shape[0],
-                        cache.capacity, ids.shape[1], "tuned" if self.tune else "compiled", time.perf_counter() - t0)
+                logger.info("umind: tuning the decode %s for batch %d, cache %d, %d tokens (once per shape; 10-40 s "
+                            "on 2 cores)", key[5], key[0], key[1], key[4])
+            fn, out = build_step(w, args, self.tune, key[5])
+            logger.info("umind: decode %s for batch %d, cache %d, %d tokens %s in %.1f s", key[5], key[0], key[1],
+                        key[4], "tuned" if self.tune else "compiled", time.perf_counter() - t0)
             self._compiled[key] = fn
             return out
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure means: use the eager lean step
             error = one_line(exc)
             if self._builder is not None:  # a built graph that fails on the live call: that key goes eager
                 self._builder.fail(key, error)
-                logger.warning("umind: the decode step for batch %d, cache %d, %d tokens failed, that shape "
-                               "decodes eagerly (%s)", key[0], key[1], key[4], error)
+                logger.warning("umind: the decode %s for batch %d, cache %d, %d tokens failed, that shape runs "
+                               "eagerly (%s)", key[5], key[0], key[1], key[4], error)
                 return None
             self.compile_error = error
             logger.warning("umind: torch.compile of the decode step failed, decoding eagerly (%s)", self.compile_error)
             return None
 
 
-def build_step(w: DecodeWeights, args: tuple, tune: bool):
-    """(the compiled single-token step for the shapes of `args`, its output on `args`).
+def build_step(w: DecodeWeights, args: tuple, tune: bool, part: str = "step"):
+    """(the compiled step (`part` "step": static_step) or image prefix ("prefix": prefix_forward) for the shapes of
+    `args`, its output on `args`).
 
     torch.compile builds the graph at the first call, so this makes that call, under the inductor settings of the
     mode (`tune`: frozen weights, autotuned products). The synchronous modes call it on the live step; decode="auto"
     on zero-filled tensors of the same layout, on the builder thread (tests replace this function to watch or
     block a build).
     """
-    fn = torch.compile(_StepModule(w).with_own_code(), fullgraph=True, dynamic=False)
+    fn = torch.compile(_StepModule(w, part).with_own_code(), fullgraph=True, dynamic=False)
     with _inductor_settings(tune, w.device):
         out = fn(*args)
     return fn, out
@@ -802,9 +818,9 @@ class _StepModule(nn.Module):
 
     _FIELDS = ("ln1", "ln2", "wqkv", "bqkv", "qk_norm", "wo", "bo", "wgu", "wdown")
 
-    def __init__(self, w: DecodeWeights):
+    def __init__(self, w: DecodeWeights, part: str = "step"):
         super().__init__()
-        self.meta = w
+        self.meta, self.part = w, part
         for name in ("embed", "lm_head", "lm_bias", "norm"):
             self.register_buffer(name, getattr(w, name), persistent=False)
         for i, layer in enumerate(w.layers):
@@ -820,8 +836,10 @@ class _StepModule(nn.Module):
                        for i in range(len(w.layers))]
         return view
 
-    def forward(self, keys, values, ids, cos, sin, slot, valid):
-        return static_step(self._weights(), keys, values, ids, cos, sin, slot, valid)
+    def forward(self, *args):
+        if self.part == PREFIX:
+            return prefix_forward(self._weights(), *args)
+        return static_step(self._weights(), *args)
 
     def with_own_code(self) -> "_StepModule":
         """This module, its forward running a copy of the class's code object.

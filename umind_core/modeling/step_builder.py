@@ -117,7 +117,7 @@ class _Job:
 class BackgroundBuilder:
     """One background thread that builds the step graphs of queued keys, one at a time, into `graphs`.
 
-    `build(weights, example_args)` returns the built step (its first call made, which is when torch.compile builds);
+    `build(weights, example_args, key)` returns the built step (its first call made, which is when torch.compile builds);
     `alive()` says whether the decoder that owns this builder still exists (a builder left behind by a swapped
     model stops after the build under way, so that the model's memory is not held for its queue).
     """
@@ -230,7 +230,7 @@ class BackgroundBuilder:
             if torch.get_num_threads() != job.threads:
                 torch.set_num_threads(job.threads)
             with torch.no_grad():  # as the model thread runs it: grad mode is part of the graph's guards
-                fn = self._build(job.weights, TensorSpec.zeros(job.specs))
+                fn = self._build(job.weights, TensorSpec.zeros(job.specs), job.key)
         except Exception as exc:  # noqa: BLE001 - any failure leaves this key on the eager step
             return None, one_line(exc)
         logger.info("umind: decode step %s %s in %.1f s (in the background)", _shape(job.key), self.what,
@@ -239,9 +239,10 @@ class BackgroundBuilder:
 
 
 def _shape(key: tuple) -> str:
-    """A step key (rows, capacity, dtype, device[, tokens]) as a log line names it."""
+    """A step key (rows, capacity, dtype, device[, tokens, part]) as a log line names it."""
     tokens = f", {key[4]} tokens" if len(key) > 4 else ""
-    return f"for batch {key[0]}, cache {key[1]}{tokens}"
+    part = f" ({key[5]})" if len(key) > 5 else ""
+    return f"for batch {key[0]}, cache {key[1]}{tokens}{part}"
 
 
 def one_line(exc: BaseException) -> str:
