@@ -9,7 +9,8 @@ What a user of the default configuration meets, on the bundled demo model at its
 
 Each configuration runs in a fresh process (its own first request, its own compiled graphs), in the order
 before, static, auto, then again in reverse, so that a drift of the machine's speed during the run shows in both
-halves; the figures pool both.
+halves; the figures pool both. The first request, one sample per process, is then timed in `--first-runs` more
+fresh processes per configuration (the median of all is reported).
 
     git worktree add /tmp/umind-before <commit before the change>
     .venv/bin/python benchmarks/bench_default_decode.py --before /tmp/umind-before [--images 8] \
@@ -57,8 +58,9 @@ def _wait_built(predictor, timeout: float) -> float:
     return time.perf_counter() - t0
 
 
-def worker(mode: str, n_images: int) -> dict:
-    """One configuration's figures, measured in this process (whose `umind_core` is the tree under test)."""
+def worker(mode: str, n_images: int, first_only: bool = False) -> dict:
+    """One configuration's figures, measured in this process (whose `umind_core` is the tree under test); with
+    `first_only`, the first request alone."""
     from umind_core import demo
     from umind_core.predictor import Predictor
 
@@ -72,6 +74,8 @@ def worker(mode: str, n_images: int) -> dict:
 
     out = {"first_request_s": _timed(lambda: ask("segment", images[0])), "segment_s": [],
            "cold_s": [], "cached_s": [], "cold_segment_s": [], "cached_segment_s": []}
+    if first_only:
+        return out
     out["build_wait_s"] = _wait_built(predictor, 900)
     for rnd in range(3):  # a warm-up round (new shapes, graphs queued by it built), then two kept
         if rnd == 1:
@@ -89,11 +93,12 @@ def worker(mode: str, n_images: int) -> dict:
     return out
 
 
-def _run_worker(tree: Path, mode: str, n_images: int) -> dict:
+def _run_worker(tree: Path, mode: str, n_images: int, first_only: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("UMIND_DECODE", None)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", mode, "--images", str(n_images)],
-                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", mode, "--images", str(n_images)]
+    proc = subprocess.run(cmd + (["--first-only"] if first_only else []), cwd=tree, env=env, capture_output=True,
+                          text=True, timeout=3600, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"the {mode} worker in {tree} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -120,11 +125,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--before", type=Path, help="a checkout of the code before the change (its `static` is measured)")
+    ap.add_argument("--first-runs", type=int, default=5,
+                    help="more fresh processes per configuration that time the first request alone (it is noisy)")
     ap.add_argument("--worker", choices=("static", "auto"), help=argparse.SUPPRESS)
+    ap.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "default_decode.json")
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.images)))
+        print(json.dumps(worker(args.worker, args.images, args.first_only)))
         return 0
     configs = ([("before_static", args.before, "static")] if args.before else []) + [
         ("static", ROOT, "static"), ("auto", ROOT, "auto")]
@@ -140,6 +148,9 @@ def main(argv=None) -> int:
             out[k][name].extend(got[k])
         if name == "auto":
             out["auto_steps"] = got["steps"]
+    for _ in range(args.first_runs):
+        for name, tree, mode in configs:
+            out["first_request_s"][name].append(_run_worker(tree, mode, args.images, True)["first_request_s"])
     out["summary"] = _summary(out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
