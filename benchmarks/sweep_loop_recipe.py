@@ -211,9 +211,9 @@ def pseudo_labels(records) -> tuple[dict, dict]:
 def _agrees(mask, boxes) -> bool:
     """Whether a detect box matches the mask's box at IoU >= 0.5."""
     from umind_core.evaluation.metrics import box_iou
-    from umind_core.importers.common import box_of
+    from umind_core.masks import mask_box
 
-    return any(box_iou(box_of(mask), b) >= 0.5 for b in boxes)
+    return any(box_iou(mask_box(mask), b) >= 0.5 for b in boxes)
 
 
 def _paint(rec, kept: list) -> tuple[bytes, dict]:

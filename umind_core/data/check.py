@@ -571,7 +571,8 @@ def _split(rec: ManifestRecord, obj: ManifestObject, names: dict[int, str], stem
     from PIL import Image
 
     from ..atomic import atomic_path
-    from ..importers.common import box_of, split_label_map
+    from ..importers.common import split_label_map
+    from ..masks import mask_box
 
     pieces = split_label_map(_mask_array(rec.resolve(obj.mask)), names)
     objects = []
@@ -579,5 +580,5 @@ def _split(rec: ManifestRecord, obj: ManifestObject, names: dict[int, str], stem
         rel = f"checked_masks/{stem}_{k}.png"
         with atomic_path(out / rel) as tmp:
             Image.fromarray(mask.astype(np.uint8) * 255).save(tmp)
-        objects.append(ManifestObject(label=name, mask=rel, box=box_of(mask)))
+        objects.append(ManifestObject(label=name, mask=rel, box=mask_box(mask)))
     return objects

@@ -28,7 +28,8 @@ import numpy as np
 
 from .. import grounding
 from ..prompts import EXAM_TEMPLATES, TASKS, TEMPLATES, build_exam_text, build_user_text
-from .manifest import Conversation, ExamRecord, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
+from .manifest import (Conversation, ExamRecord, ManifestObject, ManifestRecord, object_box, read_manifest, rebase,
+                       write_manifest)
 
 __all__ = [
     "ConversationError",
@@ -99,15 +100,6 @@ def _by_label(objects: Sequence[ManifestObject], keep) -> dict[str, list[int]]:
         if keep(obj):
             groups.setdefault(obj.label, []).append(i)
     return groups
-
-
-def _box_of(obj: ManifestObject, mask: np.ndarray | None) -> tuple[float, float, float, float] | None:
-    if obj.box is not None:
-        return tuple(float(v) for v in obj.box)  # type: ignore[return-value]
-    if mask is not None and mask.any():
-        rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-        return float(cols[0]), float(rows[0]), float(cols[-1]), float(rows[-1])
-    return None
 
 
 def _finding(report: str | None) -> str | None:
@@ -238,7 +230,7 @@ def _interactive(rec: ManifestRecord, w: int, h: int, rng: random.Random,
     obj, mask = objects[i], np.asarray(masks[i], dtype=bool)
     if mask.shape != (h, w):
         raise ConversationError(f"record {rec.id!r}: mask of object {i} is {mask.shape}, image is {(h, w)}")
-    box = _box_of(obj, mask)
+    box = object_box(obj, mask)
     if box is None:
         return []
     prompt = obj.label if rng.random() < 0.5 else None

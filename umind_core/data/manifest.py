@@ -53,6 +53,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..atomic import write_text
+from ..masks import mask_box
 
 _ROLES = ("system", "user", "assistant")
 _KNOWN_KEYS = ("id", "image", "frame", "spacing", "site", "scan_mask", "annotations", "conversations")
@@ -686,3 +687,13 @@ def save_synthetic_view(sample, out: Path, stem: str) -> tuple[str, str, list[Ma
             lines=[Line(name, tuple(float(v) for v in xy), float(mm)) for name, xy, mm in obj.lines],
             diagnosis=obj.diagnosis))
     return image_rel, scan_rel, objects
+
+
+def object_box(obj: ManifestObject, mask: np.ndarray | None) -> tuple[float, float, float, float] | None:
+    """An object's box as training and scoring read it: the drawn box, else its mask's (inclusive pixels), else
+    None (keypoints or a line alone)."""
+    if obj.box is not None:
+        return tuple(float(v) for v in obj.box)  # type: ignore[return-value]
+    if mask is not None and mask.any():
+        return tuple(float(v) for v in mask_box(mask))  # type: ignore[return-value]
+    return None

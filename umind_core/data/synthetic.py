@@ -36,6 +36,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..masks import mask_box
+
 SITES: tuple[str, ...] = ("breast", "thyroid", "kidney", "fetal_head")
 GEOMETRIES: tuple[str, ...] = ("linear", "sector")
 FINDINGS: dict[str, tuple[str, ...]] = {
@@ -1004,12 +1006,6 @@ _SCENES = {"breast": _breast, "thyroid": _thyroid, "kidney": _kidney, "fetal_hea
 
 # ------------------------------------------------------------------------------------------------ public
 
-def _mask_box(mask: np.ndarray) -> tuple[int, int, int, int]:
-    rows = np.flatnonzero(mask.any(axis=1))
-    cols = np.flatnonzero(mask.any(axis=0))
-    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
-
-
 def _check_args(seed, site, size, geometry, finding) -> None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise SyntheticError(f"seed must be a non-negative integer, got {seed!r}")
@@ -1080,7 +1076,7 @@ def render_scene(rng: np.random.Generator, seed: int, site: str, size: int, geom
     objects = []
     for label, shape, keypoints, lines, diagnosis in scene.objects:
         mask = shape.inside(pixels) & scan_mask  # the visible part (organs are placed inside anyway)
-        objects.append(SyntheticObject(label, mask, _mask_box(mask), list(keypoints), list(lines), diagnosis))
+        objects.append(SyntheticObject(label, mask, mask_box(mask), list(keypoints), list(lines), diagnosis))
     s = float(round(spacing_mm, 6))
     return SyntheticSample(image=image, scan_mask=scan_mask, spacing=(s, s), site=site,
                            objects=objects, diagnosis=scene.diagnosis, report=scene.report,

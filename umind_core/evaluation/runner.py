@@ -249,15 +249,6 @@ def match_keypoints(names: Sequence[str], gt_xy: Sequence[Sequence[float]],
     return out
 
 
-def _gt_box(obj, mask: np.ndarray | None) -> list[float] | None:
-    if obj.box is not None:
-        return [float(v) for v in obj.box]
-    if mask is not None and mask.any():
-        rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-        return [float(cols[0]), float(rows[0]), float(cols[-1]), float(rows[-1])]
-    return None
-
-
 def _line_mm(line: Sequence[float], spacing: Sequence[float] | None) -> float | None:
     """The drawn line's length by `imageio.line_length`, the owner of every length; None without spacing."""
     return None if spacing is None else line_length(line, spacing).mm
@@ -303,8 +294,10 @@ def score(query: Query, result, record, masks: Sequence[np.ndarray | None] | Non
     elif task == "detect":
         if masks is None and any(objects[k].box is None for k in query.target["objects"]):
             masks = record.load_masks()
-        gt = [_gt_box(objects[k], None if masks is None else masks[k]) for k in query.target["objects"]]
-        gt = [b for b in gt if b is not None]
+        from ..data.manifest import object_box
+
+        boxes = [object_box(objects[k], None if masks is None else masks[k]) for k in query.target["objects"]]
+        gt = [list(b) for b in boxes if b is not None]
         pred = [list(o.box) for o in result.objects if o.box is not None]
         prf = M.detection_prf([pred], [gt], IOU_THRESHOLD)
         sample.update(label=query.prompt, gt_boxes=gt, pred_boxes=pred, tp=prf["tp"], fp=prf["fp"],

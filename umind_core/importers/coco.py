@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..masks import mask_box
 from ..data.manifest import Annotations, Keypoint, ManifestObject, ManifestRecord
 from .common import ImportContext, RowSkipped, SourceError, label_name, load_json
 
@@ -165,8 +166,7 @@ def _object(ctx: ImportContext, ann: dict, category: tuple[str, list[str]], rid:
         mask = None
     box = _box_of(ann, width, height)
     if box is None and mask is not None:
-        rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-        box = (float(cols[0]), float(rows[0]), float(cols[-1]), float(rows[-1]))
+        box = tuple(float(v) for v in mask_box(mask))
     if box is None and not keypoints:
         raise RowSkipped("annotation without a box, a mask or keypoints")
     return ManifestObject(label=label, box=box, keypoints=keypoints,

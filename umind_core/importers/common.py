@@ -21,9 +21,10 @@ from PIL import Image
 
 from ..atomic import atomic_path, copy_into, write_text
 from ..data.manifest import ManifestError, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
+from ..masks import mask_box
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
-           "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "box_of", "line_length_mm",
+           "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
            "load_json", "finish", "valid_split", "PIL_SUFFIXES"]
 
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
@@ -145,12 +146,6 @@ def split_label_map(label_map: np.ndarray, names: Mapping[Any, str], log: Import
         for v in sorted(present - named):
             log.drop(f"label value {v} has no name")
     return out
-
-
-def box_of(mask: np.ndarray) -> tuple[int, int, int, int]:
-    """Inclusive pixel box (x1, y1, x2, y2) of a non-empty mask."""
-    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
 
 
 def line_length_mm(xy: Sequence[float], spacing: Sequence[float] | None) -> float | None:
@@ -284,7 +279,7 @@ class ImportContext:
 
     def mask_objects(self, pieces: Sequence[tuple[str, np.ndarray]], rid: str, start: int = 0) -> list[ManifestObject]:
         """(label, mask) pairs -> objects with their mask file and inclusive box."""
-        return [ManifestObject(label=name, mask=self.write_mask(m, rid, str(start + k)), box=box_of(m))
+        return [ManifestObject(label=name, mask=self.write_mask(m, rid, str(start + k)), box=mask_box(m))
                 for k, (name, m) in enumerate(pieces)]
 
 
