@@ -119,6 +119,7 @@ class BatchDecoder:
         self._prefix_ids: dict[tuple, dict] = {}  # (prefix texts, image grids) -> the processor's token ids
         # what this decoder's earlier answers said next, per prompt (_speculate); None: never speculate
         self.drafts: AnswerDrafts | None = AnswerDrafts()
+        self._drafted = [0, 0]  # draft tokens fed, and kept, by _speculate in the current run
 
     # ------------------------------------------------------------------ batches and image prefixes
     def stacks(self) -> bool:
@@ -278,7 +279,7 @@ class BatchDecoder:
         def finish(b: int, dec: Decoded) -> None:
             on_done(b, dec, t1 - t0, time.perf_counter() - t1)
 
-        self._drafted = [0, 0]  # draft tokens fed, and kept, by _speculate in this call
+        self._drafted = [0, 0]
         try:
             out = self._feed_prompts(state, ids, delta, pad)
             t1 = time.perf_counter()
@@ -388,8 +389,9 @@ class BatchDecoder:
         """The draft to feed after a lone sequence's next token (`AnswerDrafts`), or [] where none is fed: more than
         one row, a mask group being fed, the eager reference, tokens fed one at a time, or no room in the cache
         (a draft never grows it: a new capacity would mean new step graphs)."""
-        if (self.drafts is None or prompts_fed is None or len(lanes) != 1 or len(pending[lanes[0]]) != 1 or not self.one_forward_masks
-                or not isinstance(state.cache, fast_decode.StaticKVCache) or state.cache.rows != 1):
+        if (self.drafts is None or prompts_fed is None or len(lanes) != 1 or len(pending[lanes[0]]) != 1
+                or not self.one_forward_masks or not isinstance(state.cache, fast_decode.StaticKVCache)
+                or state.cache.rows != 1):
             return []
         b = lanes[0]
         room = state.cache.capacity - cursor - 1

@@ -634,7 +634,8 @@ class FastDecoder:
         tokens, where DeepStack's features `deepstack[i]` (one (N, D) row per image token, in order) join the
         states after layer i. Why not transformers' forward: on the demo model its 4-layer pass over the 70-token
         prefix took 7.3-7.8 ms a frame, mostly dispatch, mask building and a DynamicCache that `adopt` then
-        copies; this path reads the oneDNN-packed projections the prompts read.
+        copied; the lean layers took 3.8 ms eagerly and 2.9 ms as a tuned graph (the graph modes build one per
+        batch, capacity and prefix length).
         """
         w = self.refresh()
         b, length, _ = embeds.shape
