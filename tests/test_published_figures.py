@@ -389,3 +389,15 @@ def test_default_decode_row_is_the_benchmark():
     for task, cold, cached in (("detect", "cold_s", "cached_s"), ("segment", "cold_segment_s", "cached_segment_s")):
         ratios = [med[cold][c] / med[cached][c] for c in ("before_static", "static", "auto")]
         assert f"{task} {ratios[0]:.2f} before, {ratios[1]:.2f} static, {ratios[2]:.2f} auto" in row, task
+
+def test_drafts_row_is_the_benchmark():
+    """The drafted-answers row of benchmarks/README.md against results/decode/drafts.json."""
+    import json
+
+    d = json.loads((RESULTS / "decode" / "drafts.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if ln.startswith("| drafted answers against step-by-step ones"))
+    assert f"{d['answers']} answers: {d['text_differences']} texts and {d['mask_differences']} masks differ" in row
+    assert f"{d['draft_tokens_kept']:,} of {d['draft_tokens']:,} draft tokens kept" in row
+    assert (f"{d['seconds_drafts_on']:.1f} s with drafts against {d['seconds_drafts_off']:.1f} s without "
+            f"({d['seconds_drafts_off'] / d['seconds_drafts_on']:.2f}x)") in row
