@@ -104,8 +104,9 @@ def test_compiled_step_on_a_stacked_batch_equals_static(trained_tiny, mode, n, r
         _assert_same(a, b)
     # the steps after the image prefixes (each group of same-size frames has a prefix graph of its own rows)
     built = {key[0] for key in compiled_p._engine.fast._compiled if key[5] == "step"}
-    # a tuned batch narrows to smaller buckets as its answers end (narrowing is tested below)
-    assert rows in built and built <= ({1, 2, rows} if mode == "tuned" else {rows}), built
+    # a tuned batch narrows to smaller buckets as its answers end (narrowing is tested below); a prompt fed in two
+    # parts feeds its first part on the leading row alone (_prompt_split), which may run a lone row's graph
+    assert rows in built and built <= ({1, 2, rows} if mode == "tuned" else {1, rows}), built
 
 
 @pytest.mark.parametrize("mode", ["static", "tuned"])

@@ -176,6 +176,8 @@ def test_the_lean_image_prefix_equals_transformers_prefix(trained_tiny, layout):
 def test_prompts_are_padded_to_a_graph_width_only_where_graphs_run(trained_tiny):
     assert [fast_decode.graph_tokens(k) for k in (1, 2, 8, 16, 17, 24, 64, 72)] == [
         True, False, True, True, False, True, True, False]
+    # batches of several rows run the single-token step's graph only (each (rows, width) would be a graph to tune)
+    assert [fast_decode.graph_tokens(k, rows=4) for k in (1, 8, 16)] == [True, False, False]
     graphs = fast_decode.FastDecoder(trained_tiny, compile=True)
     lean = fast_decode.FastDecoder(trained_tiny, compile=False)
     assert [graphs.prompt_width(n) for n in (8, 17, 24, 62, 64, 65, 90)] == [8, 24, 24, 64, 64, 65, 90]

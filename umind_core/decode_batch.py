@@ -303,8 +303,10 @@ class BatchDecoder:
 
     def _graph_widths(self, state: ImageState) -> bool:
         """Whether prompts on `state` are fed at a step graph's width (fast_decode.FastDecoder.prompt_width): on the
-        fast decoder's cache, in the modes that build graphs."""
-        return isinstance(state.cache, fast_decode.StaticKVCache) and self.fast.compile
+        fast decoder's cache where multi-token graphs run (`fast_decode.graph_tokens`: one row, in the modes that build
+        graphs; a batch keeps its prompt split instead)."""
+        return (isinstance(state.cache, fast_decode.StaticKVCache) and self.fast.compile
+                and fast_decode.graph_tokens(fast_decode.GRAPH_TOKEN_STEP, state.cache.rows))
 
     def _prompt_ids(self, per_row: list[list[int]], device,
                     graph_widths: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:

@@ -378,14 +378,17 @@ class StaticKVCache:
         self.valid = valid
 
 
-def graph_tokens(k: int) -> bool:
-    """Whether a forward of k tokens a row runs a step graph (in the modes that build them): the single-token step,
-    and widths in whole GRAPH_TOKEN_STEPs up to MAX_GRAPH_TOKENS (a mask group, a prompt padded to its bucket).
+def graph_tokens(k: int, rows: int = 1) -> bool:
+    """Whether a forward of k tokens a row on `rows` cache rows runs a step graph (in the modes that build them):
+    the single-token step at any rows; for a lone row also widths in whole GRAPH_TOKEN_STEPs up to MAX_GRAPH_TOKENS
+    (a mask group, a prompt padded to its bucket, a draft).
 
     Why: the eager lean forward of a 17-token prompt or a 16-token mask group took about 4 ms on the demo model,
     mostly the Python and dispatch around some 70 small calls; a graph per width removes them. Widths come in steps
-    so that a handful of graphs serve every prompt (each takes 10-40 s to tune)."""
-    return k == 1 or (k % GRAPH_TOKEN_STEP == 0 and k <= MAX_GRAPH_TOKENS)
+    so that a handful of graphs serve every prompt (each takes 10-40 s to tune). Why lone rows only: every (rows,
+    width) pair is a graph of its own, and a server meeting batches of 2, 4 and 8 rows would tune dozens on its
+    cores; a batch's prompt is one forward for all its rows, where the dispatch the graph saves is shared."""
+    return k == 1 or (rows == 1 and k % GRAPH_TOKEN_STEP == 0 and k <= MAX_GRAPH_TOKENS)
 
 
 def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -649,7 +652,7 @@ class FastDecoder:
                 dense[i][visual] = features.to(embeds.dtype)
             args = (keys, values, embeds, cos[:, None], sin[:, None], dense)
             hidden = None
-            if self.compile and self.compile_error is None:
+            if self.compile and self.compile_error is None and b == 1:  # lone frames only (see graph_tokens)
                 hidden = self._graph((b, capacity, w.dtype, str(w.device), length, PREFIX), w, args)
             if hidden is None:
                 # the plain projections, not the packed ones prompts read: for the prefix's 70 rows (more than the
@@ -720,7 +723,7 @@ class FastDecoder:
         cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]  # (B, 1, k, hd)
         with torch.no_grad():
             out = None
-            if self.compile and self.compile_error is None and graph_tokens(k):
+            if self.compile and self.compile_error is None and graph_tokens(k, cache.rows):
                 out = self._compiled_step(w, cache, ids, cos, sin, start)
             if out is None:
                 valid = None if cache.uniform else cache.valid
@@ -736,8 +739,8 @@ class FastDecoder:
             return linear(hidden, w.eager.lm_head, w.lm_bias)
 
     def prompt_width(self, width: int) -> int:
-        """The width to feed a batch of prompts of at most `width` tokens at: with step graphs, the next graph width
-        (`graph_tokens`; the extra columns are left padding, holes in the cache), else `width` itself."""
+        """The width to feed a lone row's prompt (or draft) of `width` tokens at: with step graphs, the next graph
+        width (`graph_tokens`; the extra columns are padding, holes in the cache), else `width` itself."""
         if not self.compile or width > MAX_GRAPH_TOKENS:
             return width
         return _round_up(width, GRAPH_TOKEN_STEP)
