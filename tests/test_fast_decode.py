@@ -733,3 +733,21 @@ def test_background_builds_wait_for_the_model_thread_to_be_idle(monkeypatch):
             owner.busy = False
         assert started.wait(GUARD_S) and builder.wait(GUARD_S)
         assert set(builder.graphs) == {(1, 256, torch.float32, "cpu", 1, "step")}
+
+
+def test_graphs_past_the_memory_budget_stay_eager(trained_tiny, monkeypatch):
+    """Each tuned graph holds a copy of the language model's weights: a decoder builds at most max_graphs (from
+    GRAPH_WEIGHT_BUDGET, never fewer than MIN_GRAPHS), and the shapes met after that run the eager lean forward."""
+    monkeypatch.setattr(fast_decode, "GRAPH_WEIGHT_BUDGET", 0)
+    monkeypatch.setattr(fast_decode, "MIN_GRAPHS", 2)
+    build = _FakeBuild()
+    monkeypatch.setattr(fast_decode, "build_step", lambda w, args, tune, part="step": (
+        lambda fn: (fn, fn(*args)))(build(w, args, tune, part)[0]))
+    calls = _task_calls()
+    eager = _answers(trained_tiny, "eager", make_image(0), calls, max_new_tokens=64)
+    fast = _answers(trained_tiny, "compiled", make_image(0), calls, max_new_tokens=64)
+    decoder = fast[3]._engine.fast
+    assert decoder.max_graphs == 2 and len(decoder._compiled) == 2 and build.builds == 2
+    _assert_same(eager, fast)
+    monkeypatch.undo()
+    assert fast_decode.FastDecoder(trained_tiny).max_graphs > 2  # the tiny model's weights fit the real budget

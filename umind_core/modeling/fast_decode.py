@@ -86,6 +86,12 @@ PROMPT_ROOM = 64  # slots allocated for a prompt beyond the answer; a longer pro
 # on 8 images), and room for 256 answer tokens made its caches 512 slots instead of 256: a tuned step of 8 rows
 # took 3.41 against 2.22 ms, of 1 row 0.77 against 0.64 ms (medians of 15, one process).
 ANSWER_ROOM = 112
+# How many step graphs one decoder builds: a tuned graph holds its own packed copy of the language model's weights
+# (freezing), so the count is bounded by memory: GRAPH_WEIGHT_BUDGET bytes of such copies, and never fewer than
+# MIN_GRAPHS (the four batch buckets' single-token steps). The demo model (13 MB) may build 80; a model of 500 MB, 4.
+# Keys met past the limit run the eager lean forward.
+GRAPH_WEIGHT_BUDGET = 1 << 30
+MIN_GRAPHS = 4
 STEP, PREFIX = "step", "prefix"  # what a graph computes: tokens after the image prefix, or the prefix itself
 GRAPH_TOKEN_STEP = 8  # prompts are padded to whole steps of this width where step graphs run (graph_tokens)
 MAX_GRAPH_TOKENS = 64  # wider prompts (and odd-width mask groups of a mixed batch) run the eager lean forward
@@ -567,6 +573,7 @@ class FastDecoder:
         self.compile_error: str | None = None  # set once a compile failed; the eager lean step is used from then on
         self._active, self._idle_since = 0, time.monotonic()  # calls under way (in_use), and since when none
         self.compile_cache = use_compile_cache(compile_cache) if self.compile else None
+        self.max_graphs = max(MIN_GRAPHS, GRAPH_WEIGHT_BUDGET // max(1, _language_weight_bytes(model)))
 
     @property
     def mode(self) -> str:
@@ -751,6 +758,10 @@ class FastDecoder:
         rows = rows + [rows[0]] * (self.rows_for(len(rows)) - len(rows))
         return StaticKVCache.stack(rows, _capacity(max(c.length for c, _ in rows), answer_tokens))
 
+    def _graph_count(self) -> int:
+        """Graphs built, being built, queued or failed (each counts against max_graphs)."""
+        return len(self._builder.states()) if self._builder is not None else len(self._compiled)
+
     def _compiled_step(self, w, cache, ids, cos, sin, start):
         """The step through its graph for (rows, capacity, dtype, device, tokens), or None for the eager lean
         step: in the background mode while the graph is not built (it is queued), and after any failure."""
@@ -762,6 +773,8 @@ class FastDecoder:
         """`args` through the graph of `key` (rows, capacity, dtype, device, tokens, part), or None for the eager
         lean forward: in the background mode while the graph is not built (it is queued), and after any failure."""
         fn = self._compiled.get(key)
+        if fn is None and self._graph_count() >= self.max_graphs:
+            return None  # past the graph budget (max_graphs): this shape stays eager
         if self._builder is not None and fn is None:
             self._builder.request(key, w, args)  # never waits: the builder thread builds it from zeros, not `args`
             return None
