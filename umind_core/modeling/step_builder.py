@@ -117,7 +117,8 @@ class _Job:
 class BackgroundBuilder:
     """One background thread that builds the step graphs of queued keys, one at a time, into `graphs`.
 
-    `build(weights, example_args, key)` returns the built step (its first call made, which is when torch.compile builds);
+    `build(weights, example_args, key)` returns the built step (its first call made, which is when torch.compile
+    builds);
     `alive()` says whether the decoder that owns this builder still exists (a builder left behind by a swapped
     model stops after the build under way, so that the model's memory is not held for its queue).
     """

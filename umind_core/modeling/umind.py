@@ -367,7 +367,8 @@ class UMindVL(nn.Module):
         out = self.qwen.model.get_image_features(pixel_values, image_grid_thw, return_dict=True)
         return torch.cat(out.pooler_output, dim=0), [torch.cat(f, dim=0) for f in out.deepstack_features]
 
-    def prefix_embeddings(self, input_ids: torch.Tensor, image_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefix_embeddings(self, input_ids: torch.Tensor,
+                          image_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(input states (B, L, D) of a sequence with images: the token embeddings, the image placeholders
         replaced by `image_embeds` in order; the placeholder mask (B, L)), as transformers' forward builds them."""
         embeds = self.qwen.get_input_embeddings()(input_ids)
