@@ -163,6 +163,20 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000, q))
 
 
+def _wait_for_graphs(server_url: str, timeout: float = 1800.0) -> float:
+    """Seconds until the server's background step builds (decode "auto", `/info` umind.decode.steps) are all built
+    or failed, so that the timed passes replay graphs instead of racing their builds."""
+    import requests
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        steps = (requests.get(f"{server_url}/info/", timeout=60).json()["umind"].get("decode") or {}).get("steps", [])
+        if all(s["state"] in ("tuned", "compiled") or s["state"].startswith("failed") for s in steps):
+            break
+        time.sleep(2.0)
+    return time.perf_counter() - t0
+
+
 def _batching(server_url: str) -> dict:
     """The server's batching stats (`/info` umind.batching)."""
     import requests
@@ -248,7 +262,8 @@ def _concurrency(server_url: str, clients: int, per_client: int, images: int, se
         with ThreadPoolExecutor(clients) as pool:
             list(pool.map(lambda reqs: [_send(server_url, req) for req in reqs], plan))
         print(f"untimed warm-up (bursts of 1, 2, 4, ..., {clients} requests, then a concurrent pass): "
-              f"{time.perf_counter() - t0:.1f} s")
+              f"{time.perf_counter() - t0:.1f} s; then {_wait_for_graphs(server_url):.1f} s until the background "
+              "builds (decode auto) ended")
     busy0 = _busy_s(_batching(server_url))
     with _CpuMeter(server_pid) as seq_cpu:
         alone = [_send(server_url, req) for req in flat]
@@ -377,7 +392,12 @@ def _main_in_process(args) -> int:
     """The concurrency plan without the server: what the scheduler and the batched Predictor give on their own."""
     from umind_core import demo
     from umind_core.predictor import Job, Predictor
-    from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS, BatchScheduler, model_thread
+    from umind_core.scheduler import (
+        DEFAULT_REGROUP_MS,
+        DEFAULT_WINDOW_MS,
+        BatchScheduler,
+        model_thread,
+    )
 
     images = _bench_images(args.size)
     kinds = {"umind_segment": ("segment", "lesion", {}), "umind_detect": ("detect", "lesion", {}),
