@@ -751,3 +751,22 @@ def test_graphs_past_the_memory_budget_stay_eager(trained_tiny, monkeypatch):
     _assert_same(eager, fast)
     monkeypatch.undo()
     assert fast_decode.FastDecoder(trained_tiny).max_graphs > 2  # the tiny model's weights fit the real budget
+
+
+def test_the_builder_counts_the_keys_it_lists(trained_tiny, monkeypatch):
+    """BackgroundBuilder.count (what the graph budget reads at every unbuilt step) equals len(states()) while a build
+    is held, after it, and after one failed."""
+    gate = threading.Event()
+    build = _FakeBuild(gate)
+    monkeypatch.setattr(fast_decode, "build_step", build)
+    try:
+        pred = _answers(trained_tiny, "auto", make_image(0), [("segment", "lesion")], max_new_tokens=64)[3]
+        builder = pred._engine.fast._builder
+        assert build.started.wait(GUARD_S)
+        states = builder.states()
+        assert "building" in states.values() and builder.count() == len(states) >= 3
+    finally:
+        gate.set()
+    assert builder.wait(GUARD_S)
+    builder.fail(next(iter(builder.graphs)), "RuntimeError: x")
+    assert builder.count() == len(builder.states())

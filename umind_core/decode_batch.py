@@ -99,6 +99,8 @@ class Decoded:
     forced: list[bool] = field(default_factory=list)  # True for the N-1 mask tokens appended without choosing
     mask_queries: list[torch.Tensor] = field(default_factory=list)  # one (N, D) per mask group
     truncated: bool = False
+    draft_tokens: int = 0  # draft tokens fed with this sequence's chosen ones (BatchDecoder._speculate)
+    draft_tokens_kept: int = 0  # of those, the ones the model picked itself
 
 
 class BatchDecoder:
@@ -119,7 +121,6 @@ class BatchDecoder:
         self._prefix_ids: dict[tuple, dict] = {}  # (prefix texts, image grids) -> the processor's token ids
         # what this decoder's earlier answers said next, per prompt (_speculate); None: never speculate
         self.drafts: AnswerDrafts | None = AnswerDrafts()
-        self._drafted = [0, 0]  # draft tokens fed, and kept, by _speculate in the current run
 
     # ------------------------------------------------------------------ batches and image prefixes
     def stacks(self) -> bool:
@@ -279,7 +280,6 @@ class BatchDecoder:
         def finish(b: int, dec: Decoded) -> None:
             on_done(b, dec, t1 - t0, time.perf_counter() - t1)
 
-        self._drafted = [0, 0]
         try:
             out = self._feed_prompts(state, ids, delta, pad)
             t1 = time.perf_counter()
@@ -297,8 +297,8 @@ class BatchDecoder:
             "prompt_tokens": int(ids.shape[1]),
             "generated_tokens": max(len(d.token_ids) for d in decoded),
             "processed_tokens": int(ids.shape[1]) + fed,
-            "draft_tokens": self._drafted[0],
-            "draft_tokens_kept": self._drafted[1],
+            "draft_tokens": sum(d.draft_tokens for d in decoded),
+            "draft_tokens_kept": sum(d.draft_tokens_kept for d in decoded),
         }
 
     def _graph_widths(self, state: ImageState) -> bool:
@@ -417,7 +417,7 @@ class BatchDecoder:
         chunk = spec.pending[b] + spec.draft
         ids = chunk + [self.pad_id] * (self._chunk_width(state, len(chunk)) - len(chunk))
         out = self.forward(state, torch.tensor([ids], device=self.model.device), cursor, delta)
-        logits = self.fast.logits(out.hidden_states)
+        logits = self.fast.logits(out.hidden_states[:, : len(chunk)])  # the padding's are never read
         used = 0
         while True:
             want = spec.pending[b]
@@ -435,8 +435,8 @@ class BatchDecoder:
             if spec.done[b]:
                 break
         state.cache.crop(cursor + used)
-        self._drafted[0] += len(spec.draft)
-        self._drafted[1] += used - 1
+        spec.decoded[b].draft_tokens += len(spec.draft)
+        spec.decoded[b].draft_tokens_kept += used - 1
         return used
 
     def _collect_masks(self, group: list[torch.Tensor], decoded: Decoded, states: torch.Tensor,

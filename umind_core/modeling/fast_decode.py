@@ -760,7 +760,7 @@ class FastDecoder:
 
     def _graph_count(self) -> int:
         """Graphs built, being built, queued or failed (each counts against max_graphs)."""
-        return len(self._builder.states()) if self._builder is not None else len(self._compiled)
+        return self._builder.count() if self._builder is not None else len(self._compiled)
 
     def _compiled_step(self, w, cache, ids, cos, sin, start):
         """The step through its graph for (rows, capacity, dtype, device, tokens), or None for the eager lean

@@ -167,6 +167,15 @@ class BackgroundBuilder:
         with self._lock:
             return self._lock.wait_for(lambda: self._thread is None, timeout)
 
+    def count(self) -> int:
+        """Keys built, being built, queued or failed: what `states` lists, without building its strings (the model
+        thread asks at every step whose graph is not built)."""
+        with self._lock:
+            keys = self.graphs.keys() | self._queue.keys() | self._failed.keys()
+            if self._building is not None and self._building.generation == self._generation:
+                keys |= {self._building.key}
+            return len(keys)
+
     def states(self) -> dict[tuple, str]:
         """Each key's state for /info: built ("tuned"/"compiled"), "building", queued, or "failed: <error>"."""
         verb = "tuning" if self.what == "tuned" else "compiling"
