@@ -401,3 +401,25 @@ def test_drafts_row_is_the_benchmark():
     assert f"{d['draft_tokens_kept']:,} of {d['draft_tokens']:,} draft tokens kept" in row
     assert (f"{d['seconds_drafts_on']:.1f} s with drafts against {d['seconds_drafts_off']:.1f} s without "
             f"({d['seconds_drafts_off'] / d['seconds_drafts_on']:.2f}x)") in row
+
+
+def test_calipers_from_mask_row_is_the_benchmark():
+    """The lesion-caliper row of benchmarks/README.md, the card and the README against
+    results/calipers_from_mask.json."""
+    import json
+
+    d = json.loads((RESULTS / "calipers_from_mask.json").read_text())["looks"]
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "calipers read off" in ln)
+
+    def pct(look, source, kind="lesion calipers"):
+        m = d[look][source]["by_kind"][kind] if kind else d[look][source]["all_lines"]
+        return f"{100 * m['mean_rel']:.1f}%"
+
+    for look in ("default", "scanner_b"):
+        assert (f"{look}: lesion calipers {pct(look, 'mask')} read off the mask against {pct(look, 'model')} "
+                f"drawn") in row
+        assert f"all lines {pct(look, 'mask', None)} against {pct(look, 'model', None)}" in row
+    card = _flat(CARD)
+    assert f"miss by {pct('default', 'mask')} and {pct('scanner_b', 'mask')} where the lines it draws miss by " \
+           f"{pct('default', 'model')} and {pct('scanner_b', 'model')}" in card
+    assert f"measurement error {pct('default', 'mask', None)} and benign/malignant" in _flat(README)

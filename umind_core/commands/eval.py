@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also report a source benchmark's own metrics (auto: from the records' import marks)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--calipers", default="mask", choices=["mask", "model"],
+                        help="a lesion's caliper read off the mask the model segments for it (mask, the default) "
+                             "or the line the model draws (model)")
 
 
 def _model_name(path: str | None) -> str:
@@ -76,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     model = demo.load_model(args.model, device=args.device, dtype=args.dtype)
     name = _model_name(args.model)
     report = evaluate(model, manifest, tasks=args.tasks, limit=args.limit, batch_size=args.batch_size,
-                      progress=True, max_new_tokens=args.max_new_tokens, model_name=name)
+                      progress=True, max_new_tokens=args.max_new_tokens, model_name=name,
+                      calipers=args.calipers)
     paths = write_eval(report, args.out, overlays=args.overlays)
     bench = benchmark_metrics(report.samples, args.benchmark)
     if bench is not None:

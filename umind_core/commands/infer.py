@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/umind/compile unless TORCHINDUCTOR_CACHE_DIR is set), static, compiled, "
                              "tuned (frozen weights and autotuned products: fastest per token, 10-40 s to tune each "
                              "batch size at first, waited for), or eager (transformers' forward, the reference)")
+    parser.add_argument("--calipers", default="mask", choices=["mask", "model"],
+                        help="a lesion's caliper ('breast lesion long axis') read off the mask the model segments "
+                             "for it (mask, the default) or the line the model draws (model)")
     parser.add_argument("--exam", action="store_true",
                         help="every input is one examination read in one conversation: a folder of its views "
                              "(2-4 images) or one file's selected frames (--frames); tasks: "
@@ -402,7 +405,8 @@ def run(args: argparse.Namespace) -> int:
         model = demo.load_model(args.model, device=device, dtype=args.dtype,
                                 warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
         return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                         decode=serving_mode(args.decode), compile_cache=default_compile_cache())
+                         decode=serving_mode(args.decode), compile_cache=default_compile_cache(),
+                         calipers=args.calipers)
 
     if pending:
         predictor = load() if model_executor is None else model_executor.submit(load).result()

@@ -36,6 +36,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..calipers import AXES, lesion_axes
 from ..masks import mask_box
 
 SITES: tuple[str, ...] = ("breast", "thyroid", "kidney", "fetal_head")
@@ -730,32 +731,11 @@ def _box_size_mm(mask: np.ndarray, s: float) -> tuple[float, float]:
 
 
 def _calipers(mask: np.ndarray, s: float, label: str) -> list[tuple[str, tuple[float, float, float, float], float]]:
-    """The two lines a sonographer draws on a lesion (BI-RADS / TI-RADS size): the long axis, the mask's longest
-    diameter between two of its pixels, and the short axis, its longest chord perpendicular to the long axis.
-    Endpoints are pixel centres, left one first; lengths in mm."""
-    ys, xs = np.nonzero(mask)
-    pts = np.stack([xs, ys], 1).astype(np.float64)
-    edge = mask & ~(np.roll(mask, 1, 0) & np.roll(mask, -1, 0) & np.roll(mask, 1, 1) & np.roll(mask, -1, 1))
-    ey, ex = np.nonzero(edge)
-    rim = np.stack([ex, ey], 1).astype(np.float64)
-    d2 = ((rim[:, None, :] - rim[None, :, :]) ** 2).sum(-1)
-    i, j = np.unravel_index(int(np.argmax(d2)), d2.shape)
-    a, b = rim[i], rim[j]
-    u = (b - a) / max(float(np.hypot(*(b - a))), 1e-9)
-    v = np.array([-u[1], u[0]])
-    along, across = np.rint((pts - a) @ u).astype(int), (pts - a) @ v
-    best, short = -1.0, (a, a)
-    for t in np.unique(along):
-        sel = along == t
-        lo, hi = int(np.argmin(np.where(sel, across, np.inf))), int(np.argmax(np.where(sel, across, -np.inf)))
-        if across[hi] - across[lo] > best:
-            best, short = across[hi] - across[lo], (pts[lo], pts[hi])
-
-    def line(p, q, name):
-        p, q = (p, q) if (p[0], p[1]) <= (q[0], q[1]) else (q, p)
-        coords = (float(p[0]), float(p[1]), float(q[0]), float(q[1]))
-        return name, coords, _length_mm(*coords, s)
-    return [line(a, b, f"{label} long axis"), line(*short, f"{label} short axis")]
+    """The two lines a sonographer draws on a lesion (BI-RADS / TI-RADS size), by `calipers.lesion_axes`, the
+    rule the Predictor measures the model's masks with; lengths in mm."""
+    long_axis, short_axis = lesion_axes(mask)
+    return [(f"{label} {name}", coords, _length_mm(*coords, s))
+            for name, coords in zip(AXES, (long_axis, short_axis))]
 
 
 def _lesion_report(site: str, kind: str, lesion: _Lesion, mask: np.ndarray, s: float,

@@ -475,13 +475,13 @@ def _positive(value, what: str) -> int:
 
 def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: int | None = None,
              batch_size: int = 8, progress: bool = True, *, max_new_tokens: int = 256,
-             model_name: str = "UMind") -> EvalReport:
+             model_name: str = "UMind", calipers: str = "mask") -> EvalReport:
     """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it.
 
     Single-image records are scored on `tasks` of EVAL_TASKS; examinations on those of EXAM_TASKS ("report" is
     for examinations only), each read whole and by its single best view (`exams.score_exam`)."""
     from ..data.manifest import ExamRecord
-    from ..predictor import Predictor
+    from ..predictor import Predictor, PredictorError
     from .exams import EXAM_TASKS, evaluate_exams, exam_scorable
 
     explicit = tasks is not None
@@ -505,8 +505,11 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
     exam_work = [(exam, asked) for exam, asked in exam_work if asked]
     if not queries and not exam_work:
         raise EvalError(f"the records of {name} have no annotations for tasks {tasks}")
-    predictor = model if isinstance(model, Predictor) else Predictor(
-        model, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    try:
+        predictor = model if isinstance(model, Predictor) else Predictor(
+            model, max_new_tokens=max_new_tokens, batch_size=batch_size, calipers=calipers)
+    except PredictorError as exc:
+        raise EvalError(str(exc)) from None
 
     bar = None
     if progress:

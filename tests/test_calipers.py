@@ -1,0 +1,141 @@
+"""Lesion calipers read off a mask (`umind_core.calipers`) and the Predictor's measurements that use them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from forced_answer import force_answer
+
+from umind_core import grounding, prompts
+from umind_core.calipers import axis_line, caliper_target, lesion_axes, main_component
+from umind_core.grounding import Line
+from umind_core.imageio import Frame, line_length
+from umind_core.predictor import Predictor, PredictorError
+
+
+def _ellipse(h=128, w=160, cx=80.0, cy=60.0, a=40.0, b=15.0, angle=0.0) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w].astype(float)
+    c, s = math.cos(angle), math.sin(angle)
+    u, v = (xx - cx) * c + (yy - cy) * s, -(xx - cx) * s + (yy - cy) * c
+    return (u / a) ** 2 + (v / b) ** 2 <= 1.0
+
+
+def _length(line) -> float:
+    return math.hypot(line[2] - line[0], line[3] - line[1])
+
+
+@pytest.mark.parametrize("angle", [0.0, 0.5, 1.2])
+def test_an_ellipse_has_its_diameters_as_calipers_at_right_angles(angle):
+    long_axis, short_axis = lesion_axes(_ellipse(angle=angle))
+    assert _length(long_axis) == pytest.approx(80, abs=2.5) and _length(short_axis) == pytest.approx(30, abs=2.5)
+    du = np.subtract(long_axis[2:], long_axis[:2])
+    dv = np.subtract(short_axis[2:], short_axis[:2])
+    assert abs(du @ dv) / (np.linalg.norm(du) * np.linalg.norm(dv)) < 0.1
+    for line in (long_axis, short_axis):  # left endpoint first
+        assert (line[0], line[1]) <= (line[2], line[3])
+
+
+def test_a_mask_cut_by_the_image_border_is_measured_to_the_border():
+    cut = _ellipse(cx=10.0, cy=60.0, a=40.0, b=30.0)  # its left part is outside the image
+    long_axis, _ = lesion_axes(cut)
+    assert min(long_axis[0], long_axis[2]) == 0.0
+    assert _length(long_axis) > 55
+
+
+def test_an_empty_mask_has_no_calipers():
+    with pytest.raises(ValueError, match="empty"):
+        lesion_axes(np.zeros((8, 8), bool))
+    assert axis_line(np.zeros((8, 8), bool), 0) is None and axis_line(None, 1) is None
+
+
+def test_the_largest_piece_is_measured_alone():
+    two = _ellipse(cx=50.0, a=30.0, b=12.0) | _ellipse(cx=130.0, cy=100.0, a=8.0, b=6.0)
+    assert np.array_equal(main_component(two), _ellipse(cx=50.0, a=30.0, b=12.0))
+    assert _length(axis_line(two, 0)) == pytest.approx(60, abs=2.5)  # not from one blob to the other
+
+
+@pytest.mark.parametrize("name, target", [
+    ("breast lesion long axis", ("breast lesion", 0)),
+    ("thyroid nodule short axis", ("thyroid nodule", 1)),
+    ("  cyst Long Axis ", ("cyst", 0)),
+    ("kidney length", None), ("biparietal diameter", None), ("long axis", None), (None, None), ("", None),
+])
+def test_caliper_names_say_which_lesion_and_axis(name, target):
+    assert caliper_target(name) == target
+
+
+# ---------------------------------------------------------------- the Predictor
+
+
+@pytest.fixture
+def predictor(tiny_model_factory):
+    return Predictor(tiny_model_factory(), max_new_tokens=64)
+
+
+def _frame(spacing=(0.1, 0.1)):
+    return Frame(pixels=np.zeros((128, 160, 3), np.uint8), spacing=spacing, index=0, source="scan.png")
+
+
+def _segment_answer(monkeypatch, mask: np.ndarray) -> None:
+    """The model answers the lesion with one mask group, which decodes to `mask`."""
+    force_answer(monkeypatch, grounding.format_mask("breast lesion"), mask_groups=1)
+    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
+
+
+def test_a_lesion_caliper_asks_for_the_lesion_and_measures_its_mask(predictor, monkeypatch):
+    mask = _ellipse(angle=0.5)
+    _segment_answer(monkeypatch, mask)
+    frame = _frame()
+    row = predictor._row("measure", "breast lesion long axis", None, None, None, frame)
+    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.caliper_axis == 0
+    predictor.set_image(frame)
+    res = predictor.predict("measure", "breast lesion long axis")
+    assert res.task == "measure" and len(res.objects) == 1
+    obj = res.objects[0]
+    assert obj.label == "breast lesion long axis" and np.array_equal(obj.mask, mask)
+    assert obj.line == pytest.approx(lesion_axes(mask)[0])
+    mm = line_length(obj.line, (0.1, 0.1)).mm
+    assert obj.physical["length_mm"] == pytest.approx(mm)
+    assert res.answer == f"breast lesion long axis Length: {line_length(obj.line, (0.1, 0.1))}."
+    short = predictor.predict("measure", "breast lesion short axis").objects[0].line
+    assert short == pytest.approx(lesion_axes(mask)[1])
+
+
+def test_with_calipers_model_the_line_the_model_draws_is_kept(tiny_model_factory, monkeypatch):
+    drawn = Line(100, 200, 600, 300)
+    force_answer(monkeypatch, f"{grounding.format_line(drawn, 'breast lesion long axis')} Length: 9.9 mm.")
+    pred = Predictor(tiny_model_factory(), max_new_tokens=64, calipers="model")
+    frame = _frame()
+    assert pred._row("measure", "breast lesion long axis", None, None, None, frame).caliper_axis is None
+    pred.set_image(frame)
+    res = pred.predict("measure", "breast lesion long axis")
+    assert res.objects[0].line == pytest.approx(grounding.line_from_grid(drawn, 160, 128))
+    assert res.objects[0].physical["model_length"] == "9.9 mm"
+
+
+def test_other_measurements_keep_the_models_line(predictor):
+    row = predictor._row("measure", "kidney length", None, None, None, _frame())
+    assert row.caliper_axis is None and row.user_text == prompts.build_user_text("measure", "kidney length")
+
+
+def test_no_lesion_found_leaves_the_models_refusal_and_no_line(predictor, monkeypatch):
+    refusal = "The breast lesion is not present in this image, so it cannot be located."
+    force_answer(monkeypatch, refusal)
+    predictor.set_image(_frame())
+    res = predictor.predict("measure", "breast lesion long axis")
+    assert res.objects == [] and res.answer == refusal and res.warnings == []
+
+
+def test_an_empty_lesion_mask_measures_nothing_and_says_so(predictor, monkeypatch):
+    _segment_answer(monkeypatch, np.zeros((128, 160), bool))
+    predictor.set_image(_frame())
+    res = predictor.predict("measure", "breast lesion short axis")
+    assert res.objects == [] and res.answer == ""
+    assert any("mask of the lesion" in w and "empty" in w for w in res.warnings)
+
+
+def test_an_unknown_caliper_source_is_refused(tiny_model_factory):
+    with pytest.raises(PredictorError, match="calipers must be one of mask, model"):
+        Predictor(tiny_model_factory(), calipers="ruler")
