@@ -139,3 +139,24 @@ def test_an_empty_lesion_mask_measures_nothing_and_says_so(predictor, monkeypatc
 def test_an_unknown_caliper_source_is_refused(tiny_model_factory):
     with pytest.raises(PredictorError, match="calipers must be one of mask, model"):
         Predictor(tiny_model_factory(), calipers="ruler")
+
+
+def test_an_exams_lesion_caliper_is_drawn_in_the_view_where_the_lesion_is_longest(predictor, monkeypatch):
+    """Two views show the lesion; the caliper goes in the one whose mask is longest in mm (view 3 here: fewer
+    pixels than view 1's, but at 0.8 mm a pixel), measured with that view's spacing; the answer names the view."""
+    views = [Frame(pixels=np.zeros((h, w, 3), np.uint8), spacing=sp, index=0, source=f"v{k}")
+             for k, ((h, w), sp) in enumerate([((64, 96), (0.2, 0.2)), ((48, 48), (0.5, 0.5)),
+                                                ((80, 56), (0.8, 0.8))])]
+    masks = {(64, 96): _ellipse(64, 96, 48.0, 32.0, 40.0, 20.0), (80, 56): _ellipse(80, 56, 28.0, 40.0, 20.0, 8.0)}
+    force_answer(monkeypatch, "View 1: " + grounding.format_mask("breast lesion") + " View 3: "
+                 + grounding.format_mask("breast lesion"), mask_groups=2)
+    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
+        [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
+    row = predictor._exam_row("measure", "breast lesion short axis")
+    assert row.user_text == prompts.build_exam_text("segment", "breast lesion") and row.caliper_axis == 1
+    res = predictor.predict_exam("measure", "breast lesion short axis", views=views)
+    (obj,) = res.objects
+    assert obj.view == 2 and np.array_equal(obj.mask, masks[(80, 56)])
+    assert obj.line == pytest.approx(lesion_axes(masks[(80, 56)])[1])
+    assert obj.physical["length_mm"] == pytest.approx(line_length(obj.line, (0.8, 0.8)).mm)
+    assert res.answer.startswith("View 3: breast lesion short axis Length: ")

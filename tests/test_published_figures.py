@@ -419,6 +419,14 @@ def test_calipers_from_mask_row_is_the_benchmark():
         assert (f"{look}: lesion calipers {pct(look, 'mask')} read off the mask against {pct(look, 'model')} "
                 f"drawn") in row
         assert f"all lines {pct(look, 'mask', None)} against {pct(look, 'model', None)}" in row
+    exams = json.loads((RESULTS / "calipers_from_mask.json").read_text())["exams"]
+    alone, whole = (exams[s]["view_alone"] for s in ("mask", "model")), (exams[s]["exam"] for s in ("mask", "model"))
+    (am, ad), (wm, wd) = alone, whole
+    assert (f"each view asked alone: {100 * am['mean_rel']:.1f}% read off the mask against {100 * ad['mean_rel']:.1f}% "
+            f"drawn, but {am['n_missing']} of {am['n']} calipers missing read off the mask against "
+            f"{'none' if ad['n_missing'] == 0 else ad['n_missing']} drawn") in row
+    assert (f"the exam read whole: {100 * wm['mean_rel']:.1f}% ({wm['n_missing']} of {wm['n']} missing) against "
+            f"{100 * wd['mean_rel']:.1f}% ({wd['n_missing']} missing)") in row
     card = _flat(CARD)
     assert f"miss by {pct('default', 'mask')} and {pct('scanner_b', 'mask')} where the lines it draws miss by " \
            f"{pct('default', 'model')} and {pct('scanner_b', 'model')}" in card

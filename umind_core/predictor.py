@@ -50,7 +50,7 @@ import torch
 from . import calipers as caliper_rule
 from . import grounding, prompts
 from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
-from .imageio import Frame
+from .imageio import Frame, line_length
 from .modeling import fast_decode
 from .results import GroundedObject, Result
 
@@ -306,7 +306,7 @@ class Predictor:
             grid_box, grid_points, warnings = vp.on_frame(width, height, frame.source)
         except prompts.PromptError as exc:
             raise VisualPromptError(str(exc)) from None
-        caliper = caliper_rule.caliper_target(prompt) if task == "measure" and self.calipers == "mask" else None
+        caliper = self._caliper(task, prompt)
         ask_task, ask_prompt = (task, prompt) if caliper is None else ("segment", caliper[0])
         user_text = prompts.build_user_text(
             ask_task, ask_prompt, box=grid_box, points=grid_points,
@@ -316,15 +316,22 @@ class Predictor:
                    caliper_axis=None if caliper is None else caliper[1])
 
     def _exam_row(self, task, prompt) -> Row:
-        """The user text about an examination: the exam conversations' canonical wording (variant 0)."""
+        """The user text about an examination: the exam conversations' canonical wording (variant 0); a lesion
+        caliper asks for the lesion's masks in every view, as `_row` does for one image."""
         if task not in prompts.EXAM_TEMPLATES:
             raise VisualPromptError(f"unknown examination task {task!r}; valid: {', '.join(prompts.EXAM_TEMPLATES)}")
+        caliper = self._caliper(task, prompt)
         try:
-            user_text = prompts.build_exam_text(task, prompt)
+            user_text = prompts.build_exam_text(task, prompt) if caliper is None else \
+                prompts.build_exam_text("segment", caliper[0])
         except prompts.PromptError as exc:
             raise VisualPromptError(str(exc)) from None
         suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
-        return Row(task, prompt, user_text, [], suffix_ids)
+        return Row(task, prompt, user_text, [], suffix_ids, caliper_axis=None if caliper is None else caliper[1])
+
+    def _caliper(self, task, prompt) -> tuple[str, int] | None:
+        """(lesion label, axis) when this prompt's caliper is to be read off the lesion's mask, else None."""
+        return caliper_rule.caliper_target(prompt) if task == "measure" and self.calipers == "mask" else None
 
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
@@ -336,7 +343,7 @@ class Predictor:
         def finish(b: int, dec: Decoded, prompt_s: float, decode_s: float) -> None:
             res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
             if rows[b].caliper_axis is not None:
-                _caliper_from_mask(res, rows[b], state.frames[b])
+                _caliper_from_mask(res, rows[b], state.frames if isinstance(state, ExamState) else [state.frames[b]])
             res.timings.update(encode_s=state.encode_s / batch, prompt_s=prompt_s / batch, decode_s=decode_s / batch)
             results[b] = res
             if on_row is not None:
@@ -456,25 +463,38 @@ class Predictor:
 
 
 # ---------------------------------------------------------------------- helpers
-def _caliper_from_mask(result: Result, row: Row, frame: Frame) -> None:
-    """Turn the lesion's segment answer into the caliper `row` asked for, in place.
+def _caliper_from_mask(result: Result, row: Row, frames: Sequence[Frame]) -> None:
+    """Turn the lesion's segment answer into the caliper `row` asked for, in place; `frames` are the image's one
+    frame, or an examination's views (then the caliper is drawn in the view whose mask has the longest long axis,
+    the view a sonographer measures a lesion in, and the result is measured with that view's spacing).
 
     Why: the line the demo model draws token by token missed a lesion's length by 25.6% (default look) and 29.9%
     (a look it never trained on) on 200 held-out images each, where the same rule the truth is drawn with, applied
     to the mask it segments for that lesion, missed by 18.4% and 19.1% (benchmarks/README.md). The caliper keeps
     its mask, so a viewer shows what it was measured on. No lesion found: no line, and the model's answer (a
     refusal) stands."""
-    lesion = next((o for o in result.objects if o.mask is not None and o.mask.any()), None)
-    line = None if lesion is None else caliper_rule.axis_line(lesion.mask, row.caliper_axis)
-    if line is None:
+    found = [(o, caliper_rule.axis_line(o.mask, 0)) for o in result.objects if o.mask is not None and o.mask.any()]
+    calibrated = all(f.spacing is not None for f in frames)  # views compare in mm, else all in pixels
+
+    def extent(f) -> float:
+        return line_length(f[1], frames[f[0].view or 0].spacing if calibrated else None).value
+
+    if found:
+        lesion, long_axis = max(found, key=extent)
+        line = long_axis if row.caliper_axis == 0 else caliper_rule.axis_line(lesion.mask, row.caliper_axis)
+        result.objects = [GroundedObject(label=row.prompt, line=line, mask=lesion.mask, score=lesion.score,
+                                         view=lesion.view)]
+        where = "" if lesion.view is None else f"View {lesion.view + 1}: "  # an exam answer names its view
+        result.raw_answer = f"{where}{row.prompt or ''}"
+    else:
         if result.objects:  # it named the lesion but drew no pixel of it: nothing to say
             result.raw_answer = ""
             result.warnings.append(f"nothing measured: the model's mask of the lesion for {row.prompt!r} is empty")
         result.objects = []
+    if result.views:
+        result.attach_views(frames)
     else:
-        result.objects = [GroundedObject(label=row.prompt, line=line, mask=lesion.mask, score=lesion.score)]
-        result.raw_answer = row.prompt or ""
-    result.attach_geometry(frame)
+        result.attach_geometry(frames[0])
 
 
 def _span_objects(span, width: int, height: int, masks: dict, mask_scores: dict, token_score: float | None,
