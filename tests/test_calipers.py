@@ -44,6 +44,14 @@ def test_a_mask_cut_by_the_image_border_is_measured_to_the_border():
     assert _length(long_axis) > 55
 
 
+def test_a_whole_frame_mask_is_measured_corner_to_corner():
+    """A model that calls the whole frame a lesion (480,000 pixels, 2,796 on the rim) still gets its calipers: the
+    diagonal, and the widest chord at right angles to it, from the top edge to the bottom one."""
+    long_axis, short_axis = lesion_axes(np.ones((600, 800), bool))
+    assert long_axis == (0.0, 0.0, 799.0, 599.0)
+    assert _length(short_axis) == pytest.approx(600 / 0.8, rel=0.01)  # across the diagonal: 600 px / cos
+
+
 def test_an_empty_mask_has_no_calipers():
     with pytest.raises(ValueError, match="empty"):
         lesion_axes(np.zeros((8, 8), bool))

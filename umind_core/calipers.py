@@ -53,20 +53,21 @@ def lesion_axes(mask: np.ndarray) -> tuple[Line, Line]:
     m = np.pad(np.asarray(mask, bool), 1)  # a mask on the image's border has its rim there too
     edge = m & ~(np.roll(m, 1, 0) & np.roll(m, -1, 0) & np.roll(m, 1, 1) & np.roll(m, -1, 1))
     ey, ex = np.nonzero(edge[1:-1, 1:-1])
-    rim = np.stack([ex, ey], 1).astype(np.float64)
+    rim = _extreme(np.stack([ex, ey], 1).astype(np.float64))
     d2 = ((rim[:, None, :] - rim[None, :, :]) ** 2).sum(-1)
     i, j = np.unravel_index(int(np.argmax(d2)), d2.shape)
     a, b = rim[i], rim[j]
     u = (b - a) / max(float(np.hypot(*(b - a))), 1e-9)
     v = np.array([-u[1], u[0]])
     along, across = np.rint((pts - a) @ u).astype(int), (pts - a) @ v
-    best, short = -1.0, (a, a)
-    for t in np.unique(along):
-        sel = along == t
-        lo, hi = int(np.argmin(np.where(sel, across, np.inf))), int(np.argmax(np.where(sel, across, -np.inf)))
-        if across[hi] - across[lo] > best:
-            best, short = across[hi] - across[lo], (pts[lo], pts[hi])
-    return _ordered(a, b), _ordered(*short)
+    # per step t along the long axis, the first pixel (in scan order) farthest to either side of it: sorted by
+    # (t, across, order) the first of each t is the least across, by (t, -across, order) the greatest
+    order = np.arange(len(pts))
+    lowest, highest = np.lexsort((order, across, along)), np.lexsort((order, -across, along))
+    _, starts = np.unique(along[lowest], return_index=True)
+    lo, hi = lowest[starts], highest[starts]
+    k = int(np.argmax(across[hi] - across[lo]))  # the widest chord; the first such t on a tie
+    return _ordered(a, b), _ordered(pts[lo[k]], pts[hi[k]])
 
 
 def axis_line(mask: np.ndarray | None, axis: int) -> Line | None:
@@ -74,6 +75,20 @@ def axis_line(mask: np.ndarray | None, axis: int) -> Line | None:
     if mask is None or not np.any(mask):
         return None
     return lesion_axes(main_component(np.asarray(mask, bool)))[axis]
+
+
+def _extreme(rim: np.ndarray) -> np.ndarray:
+    """The rim points that are corners of its convex hull, in rim order: the two points farthest apart are always
+    corners, so the pairwise search needs only these (a whole-frame mask has thousands of rim pixels: their
+    distance matrix alone would take hundreds of MB). Keeping rim order picks the same pair as the full search."""
+    if len(rim) < 4:
+        return rim
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        return rim[np.sort(ConvexHull(rim).vertices)]
+    except QhullError:  # all on one line: no hull to take corners of
+        return rim
 
 
 def _ordered(p: np.ndarray, q: np.ndarray) -> Line:
