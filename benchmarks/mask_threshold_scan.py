@@ -6,7 +6,7 @@ Why: the loop learns little from 20 corrections (issue 32). If the model's masks
 under- or over-confident, a handful of labels could fit a threshold per label, a far smaller thing to learn than
 a LoRA; this measures the most that could give before anyone builds it.
 
-    .venv/bin/python benchmarks/mask_threshold_scan.py --work /tmp/calipers \\
+    .venv/bin/python benchmarks/mask_threshold_scan.py --work /tmp/readout \\
         --out benchmarks/results/mask_threshold_scan.json
 """
 
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calipers_from_mask import LOOKS, _synth
+from readout_from_masks import HELD_OUT as LOOKS
+from readout_from_masks import held_out_set
 
 THRESHOLDS = (-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
 
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     from umind_core.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
-    rows = {look: scan(predictor, _synth(Path(args.work), look, args.n)) for look in LOOKS}
+    rows = {look: scan(predictor, held_out_set(Path(args.work), look, args.n)) for look in LOOKS}
     out: dict = {"command": " ".join(["benchmarks/mask_threshold_scan.py", *(argv or sys.argv[1:])]),
                  "thresholds": THRESHOLDS, "looks": {}}
     for look, rs in rows.items():

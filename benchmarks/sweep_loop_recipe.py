@@ -188,7 +188,8 @@ def pseudo_labels(records) -> tuple[dict, dict]:
     for target in dict.fromkeys(t for r in records for t in SITE_TARGETS.get(r.site, ())):
         ids = [r.id for r in records if target in SITE_TARGETS.get(r.site, ())]
         seg = predictor.predict_batch([frames[i] for i in ids], "segment", target)
-        det = predictor.predict_batch([frames[i] for i in ids], "detect", target)
+        # the box the model writes: one read off the mask would agree with the mask by rule
+        det = predictor.predict_batch([frames[i] for i in ids], "detect", target, readout="tokens")
         c = counts.setdefault(target, {"asked": len(ids), "masks": 0, "kept": 0})
         for i, s, d in zip(ids, seg, det):
             boxes = [o.box for o in d.objects if o.box is not None]

@@ -62,7 +62,7 @@ def test_a_folder_is_one_examination_and_each_view_gets_its_objects(tmp_path, ca
     force_answer(monkeypatch, f"View 1: {grounding.format_box(Box(100, 100, 600, 600), 'lesion')} "
                         f"View 2: {grounding.format_line(line, 'lesion long axis')} Length: 99.0 mm.")
     rc, out, err = _infer(capsys, model_dir, exam, "--exam", "--task", "measure", "--prompt", "lesion long axis",
-                          "--calipers", "model", "--out", tmp_path / "out")
+                          "--readout", "tokens", "--out", tmp_path / "out")
     assert rc == 0, err
     assert out.startswith("umind infer: 1 inputs, 2 frames, 0 failed")
     doc = _doc(tmp_path / "out" / "exam1" / "results.json")
@@ -86,7 +86,7 @@ def test_a_folder_is_one_examination_and_each_view_gets_its_objects(tmp_path, ca
     assert [m["type"] for m in markups["markups"]] == ["Line"]
     # done: a rerun skips it; the same folder without --exam is another request
     rc, out, _ = _infer(capsys, model_dir, exam, "--exam", "--task", "measure", "--prompt", "lesion long axis",
-                        "--calipers", "model", "--out", tmp_path / "out")
+                        "--readout", "tokens", "--out", tmp_path / "out")
     assert rc == 0 and "1 skipped" in out
 
 

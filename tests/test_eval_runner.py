@@ -211,6 +211,7 @@ def test_untrained_model_runs_every_task_and_writes_the_report(untrained_run, re
                     "Measurement length error", "Diagnosis", "Refusal"):
         assert f"## {heading}" in text
     assert "| UMind |" in text and "| Average |" in text
+    assert data["readout"] == "mask" and "read off the masks the model segments (readout: mask)" in text
 
 
 def test_overlays_are_the_best_and_worst_per_spatial_task(untrained_run):
@@ -237,6 +238,22 @@ def test_rewriting_replaces_old_overlays(untrained_run, tmp_path):
     assert len(list((tmp_path / "overlays").iterdir())) == 14
     write_eval(report, tmp_path, overlays=1)
     assert len(list((tmp_path / "overlays").iterdir())) == 8
+
+
+def test_cli_eval_says_which_readout_it_scored(manifest, tiny_model_factory, monkeypatch, tmp_path, capsys):
+    from umind_core import demo
+
+    model = tiny_model_factory()
+    model.eval()
+    monkeypatch.setattr(demo, "load_model", lambda *a, **k: model)
+    out = tmp_path / "out"
+    assert main(["eval", "--manifest", str(manifest), "--out", str(out), "--tasks", "detect", "--limit", "2",
+                 "--max-new-tokens", "4", "--overlays", "0", "--readout", "tokens"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["readout"] == "tokens"
+    assert "the coordinates the model writes (readout: tokens)" in (out / "report.md").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--manifest", str(manifest), "--out", str(out), "--readout", "ruler"])
+    assert exit_info.value.code == 2 and "invalid choice: 'ruler'" in capsys.readouterr().err
 
 
 def test_cli_eval_is_a_thin_shell(manifest, tiny_model_factory, monkeypatch, tmp_path, capsys):

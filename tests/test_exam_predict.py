@@ -42,7 +42,7 @@ def exam_views(tmp_path_factory):
 def predictor(tiny_model_factory):
     model = tiny_model_factory()
     model.eval()
-    return Predictor(model, max_new_tokens=6)
+    return Predictor(model, max_new_tokens=6, readout="tokens")  # where the model's own coordinates land
 
 
 def _mixed_views() -> list[Frame]:
@@ -184,12 +184,11 @@ def test_a_mask_group_in_view_2_decodes_against_view_2_at_its_size(predictor, mo
     assert "mask_entropy" in res.confidence
 
 
-def test_a_caliper_in_view_3_is_measured_with_view_3s_spacing(tiny_model_factory, monkeypatch):
+def test_a_caliper_in_view_3_is_measured_with_view_3s_spacing(predictor, monkeypatch):
     views = _mixed_views()
     line = Line(100, 500, 900, 500)
     text = f"View 3: {grounding.format_line(line, 'lesion long axis')} Length: 140.2 mm."
     force_answer(monkeypatch, text)
-    predictor = Predictor(tiny_model_factory(), max_new_tokens=6, calipers="model")  # the line the model draws
     res = predictor.predict_exam("measure", "lesion long axis", views=views)
     (obj,) = res.objects
     w3, h3 = views[2].size

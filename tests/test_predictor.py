@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from conftest import lesion_boxes, make_image, task_answers
+
 from umind_core.imageio import Frame
+from umind_core.masks import mask_box
 from umind_core.predictor import Predictor, PredictorError
 from umind_core.prompts import PromptError
 from umind_core.results import GroundedObject, Result
@@ -18,7 +19,7 @@ from umind_core.results import GroundedObject, Result
 
 @pytest.fixture()
 def predictor(trained_tiny):
-    p = Predictor(trained_tiny, max_new_tokens=64)
+    p = Predictor(trained_tiny, max_new_tokens=64, readout="tokens")  # the coordinates the model writes
     p.set_image(make_image(0))
     return p
 
@@ -71,6 +72,16 @@ def test_detect_keypoints_measure_return_pixel_coordinates(predictor):
     assert line == pytest.approx((X0, (Y0 + Y1) / 2, X1 - 1, (Y0 + Y1) / 2), abs=3)
 
 
+def test_by_default_a_detection_is_the_box_of_the_mask_the_model_segments(trained_tiny):
+    p = Predictor(trained_tiny, max_new_tokens=64)
+    p.set_image(make_image(0))
+    mask = next(o.mask for o in p.predict("segment", "lesion").objects if o.mask is not None)
+    res = p.predict("detect", "lesion")
+    (obj,) = res.objects
+    assert obj.box == mask_box(mask) and obj.mask is None and obj.label == "lesion"
+    assert res.task == "detect" and res.answer == "lesion"
+
+
 @pytest.mark.parametrize("task", ["diagnose", "report", "ask"])
 def test_text_tasks_answer_in_words(predictor, task):
     prompt, answer = task_answers()[task]
@@ -79,7 +90,7 @@ def test_text_tasks_answer_in_words(predictor, task):
 
 
 def test_coordinates_and_masks_follow_the_original_image_size(trained_tiny):
-    p = Predictor(trained_tiny, max_new_tokens=64)
+    p = Predictor(trained_tiny, max_new_tokens=64, readout="tokens")
     p.set_image(_upscaled(2))
     box = p.predict("detect", "lesion").objects[0].box
     assert box == pytest.approx((2 * X0, 2 * Y0, 2 * (X1 - 1), 2 * (Y1 - 1)), abs=6)
@@ -164,7 +175,7 @@ def test_bfloat16_predictions(trained_tiny, tmp_path):
 
     folder = trained_tiny.save_pretrained(tmp_path / "m")
     model = UMindVL.from_pretrained(folder, dtype="bfloat16")
-    p = Predictor(model, max_new_tokens=64)
+    p = Predictor(model, max_new_tokens=64, readout="tokens")
     p.set_image(make_image(0))
     res = p.predict("segment", "lesion")
     ref = Predictor(trained_tiny, max_new_tokens=64)

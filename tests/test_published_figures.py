@@ -403,31 +403,51 @@ def test_drafts_row_is_the_benchmark():
             f"({d['seconds_drafts_off'] / d['seconds_drafts_on']:.2f}x)") in row
 
 
-def test_calipers_from_mask_row_is_the_benchmark():
-    """The lesion-caliper row of benchmarks/README.md, the card and the README against
-    results/calipers_from_mask.json."""
+def test_readout_from_masks_row_is_the_benchmark():
+    """The mask-readout row of benchmarks/README.md, the card and the README against
+    results/readout_from_masks.json."""
     import json
 
-    d = json.loads((RESULTS / "calipers_from_mask.json").read_text())["looks"]
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "calipers read off" in ln)
+    d = json.loads((RESULTS / "readout_from_masks.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if "boxes and lesion calipers read off the model's masks" in ln)
 
-    def pct(look, source, kind="lesion calipers"):
-        m = d[look][source]["by_kind"][kind] if kind else d[look][source]["all_lines"]
-        return f"{100 * m['mean_rel']:.1f}%"
+    def pct(v):
+        return f"{100 * v:.1f}%"
 
     for look in ("default", "scanner_b"):
-        assert (f"{look}: lesion calipers {pct(look, 'mask')} read off the mask against {pct(look, 'model')} "
-                f"drawn") in row
-        assert f"all lines {pct(look, 'mask', None)} against {pct(look, 'model', None)}" in row
-    exams = json.loads((RESULTS / "calipers_from_mask.json").read_text())["exams"]
-    alone, whole = (exams[s]["view_alone"] for s in ("mask", "model")), (exams[s]["exam"] for s in ("mask", "model"))
-    (am, ad), (wm, wd) = alone, whole
-    assert (f"each view asked alone: {100 * am['mean_rel']:.1f}% read off the mask against {100 * ad['mean_rel']:.1f}% "
-            f"drawn, but {am['n_missing']} of {am['n']} calipers missing read off the mask against "
-            f"{'none' if ad['n_missing'] == 0 else ad['n_missing']} drawn") in row
-    assert (f"the exam read whole: {100 * wm['mean_rel']:.1f}% ({wm['n_missing']} of {wm['n']} missing) against "
-            f"{100 * wd['mean_rel']:.1f}% ({wd['n_missing']} missing)") in row
-    card = _flat(CARD)
-    assert f"miss by {pct('default', 'mask')} and {pct('scanner_b', 'mask')} where the lines it draws miss by " \
-           f"{pct('default', 'model')} and {pct('scanner_b', 'model')}" in card
-    assert f"measurement error {pct('default', 'mask', None)} and benign/malignant" in _flat(README)
+        m, t = d["looks"][look]["mask"], d["looks"][look]["tokens"]
+        assert f"detection F1 {m['detection']['f1']:.3f}" in row and f"against {t['detection']['f1']:.3f}" in row
+        assert f"(lesions {m['lesion_detection_f1']:.3f} against {t['lesion_detection_f1']:.3f})" in row
+        assert (f"lesion calipers {pct(m['lesion_calipers']['mean_rel'])}" in row
+                and f"against {pct(t['lesion_calipers']['mean_rel'])}" in row)
+        assert f"all lines {pct(m['measurement']['mean_rel'])} against {pct(t['measurement']['mean_rel'])}" in row
+    (am, aw), (tm, tw) = ((d["exams"][r]["view_alone"], d["exams"][r]["exam"]) for r in ("mask", "tokens"))
+    assert f"detection F1 {am['detection_f1']:.3f} against {tm['detection_f1']:.3f}" in row
+    assert (f"calipers {pct(am['measurement']['mean_rel'])} against {pct(tm['measurement']['mean_rel'])}, but "
+            f"{am['measurement']['n_missing']} of {am['measurement']['n']} missing") in row
+    assert (f"the exam read whole: detection F1 {aw['detection_f1']:.3f} against {tw['detection_f1']:.3f}, calipers "
+            f"{pct(aw['measurement']['mean_rel'])} ({aw['measurement']['n_missing']} of {aw['measurement']['n']} "
+            f"missing) against {pct(tw['measurement']['mean_rel'])} ({tw['measurement']['n_missing']} missing)") in row
+    shares = d["tuning"]
+    for look, name in (("tune_default", "default"), ("tune_scanner_b", "scanner_b")):
+        assert ", ".join(f"{shares[k][look]:.3f}" for k in ("0.0", "0.25", "0.5")) + \
+            f", {shares['1.0'][look]:.3f} ({name})" in row
+    dm, bm = d["looks"]["default"]["mask"], d["looks"]["scanner_b"]["mask"]
+    card, readme = _flat(CARD), _flat(README)
+    assert f"| **{dm['detection']['f1']:.3f}** |" in card and f"| **{bm['detection']['f1']:.3f}** |" in card
+    assert (f"detection F1 {dm['detection']['f1']:.3f}, keypoint error 4.5% of the width, measurement error "
+            f"{pct(dm['measurement']['mean_rel'])}") in readme
+
+
+def test_threshold_scan_row_is_the_benchmark():
+    """The mask-threshold row of benchmarks/README.md against results/mask_threshold_scan.json."""
+    import json
+
+    d = json.loads((RESULTS / "mask_threshold_scan.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "mask threshold" in ln)
+    for look in ("default", "scanner_b"):
+        assert f"{look} " + ", ".join(f"{v:.3f}" for v in d["looks"][look]["mean_iou"]) in row
+    for fitted in d["fitted_on_half_of_scanner_b"]:
+        b, o = fitted["scanner_b_other_half"], fitted["default_look"]
+        assert f"{b[0]:.3f} -> {b[1]:.3f}" in row and f"{o[0]:.3f} -> {o[1]:.3f}" in row

@@ -61,7 +61,7 @@ class Row:
     user_text: str
     warnings: list[str]
     suffix_ids: list[int]  # the tokens of the turn after the image prefix: what this row feeds
-    caliper_axis: int | None = None  # a lesion caliper read off the lesion's mask (`calipers.AXES` index)
+    readout: str | None = None  # what the Predictor reads off the asked-for mask: "boxes", or a `calipers.AXES` key
 
 
 @dataclass

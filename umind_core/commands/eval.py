@@ -38,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also report a source benchmark's own metrics (auto: from the records' import marks)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--calipers", default="mask", choices=["mask", "model"],
-                        help="a lesion's caliper read off the mask the model segments for it (mask, the default) "
-                             "or the line the model draws (model)")
+    parser.add_argument("--readout", default="mask", choices=["mask", "tokens"],
+                        help="boxes and lesion calipers read off the mask the model segments for the target (mask, "
+                             "the default) or the coordinates it writes (tokens)")
 
 
 def _model_name(path: str | None) -> str:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     name = _model_name(args.model)
     report = evaluate(model, manifest, tasks=args.tasks, limit=args.limit, batch_size=args.batch_size,
                       progress=True, max_new_tokens=args.max_new_tokens, model_name=name,
-                      calipers=args.calipers)
+                      readout=args.readout)
     paths = write_eval(report, args.out, overlays=args.overlays)
     bench = benchmark_metrics(report.samples, args.benchmark)
     if bench is not None:

@@ -78,9 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/umind/compile unless TORCHINDUCTOR_CACHE_DIR is set), static, compiled, "
                              "tuned (frozen weights and autotuned products: fastest per token, 10-40 s to tune each "
                              "batch size at first, waited for), or eager (transformers' forward, the reference)")
-    parser.add_argument("--calipers", default="mask", choices=["mask", "model"],
-                        help="a lesion's caliper ('breast lesion long axis') read off the mask the model segments "
-                             "for it (mask, the default) or the line the model draws (model)")
+    parser.add_argument("--readout", default="mask", choices=["mask", "tokens"],
+                        help="boxes (detect) and lesion calipers ('breast lesion long axis') read off the mask the "
+                             "model segments for the target (mask, the default) or the coordinates it writes "
+                             "(tokens)")
     parser.add_argument("--exam", action="store_true",
                         help="every input is one examination read in one conversation: a folder of its views "
                              "(2-4 images) or one file's selected frames (--frames); tasks: "
@@ -406,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
                                 warn=lambda msg: tqdm.write(f"umind: warning: {msg}", file=sys.stderr))
         return Predictor(model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                          decode=serving_mode(args.decode), compile_cache=default_compile_cache(),
-                         calipers=args.calipers)
+                         readout=args.readout)
 
     if pending:
         predictor = load() if model_executor is None else model_executor.submit(load).result()

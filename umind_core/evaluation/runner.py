@@ -128,6 +128,7 @@ class EvalReport:
     samples: list[dict]
     model_name: str = "UMind"
     manifest: str | None = None
+    readout: str = "mask"  # where the boxes and lesion calipers scored came from (`predictor.READOUTS`)
 
 
 # ------------------------------------------------------------------------------------------------ queries
@@ -475,7 +476,7 @@ def _positive(value, what: str) -> int:
 
 def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: int | None = None,
              batch_size: int = 8, progress: bool = True, *, max_new_tokens: int = 256,
-             model_name: str = "UMind", calipers: str = "mask") -> EvalReport:
+             model_name: str = "UMind", readout: str = "mask") -> EvalReport:
     """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it.
 
     Single-image records are scored on `tasks` of EVAL_TASKS; examinations on those of EXAM_TASKS ("report" is
@@ -507,7 +508,7 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
         raise EvalError(f"the records of {name} have no annotations for tasks {tasks}")
     try:
         predictor = model if isinstance(model, Predictor) else Predictor(
-            model, max_new_tokens=max_new_tokens, batch_size=batch_size, calipers=calipers)
+            model, max_new_tokens=max_new_tokens, batch_size=batch_size, readout=readout)
     except PredictorError as exc:
         raise EvalError(str(exc)) from None
 
@@ -523,7 +524,7 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
         if bar is not None:
             bar.close()
     return EvalReport(metrics=aggregate(samples), samples=samples, model_name=model_name,
-                      manifest=manifest_name)
+                      manifest=manifest_name, readout=predictor.readout)
 
 
 def record_frame(rec):
@@ -707,7 +708,7 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     listing = _write_overlays(report.samples, out, overlays) if overlays else {}
-    payload = {"model": name, "manifest": report.manifest, "metrics": report.metrics,
+    payload = {"model": name, "manifest": report.manifest, "readout": report.readout, "metrics": report.metrics,
                "overlays": listing, "samples": [_public(s) for s in report.samples]}
     paths = {"metrics": out / "metrics.json", "report": out / "report.md"}
     write_text(paths["metrics"], json.dumps(to_jsonable(payload), indent=2, ensure_ascii=False,
@@ -721,6 +722,9 @@ def write_eval(report: EvalReport, out_dir: str | os.PathLike, overlays: int = 4
              f"boxes matched one-to-one at IoU >= {IOU_THRESHOLD:g}; diagnosis scores benign/malignant images, an "
              "answer naming neither class counts as wrong; refusal pairs a question about foreign anatomy "
              "(should be refused) with one about the image's own (should be answered).",
+             "Boxes and lesion calipers were read off the masks the model segments (readout: mask)."
+             if report.readout == "mask" else
+             "Boxes and lesion calipers are the coordinates the model writes (readout: tokens).",
              "Overlays (overlays/): ground truth in the first colours, the prediction after it." if listing else None,
              EXAM_NOTE if "exam" in report.metrics else None]
     text += "\n" + "\n\n".join(n for n in notes if n) + "\n"

@@ -21,7 +21,7 @@ from PIL import Image
 
 from ..atomic import atomic_path, copy_into, write_text
 from ..data.manifest import ManifestError, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
-from ..masks import mask_box
+from ..masks import is_lesion_kind, mask_box, mask_pieces
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
@@ -30,7 +30,6 @@ __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportCon
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: Whole words (plural too) that make a label a lesion kind: its separate blobs are separate findings.
-_LESION_RE = re.compile(r"\b(?:lesion|nodule|mass|cyst|tumou?r)(?:e?s)?\b", re.IGNORECASE)
 _ID_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 #: A split becomes the file DIR/<split>.jsonl: a plain name, never "manifest" or a path.
 _SPLIT = re.compile(r"^(?!manifest$)[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -103,26 +102,6 @@ class ImportSummary:
 def label_name(raw: Any) -> str:
     """A label as prompts say it: underscores to spaces, runs of space collapsed (case kept)."""
     return " ".join(str(raw).replace("_", " ").split())
-
-
-def is_lesion_kind(name: str) -> bool:
-    """The one rule for when blobs of one label are several objects: lesion kinds (lesion, nodule, mass, cyst,
-    tumour) are counted one by one (two nodules are two findings); an organ in two pieces is still one organ."""
-    return bool(_LESION_RE.search(label_name(name)))
-
-
-def mask_pieces(mask: np.ndarray, name: str) -> list[np.ndarray]:
-    """The objects one label's mask makes: none when empty (a negative), one per 8-connected blob for a lesion
-    kind, else the whole mask."""
-    mask = np.asarray(mask, dtype=bool)
-    if not mask.any():
-        return []
-    if not is_lesion_kind(name):
-        return [mask]
-    from scipy import ndimage
-
-    comps, n = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
-    return [comps == k for k in range(1, n + 1)]
 
 
 def split_label_map(label_map: np.ndarray, names: Mapping[Any, str], log: ImportLog | None = None,

@@ -66,7 +66,8 @@ def image_signals(predictor, frame, targets: list[str]) -> dict[str, float]:
     conf, flip, task, area = [], [], [], {}
     for target in targets:
         seg, seg_mirror = predictor.predict_batch([frame, mirror], "segment", target)
-        det = predictor.predict_batch([frame], "detect", target)[0]
+        # the box the model writes: a box read off the mask (the default readout) would agree with it by rule
+        det = predictor.predict_batch([frame], "detect", target, readout="tokens")[0]
         m, mm = union_mask(seg, shape), union_mask(seg_mirror, shape)
         conf.append(confidence_score(seg))
         if m.any() or mm.any() or any(o.box is not None for o in det.objects):

@@ -1,4 +1,5 @@
-"""Lesion calipers read off a mask (`umind_core.calipers`) and the Predictor's measurements that use them."""
+"""Boxes and lesion calipers read off the masks the model segments: the caliper rule (`umind_core.calipers`) and the
+Predictor's `readout="mask"`, on single images and examinations."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from umind_core import grounding, prompts
 from umind_core.calipers import axis_line, caliper_target, lesion_axes, main_component
 from umind_core.grounding import Line
 from umind_core.imageio import Frame, line_length
+from umind_core.masks import mask_box
 from umind_core.predictor import Predictor, PredictorError
 
 
@@ -97,7 +99,7 @@ def test_a_lesion_caliper_asks_for_the_lesion_and_measures_its_mask(predictor, m
     _segment_answer(monkeypatch, mask)
     frame = _frame()
     row = predictor._row("measure", "breast lesion long axis", None, None, None, frame)
-    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.caliper_axis == 0
+    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == "long axis"
     predictor.set_image(frame)
     res = predictor.predict("measure", "breast lesion long axis")
     assert res.task == "measure" and len(res.objects) == 1
@@ -114,9 +116,9 @@ def test_a_lesion_caliper_asks_for_the_lesion_and_measures_its_mask(predictor, m
 def test_with_calipers_model_the_line_the_model_draws_is_kept(tiny_model_factory, monkeypatch):
     drawn = Line(100, 200, 600, 300)
     force_answer(monkeypatch, f"{grounding.format_line(drawn, 'breast lesion long axis')} Length: 9.9 mm.")
-    pred = Predictor(tiny_model_factory(), max_new_tokens=64, calipers="model")
+    pred = Predictor(tiny_model_factory(), max_new_tokens=64, readout="tokens")
     frame = _frame()
-    assert pred._row("measure", "breast lesion long axis", None, None, None, frame).caliper_axis is None
+    assert pred._row("measure", "breast lesion long axis", None, None, None, frame).readout is None
     pred.set_image(frame)
     res = pred.predict("measure", "breast lesion long axis")
     assert res.objects[0].line == pytest.approx(grounding.line_from_grid(drawn, 160, 128))
@@ -125,7 +127,7 @@ def test_with_calipers_model_the_line_the_model_draws_is_kept(tiny_model_factory
 
 def test_other_measurements_keep_the_models_line(predictor):
     row = predictor._row("measure", "kidney length", None, None, None, _frame())
-    assert row.caliper_axis is None and row.user_text == prompts.build_user_text("measure", "kidney length")
+    assert row.readout is None and row.user_text == prompts.build_user_text("measure", "kidney length")
 
 
 def test_no_lesion_found_leaves_the_models_refusal_and_no_line(predictor, monkeypatch):
@@ -141,12 +143,12 @@ def test_an_empty_lesion_mask_measures_nothing_and_says_so(predictor, monkeypatc
     predictor.set_image(_frame())
     res = predictor.predict("measure", "breast lesion short axis")
     assert res.objects == [] and res.answer == ""
-    assert any("mask of the lesion" in w and "empty" in w for w in res.warnings)
+    assert any("mask for 'breast lesion short axis' is empty" in w for w in res.warnings)
 
 
 def test_an_unknown_caliper_source_is_refused(tiny_model_factory):
-    with pytest.raises(PredictorError, match="calipers must be one of mask, model"):
-        Predictor(tiny_model_factory(), calipers="ruler")
+    with pytest.raises(PredictorError, match="readout must be one of mask, tokens"):
+        Predictor(tiny_model_factory(), readout="ruler")
 
 
 def test_an_exams_lesion_caliper_is_drawn_in_the_view_where_the_lesion_is_longest(predictor, monkeypatch):
@@ -161,10 +163,73 @@ def test_an_exams_lesion_caliper_is_drawn_in_the_view_where_the_lesion_is_longes
     monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
         [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
     row = predictor._exam_row("measure", "breast lesion short axis")
-    assert row.user_text == prompts.build_exam_text("segment", "breast lesion") and row.caliper_axis == 1
+    assert row.user_text == prompts.build_exam_text("segment", "breast lesion") and row.readout == "short axis"
     res = predictor.predict_exam("measure", "breast lesion short axis", views=views)
     (obj,) = res.objects
     assert obj.view == 2 and np.array_equal(obj.mask, masks[(80, 56)])
     assert obj.line == pytest.approx(lesion_axes(masks[(80, 56)])[1])
     assert obj.physical["length_mm"] == pytest.approx(line_length(obj.line, (0.8, 0.8)).mm)
     assert res.answer.startswith("View 3: breast lesion short axis Length: ")
+
+
+def _blob_mask(h=128, w=160) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A mask of two lesions (the second over half the first's size) and a 2-pixel speck."""
+    first, second = _ellipse(h, w, 50.0, 50.0, 25.0, 15.0), _ellipse(h, w, 120.0, 90.0, 18.0, 14.0)
+    speck = np.zeros((h, w), bool)
+    speck[5, 150:152] = True
+    return first | second | speck, [first, second]
+
+
+def test_a_detection_boxes_each_lesion_of_the_mask_and_drops_specks(predictor, monkeypatch):
+    mask, lesions = _blob_mask()
+    _segment_answer(monkeypatch, mask)
+    frame = _frame()
+    row = predictor._row("detect", "breast lesion", None, None, None, frame)
+    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == "boxes"
+    predictor.set_image(frame)
+    res = predictor.predict("detect", "breast lesion")
+    assert [o.box for o in res.objects] == [mask_box(m) for m in lesions]
+    assert all(o.label == "breast lesion" and o.mask is None and o.score == 0.9 for o in res.objects)
+    x1, y1, x2, y2 = mask_box(lesions[0])
+    assert res.objects[0].physical["box_size_mm"] == pytest.approx([(x2 - x1) * 0.1, (y2 - y1) * 0.1])
+
+
+def test_an_organ_in_two_pieces_is_one_box(predictor, monkeypatch):
+    mask, lesions = _blob_mask()
+    force_answer(monkeypatch, grounding.format_mask("kidney"), mask_groups=1)
+    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
+    predictor.set_image(_frame())
+    (obj,) = predictor.predict("detect", "kidney").objects
+    assert obj.box == mask_box(lesions[0] | lesions[1])  # both pieces, not the speck
+
+
+def test_with_readout_tokens_a_detection_is_the_models_box(tiny_model_factory, monkeypatch):
+    force_answer(monkeypatch, grounding.format_box(grounding.Box(100, 200, 500, 700), "breast lesion"))
+    pred = Predictor(tiny_model_factory(), max_new_tokens=64, readout="tokens")
+    pred.set_image(_frame())
+    (obj,) = pred.predict("detect", "breast lesion").objects
+    assert obj.box == pytest.approx(grounding.box_from_grid(grounding.Box(100, 200, 500, 700), 160, 128))
+
+
+def test_an_exam_detection_boxes_each_views_mask_in_that_view(predictor, monkeypatch):
+    views = [Frame(pixels=np.zeros((h, w, 3), np.uint8), spacing=(0.3, 0.3), index=0, source=f"v{k}")
+             for k, (h, w) in enumerate([(64, 96), (128, 160)])]
+    masks = {(64, 96): _ellipse(64, 96, 48.0, 32.0, 20.0, 10.0), (128, 160): _blob_mask()[0]}
+    force_answer(monkeypatch, "View 1: " + grounding.format_mask("breast lesion") + " View 2: "
+                 + grounding.format_mask("breast lesion"), mask_groups=2)
+    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
+        [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
+    res = predictor.predict_exam("detect", "breast lesion", views=views)
+    assert [(o.view, o.box) for o in res.objects] == [(0, mask_box(masks[(64, 96)]))] + [
+        (1, mask_box(m)) for m in _blob_mask()[1]]
+
+
+def test_one_call_can_ask_for_the_models_own_box(predictor, monkeypatch):
+    """The uncertainty signal compares the model's written box with its mask: it asks for `readout="tokens"` on a
+    Predictor that reads boxes off masks, and gets the written box for that call only."""
+    force_answer(monkeypatch, grounding.format_box(grounding.Box(100, 200, 500, 700), "breast lesion"))
+    (res,) = predictor.predict_batch([_frame()], "detect", "breast lesion", readout="tokens")
+    assert res.objects[0].box == pytest.approx(grounding.box_from_grid(grounding.Box(100, 200, 500, 700), 160, 128))
+    assert predictor.predict_batch([_frame()], "detect", "breast lesion")[0].objects == []  # no mask in that answer
+    with pytest.raises(PredictorError, match="readout must be one of mask, tokens, got 'ruler'"):
+        predictor.predict_batch([_frame()], "detect", "breast lesion", readout="ruler")
