@@ -433,6 +433,10 @@ def test_readout_from_masks_row_is_the_benchmark():
     for look, name in (("tune_default", "default"), ("tune_scanner_b", "scanner_b")):
         assert ", ".join(f"{shares[k][look]:.3f}" for k in ("0.0", "0.25", "0.5")) + \
             f", {shares['1.0'][look]:.3f} ({name})" in row
+    lat = d["latency"]["p50_ms"]
+    assert (f"detect {lat['detect mask']:.1f} ms read off the mask against {lat['detect tokens']:.1f} ms written "
+            f"({d['latency']['ratios']['detect']:.2f}x), a lesion caliper {lat['measure mask']:.1f} against "
+            f"{lat['measure tokens']:.1f} ms ({d['latency']['ratios']['measure']:.2f}x)") in row
     dm, bm = d["looks"]["default"]["mask"], d["looks"]["scanner_b"]["mask"]
     card, readme = _flat(CARD), _flat(README)
     assert f"| **{dm['detection']['f1']:.3f}** |" in card and f"| **{bm['detection']['f1']:.3f}** |" in card
