@@ -1,5 +1,5 @@
 """Boxes and lesion calipers two ways, on the demo model card's held-out sets: read off the mask the model segments
-for the target (`readout="mask"`, the Predictor's default: `masks.drawn_objects`, `calipers.axis_line`) and the
+for the target (`readout="mask"`, the Predictor's default: `masks.drawn_objects`, `calipers.mask_axes`) and the
 coordinates the model writes (`readout="tokens"`).
 
 Why: the boxes and lines demo model 3 writes as coordinates are looser than its masks, and the truth's boxes and

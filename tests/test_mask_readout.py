@@ -10,7 +10,7 @@ import pytest
 from forced_answer import force_answer
 
 from umind_core import grounding, prompts
-from umind_core.calipers import axis_line, caliper_target, lesion_axes, main_component
+from umind_core.calipers import caliper_target, lesion_axes, main_component, mask_axes
 from umind_core.grounding import Line
 from umind_core.imageio import Frame, line_length
 from umind_core.masks import mask_box
@@ -55,15 +55,15 @@ def test_a_whole_frame_mask_is_measured_corner_to_corner():
 
 
 def test_an_empty_mask_has_no_calipers():
-    with pytest.raises(ValueError, match="empty"):
-        lesion_axes(np.zeros((8, 8), bool))
-    assert axis_line(np.zeros((8, 8), bool), 0) is None and axis_line(None, 1) is None
+    for rule in (lesion_axes, mask_axes):
+        with pytest.raises(ValueError, match="empty"):
+            rule(np.zeros((8, 8), bool))
 
 
 def test_the_largest_piece_is_measured_alone():
     two = _ellipse(cx=50.0, a=30.0, b=12.0) | _ellipse(cx=130.0, cy=100.0, a=8.0, b=6.0)
     assert np.array_equal(main_component(two), _ellipse(cx=50.0, a=30.0, b=12.0))
-    assert _length(axis_line(two, 0)) == pytest.approx(60, abs=2.5)  # not from one blob to the other
+    assert _length(mask_axes(two)[0]) == pytest.approx(60, abs=2.5)  # not from one blob to the other
 
 
 @pytest.mark.parametrize("name, target", [
@@ -143,7 +143,7 @@ def test_an_empty_lesion_mask_measures_nothing_and_says_so(predictor, monkeypatc
     predictor.set_image(_frame())
     res = predictor.predict("measure", "breast lesion short axis")
     assert res.objects == [] and res.answer == ""
-    assert any("mask for 'breast lesion short axis' is empty" in w for w in res.warnings)
+    assert any("answer for 'breast lesion short axis' holds no mask pixels" in w for w in res.warnings)
 
 
 def test_an_unknown_caliper_source_is_refused(tiny_model_factory):

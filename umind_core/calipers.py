@@ -13,7 +13,7 @@ import numpy as np
 
 from .masks import blobs
 
-__all__ = ["AXES", "axis_line", "caliper_target", "lesion_axes", "main_component"]
+__all__ = ["AXES", "caliper_target", "lesion_axes", "main_component", "mask_axes"]
 
 Line = tuple[float, float, float, float]
 
@@ -68,11 +68,9 @@ def lesion_axes(mask: np.ndarray) -> tuple[Line, Line]:
     return _ordered(a, b), _ordered(pts[lo[k]], pts[hi[k]])
 
 
-def axis_line(mask: np.ndarray | None, axis: int) -> Line | None:
-    """The `axis` caliper (an index of AXES) of a predicted mask's main piece; None when the mask is empty."""
-    if mask is None or not np.any(mask):
-        return None
-    return lesion_axes(main_component(np.asarray(mask, bool)))[axis]
+def mask_axes(mask: np.ndarray) -> tuple[Line, Line]:
+    """(long axis, short axis) of a drawn mask's main piece (`main_component`); ValueError for an empty mask."""
+    return lesion_axes(main_component(np.asarray(mask, bool)))
 
 
 def _extreme(rim: np.ndarray) -> np.ndarray:

@@ -31,6 +31,11 @@ How the work is split:
   markers say which view each object is in; its box, points, line and mask are converted to that view's pixels,
   and its mask decodes against that view's image states, at that view's size.
 
+- `readout="mask"` (the default): a detection or a lesion caliper ("breast lesion long axis") asks the model to
+  segment the target, and its boxes or caliper are read off that mask by the rules the truth is drawn with
+  (`masks.drawn_objects`, `calipers.mask_axes`); `"tokens"` keeps the coordinates the model writes. Per Predictor,
+  or per call (`Job.readout`).
+
 What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
 decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
 encodes and stacks the image prefixes, feeds the prompts and decodes, narrowing the cache as rows end.
@@ -59,7 +64,7 @@ __all__ = ["READOUTS", "Job", "Predictor", "PredictorError"]
 
 MIN_SIDE, MAX_SIDE = 8, 16384
 #: where boxes and lesion calipers ("breast lesion long axis") come from: "mask" reads them off the mask the model
-#: segments for the target (`masks.drawn_objects`, `calipers.axis_line`: the rules the truth is drawn by);
+#: segments for the target (`masks.drawn_objects`, `calipers.mask_axes`: the rules the truth is drawn by);
 #: "tokens" takes the coordinates the model writes
 READOUTS = ("mask", "tokens")
 
@@ -490,7 +495,8 @@ def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
     drawn = [o for o in result.objects if o.mask is not None and o.mask.any()]
     if result.objects and not drawn:  # it named the target but drew no pixel of it: nothing to show
         result.raw_answer = ""
-        result.warnings.append(f"nothing found: the model's mask for {row.prompt or row.task!r} is empty")
+        result.warnings.append(f"nothing found: the model's answer for {row.prompt or row.task!r} holds no mask "
+                               "pixels to read boxes or calipers off")
     if row.readout == "boxes":
         result.objects = _boxes(drawn, row)
     else:
@@ -517,16 +523,15 @@ def _boxes(drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
 
 
 def _caliper(result: Result, drawn: list[GroundedObject], row: Row, frames: Sequence[Frame]) -> list[GroundedObject]:
-    """The asked axis of the lesion (`calipers.axis_line`) with its mask, in the view where the lesion's long axis
+    """The asked axis of the lesion (`calipers.mask_axes`) with its mask, in the view where the lesion's long axis
     is longest in mm (the view a sonographer measures it in); the answer names the caliper (and the view)."""
     calibrated = all(f.spacing is not None for f in frames)  # views compare in mm, else all in pixels
 
-    def extent(found) -> float:
-        return line_length(found[1], frames[found[0].view or 0].spacing if calibrated else None).value
+    def extent(found) -> float:  # of the long axis
+        return line_length(found[1][0], frames[found[0].view or 0].spacing if calibrated else None).value
 
-    lesion, long_axis = max(((o, caliper_rule.axis_line(o.mask, 0)) for o in drawn), key=extent)
-    axis = caliper_rule.AXES[row.readout]
-    line = long_axis if axis == 0 else caliper_rule.axis_line(lesion.mask, axis)
+    lesion, axes = max(((o, caliper_rule.mask_axes(o.mask)) for o in drawn), key=extent)
+    line = axes[caliper_rule.AXES[row.readout]]
     where = "" if lesion.view is None else f"View {lesion.view + 1}: "  # an exam answer names its view
     result.raw_answer = f"{where}{row.prompt or ''}"
     return [GroundedObject(label=row.prompt, line=line, mask=lesion.mask, score=lesion.score, view=lesion.view)]
