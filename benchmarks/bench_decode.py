@@ -98,7 +98,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model = demo.load_model(None)
     image = synthetic.generate(3, site="breast", size=256).image
-    preds = {m: Predictor(model, decode=m) for m in MODES}
+    preds = {m: Predictor(model, decode=m, readout="tokens") for m in MODES}  # the decoder's own answers
     t0 = time.perf_counter()
     for pred in preds.values():  # warm-up: the compiled mode builds its step graph here
         pred.set_image(image)

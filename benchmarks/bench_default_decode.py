@@ -61,11 +61,15 @@ def _wait_built(predictor, timeout: float) -> float:
 def worker(mode: str, n_images: int, first_only: bool = False) -> dict:
     """One configuration's figures, measured in this process (whose `umind_core` is the tree under test); with
     `first_only`, the first request alone."""
+    import inspect
+
     from umind_core import demo
     from umind_core.predictor import Predictor
 
     images = _images(n_images)
-    predictor = Predictor(demo.load_model(None), decode=mode)
+    # the decoder's own answers (boxes as written), as in trees before the mask readout existed
+    tokens = {"readout": "tokens"} if "readout" in inspect.signature(Predictor).parameters else {}
+    predictor = Predictor(demo.load_model(None), decode=mode, **tokens)
 
     def ask(task, image=None):
         if image is not None:

@@ -32,7 +32,8 @@ def compare(n_images: int) -> dict:
     from umind_core.predictor import Predictor
 
     model = demo.load_model(None)
-    drafted, stepped = Predictor(model, decode="static"), Predictor(model, decode="static")
+    # the decoder's own answers (boxes and lines as written): drafts must reproduce every kind of token
+    drafted, stepped = (Predictor(model, decode="static", readout="tokens") for _ in range(2))
     stepped._engine.drafts = None  # the step-by-step decode this benchmark compares against
     images = [generate(seed=1_000_400 + i, site=SITES[i % len(SITES)], size=256).image for i in range(n_images)]
     out = {"answers": 0, "text_differences": 0, "mask_differences": 0, "draft_tokens": 0, "draft_tokens_kept": 0,

@@ -43,7 +43,7 @@ def answers(model, records, queries) -> dict:
     from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
-    predictor = Predictor(model)
+    predictor = Predictor(model, readout="tokens")  # the model's own answers: what bf16 may change
     out = {}
     for q in queries:
         if q.key in out:
@@ -138,7 +138,7 @@ def layout_answers(model, n: int, max_new_tokens: int) -> tuple[dict, dict]:
     from umind_core.predictor import Predictor
     from umind_core.testing.samples import make_image
 
-    predictor = Predictor(model, max_new_tokens=max_new_tokens)
+    predictor = Predictor(model, max_new_tokens=max_new_tokens, readout="tokens")
     rows = {}
     for i in range(n):
         predictor.set_image(make_image(i, height=256, width=256))

@@ -69,8 +69,9 @@ def run(args) -> list[dict]:
     script = answer_script(model.tokenizer, box=None if args.answer == "ref" else (120, 340, 260, 480))
     # eager: the scripted answer is applied at the LM head, which the fast decode path folds into its own
     # weights (modeling/fast_decode.py); these times are transformers' forward
+    # readout "tokens": the scripted answer (a box and a mask) comes back as scripted, not turned into boxes
     predictor = Predictor(model, max_new_tokens=len(script) + model.num_mask_tokens + 4, batch_size=args.frames,
-                          decode="eager")
+                          decode="eager", readout="tokens")
     frame = speckle_frame(args.size)
     rows: list[dict] = []
     _row(rows, "load (from disk)", load_s, None)

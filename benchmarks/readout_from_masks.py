@@ -45,7 +45,26 @@ def _images(model, manifest: Path, readout: str) -> dict:
     return {"detection": {k: det[k] for k in ("f1", "precision", "recall")},
             "lesion_detection_f1": _lesion_f1(report.samples),
             "measurement": {k: meas[k] for k in ("mean_rel", "median_rel", "n", "n_missing")},
-            "lesion_calipers": meas["by_kind"]["lesion calipers"]}
+            "lesion_calipers": meas["by_kind"]["lesion calipers"], "lesion_caliper_placement": _placement(report.samples)}
+
+
+def _placement(samples: list[dict]) -> dict:
+    """Where the lesion calipers lie, not only how long they are: the mean distance of their endpoints from the
+    truth's (pixels, the closer pairing) and the angle between the two lines (degrees, 0-90)."""
+    import math
+
+    import numpy as np
+
+    ends, angles = [], []
+    for s in samples:
+        if s["task"] != "measure" or not s["label"].endswith(("long axis", "short axis")) or s["pred_line"] is None:
+            continue
+        g, p = np.reshape(s["gt_line"], (2, 2)), np.reshape(s["pred_line"], (2, 2))
+        ends.append(min(np.linalg.norm(g - p, axis=1).mean(), np.linalg.norm(g - p[::-1], axis=1).mean()))
+        turn = abs(math.degrees(math.atan2(*(g[1] - g[0])[::-1]) - math.atan2(*(p[1] - p[0])[::-1]))) % 180
+        angles.append(min(turn, 180 - turn))
+    return {"n": len(ends), "endpoint_px_mean": float(np.mean(ends)), "endpoint_px_median": float(np.median(ends)),
+            "angle_deg_mean": float(np.mean(angles)), "angle_deg_median": float(np.median(angles))}
 
 
 def _lesion_f1(samples: list[dict]) -> float | None:
@@ -138,7 +157,8 @@ def main(argv=None) -> int:
         for r, d in out["looks"][look].items():
             print(f"{look:9s} {r:6s}: detection F1 {d['detection']['f1']:.3f} (lesions {d['lesion_detection_f1']:.3f})"
                   f", lesion calipers {d['lesion_calipers']['mean_rel']:.3f} (missing "
-                  f"{d['lesion_calipers']['n_missing']}), all lines {d['measurement']['mean_rel']:.3f}", flush=True)
+                  f"{d['lesion_calipers']['n_missing']}), all lines {d['measurement']['mean_rel']:.3f}; caliper "
+                  f"placement {json.dumps(d['lesion_caliper_placement'])}", flush=True)
     out["latency"] = _latency(model, held_out_set(work, "default", args.n))
     print(f"latency: {json.dumps(out['latency'])}", flush=True)
     if args.exams:

@@ -46,10 +46,11 @@ class _MaskSpy:
 
 def _answers(model, decode, image, calls, pred=None, **kwargs):
     """Run `calls` [(task, prompt)] on one image (with `pred`, or a new Predictor); return (results, mask logits,
-    token ids per call, the Predictor)."""
+    token ids per call, the Predictor). Boxes and lines are the ones the model writes (`readout="tokens"`), so
+    that every kind of answer the decoder produces is compared."""
     spy = _MaskSpy(model)
     try:
-        pred = pred if pred is not None else Predictor(model, decode=decode, **kwargs)
+        pred = pred if pred is not None else Predictor(model, decode=decode, **{"readout": "tokens", **kwargs})
         pred.set_image(image)
         results, tokens = [], []
         for task, prompt in calls:
