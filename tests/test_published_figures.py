@@ -433,6 +433,17 @@ def test_readout_from_masks_row_is_the_benchmark():
     for look, name in (("tune_default", "default"), ("tune_scanner_b", "scanner_b")):
         assert ", ".join(f"{shares[k][look]:.3f}" for k in ("0.0", "0.25", "0.5")) + \
             f", {shares['1.0'][look]:.3f} ({name})" in row
+    place = {look: {r: d["looks"][look][r]["lesion_caliper_placement"] for r in ("mask", "tokens")}
+             for look in ("default", "scanner_b")}
+    m, t = place["default"]["mask"], place["default"]["tokens"]
+    assert (f"endpoints {m['endpoint_px_mean']:.1f} px from the truth's read off the mask against "
+            f"{t['endpoint_px_mean']:.1f} px drawn (median {m['endpoint_px_median']:.1f} against "
+            f"{t['endpoint_px_median']:.1f}), lines {m['angle_deg_mean']:.1f} degrees off against "
+            f"{t['angle_deg_mean']:.1f}") in row
+    m, t = place["scanner_b"]["mask"], place["scanner_b"]["tokens"]
+    assert (f"scanner_b {m['endpoint_px_mean']:.1f} against {t['endpoint_px_mean']:.1f} px (median "
+            f"{m['endpoint_px_median']:.1f} against {t['endpoint_px_median']:.1f}), {m['angle_deg_mean']:.1f} against "
+            f"{t['angle_deg_mean']:.1f} degrees") in row
     lat = d["latency"]["p50_ms"]
     assert (f"detect {lat['detect mask']:.1f} ms read off the mask against {lat['detect tokens']:.1f} ms written "
             f"({d['latency']['ratios']['detect']:.2f}x), a lesion caliper {lat['measure mask']:.1f} against "

@@ -28,7 +28,7 @@ def mask_box(mask: np.ndarray) -> tuple[int, int, int, int]:
 def is_lesion_kind(name: str) -> bool:
     """The one rule for when blobs of one label are several objects: lesion kinds (lesion, nodule, mass, cyst,
     tumour) are counted one by one (two nodules are two findings); an organ in two pieces is still one organ."""
-    return bool(_LESION_RE.search(" ".join(str(name).replace("_", " ").split())))
+    return bool(_LESION_RE.search(str(name).replace("_", " ")))  # "thyroid_nodule" is a nodule too
 
 
 def mask_pieces(mask: np.ndarray, name: str) -> list[np.ndarray]:
