@@ -480,7 +480,8 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
     """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it.
 
     Single-image records are scored on `tasks` of EVAL_TASKS; examinations on those of EXAM_TASKS ("report" is
-    for examinations only), each read whole and by its single best view (`exams.score_exam`)."""
+    for examinations only), each read whole and by its single best view (`exams.score_exam`). `readout` says where
+    boxes and lesion calipers come from (`predictor.READOUTS`); a ready Predictor keeps its own."""
     from ..data.manifest import ExamRecord
     from ..predictor import Predictor, PredictorError
     from .exams import EXAM_TASKS, evaluate_exams, exam_scorable
