@@ -67,9 +67,9 @@ def test_the_largest_piece_is_measured_alone():
 
 
 @pytest.mark.parametrize("name, target", [
-    ("breast lesion long axis", ("breast lesion", 0)),
-    ("thyroid nodule short axis", ("thyroid nodule", 1)),
-    ("  cyst Long Axis ", ("cyst", 0)),
+    ("breast lesion long axis", ("breast lesion", "long axis")),
+    ("thyroid nodule short axis", ("thyroid nodule", "short axis")),
+    ("  cyst Long Axis ", ("cyst", "long axis")),
     ("kidney length", None), ("biparietal diameter", None), ("long axis", None), (None, None), ("", None),
 ])
 def test_caliper_names_say_which_lesion_and_axis(name, target):
@@ -94,14 +94,20 @@ def _segment_answer(monkeypatch, mask: np.ndarray) -> None:
     monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
 
 
-def test_a_lesion_caliper_asks_for_the_lesion_and_measures_its_mask(predictor, monkeypatch):
-    mask = _ellipse(angle=0.5)
+def _read_off(predictor, monkeypatch, mask: np.ndarray, task: str, prompt: str, readout: str):
+    """`task` on a frame whose lesion segments as `mask`, after checking that its row asks the model to segment the
+    breast lesion and says what to read off the mask."""
     _segment_answer(monkeypatch, mask)
     frame = _frame()
-    row = predictor._row("measure", "breast lesion long axis", None, None, None, frame)
-    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == "long axis"
+    row = predictor._row(task, prompt, None, None, None, frame)
+    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == readout
     predictor.set_image(frame)
-    res = predictor.predict("measure", "breast lesion long axis")
+    return predictor.predict(task, prompt)
+
+
+def test_a_lesion_caliper_asks_for_the_lesion_and_measures_its_mask(predictor, monkeypatch):
+    mask = _ellipse(angle=0.5)
+    res = _read_off(predictor, monkeypatch, mask, "measure", "breast lesion long axis", "long axis")
     assert res.task == "measure" and len(res.objects) == 1
     obj = res.objects[0]
     assert obj.label == "breast lesion long axis" and np.array_equal(obj.mask, mask)
@@ -182,12 +188,7 @@ def _blob_mask(h=128, w=160) -> tuple[np.ndarray, list[np.ndarray]]:
 
 def test_a_detection_boxes_each_lesion_of_the_mask_and_drops_specks(predictor, monkeypatch):
     mask, lesions = _blob_mask()
-    _segment_answer(monkeypatch, mask)
-    frame = _frame()
-    row = predictor._row("detect", "breast lesion", None, None, None, frame)
-    assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == "boxes"
-    predictor.set_image(frame)
-    res = predictor.predict("detect", "breast lesion")
+    res = _read_off(predictor, monkeypatch, mask, "detect", "breast lesion", "boxes")
     assert [o.box for o in res.objects] == [mask_box(m) for m in lesions]
     assert all(o.label == "breast lesion" and o.mask is None and o.score == 0.9 for o in res.objects)
     x1, y1, x2, y2 = mask_box(lesions[0])

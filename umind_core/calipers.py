@@ -21,13 +21,13 @@ Line = tuple[float, float, float, float]
 AXES: dict[str, int] = {"long axis": 0, "short axis": 1}
 
 
-def caliper_target(name: str | None) -> tuple[str, int] | None:
-    """(the lesion's label, axis index) of a caliper name such as "thyroid nodule short axis"; None for any other
-    measurement (a kidney length, a BPD), whose line is not a lesion's diameter."""
+def caliper_target(name: str | None) -> tuple[str, str] | None:
+    """(the lesion's label, its axis: a key of AXES) of a caliper name such as "thyroid nodule short axis"; None for
+    any other measurement (a kidney length, a BPD), whose line is not a lesion's diameter."""
     words = (name or "").strip()
-    for suffix, axis in AXES.items():
-        if words.lower().endswith(" " + suffix):
-            label = words[: -len(suffix) - 1].strip()
+    for axis in AXES:
+        if words.lower().endswith(" " + axis):
+            label = words[: -len(axis) - 1].strip()
             return (label, axis) if label else None
     return None
 

@@ -109,10 +109,8 @@ class Predictor:
             raise PredictorError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if batch_size < 1:
             raise PredictorError(f"batch_size must be at least 1, got {batch_size}")
-        if readout not in READOUTS:
-            raise PredictorError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
         self.model = model
-        self.readout = readout
+        self.readout = _checked_readout(readout)
         self.mask_threshold = float(mask_threshold)
         self._state: ImageState | None = None
         self._exam: ExamState | None = None
@@ -344,14 +342,11 @@ class Predictor:
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
         """(what to segment, what to read off its mask: "boxes" or a caliper axis) when this prompt's answer is
         to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens answer)."""
-        if readout is not None and readout not in READOUTS:
-            raise PredictorError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
-        if (readout or self.readout) != "mask":
+        if (self.readout if readout is None else _checked_readout(readout)) != "mask":
             return None
         if task == "detect":
             return prompt, "boxes"
-        target = caliper_rule.caliper_target(prompt) if task == "measure" else None
-        return None if target is None else (target[0], list(caliper_rule.AXES)[target[1]])
+        return caliper_rule.caliper_target(prompt) if task == "measure" else None
 
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
@@ -483,6 +478,12 @@ class Predictor:
 
 
 # ---------------------------------------------------------------------- helpers
+def _checked_readout(readout: str) -> str:
+    if readout not in READOUTS:
+        raise PredictorError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
+    return readout
+
+
 def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
     """Turn the target's segment answer into the boxes or the caliper `row` asked for, in place, and measure them;
     `frames` are the image's one frame or an examination's views.
