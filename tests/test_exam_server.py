@@ -126,6 +126,17 @@ def test_a_clips_frames_are_the_views_with_exam_frames(server):
     assert [(v["image"], v["frame"]) for v in resp.json()["exam"]["views"]] == [("cine", 0), ("cine", 2)]
 
 
+def test_an_exams_caliper_readout_is_the_requests_choice(server):
+    """A lesion caliper across views is read off the model's masks unless the request asks for the line it writes."""
+    params = {"task": "measure", "prompt": "breast lesion long axis", "images": ["breast1", "breast2"]}
+    texts = {}
+    for readout in ("tokens", None):
+        resp = interpret(server, "breast1", {**params, "readout": readout})
+        assert resp.status_code == 200, resp.text
+        texts[readout] = resp.json()["text"]
+    assert "<|seg_mask|>" in texts[None] and "<|seg_mask|>" not in texts["tokens"]
+
+
 @pytest.mark.parametrize("image, params, status, words", [
     ("breast1", {"task": "report", "images": ["thyroid"]}, 400, "view 2 ('thyroid') shows 'thyroid'"),
     ("breast1", {"task": "report", "images": []}, 400, "images is empty"),
@@ -138,6 +149,8 @@ def test_a_clips_frames_are_the_views_with_exam_frames(server):
     ("cine", {"task": "report", "exam": "frames", "frames": [0, 1, 2, 3]}, 400, "max_exam_views = 3"),
     ("cine", {"task": "report", "exam": "frames", "frames": [1]}, 400, "at least 2 frames"),
     ("cine", {"task": "report", "exam": "views"}, 400, "exam must be 'frames'"),
+    ("breast1", {"task": "measure", "prompt": "breast lesion long axis", "images": ["breast2"], "readout": 1}, 400,
+     "readout must be one of mask, tokens, got 1"),
 ])
 def test_bad_examinations_are_a_4xx_naming_the_problem(server, image, params, status, words):
     resp = interpret(server, image, params)

@@ -181,6 +181,20 @@ def test_detect_returns_slicer_roi_markups(server):
     assert params["label_names"] == {"lesion": 1} and read_label(data, ".png").any()
 
 
+def test_detect_readout_is_the_requests_choice(server):
+    """By default a detection asks the model for the target's mask and boxes it; `readout: tokens` asks for the
+    box the model writes (what the text the model produced says), for this request alone."""
+    texts = {}
+    for readout in ("tokens", None, ""):
+        params, _ = multipart(infer(server, "umind_detect", "img0", {"prompt": "lesion", "readout": readout}))
+        (result,) = params["umind"]["results"]
+        assert len(result["objects"]) == 1 and result["objects"][0]["box"] is not None
+        texts[readout] = result["text"]
+    assert "<|box_start|>" in texts["tokens"] and "<|seg_mask|>" not in texts["tokens"]
+    assert "<|seg_mask|>" in texts[None] and "<|box_start|>" not in texts[None]
+    assert texts[""] == texts[None]  # an empty form field is no choice
+
+
 def test_landmarks_lines_carry_mm_only_with_spacing(server):
     resp = infer(server, "umind_landmarks", "img0", {"task": "measure", "prompt": "lesion width"})
     params, data = multipart(resp)
@@ -212,6 +226,7 @@ def test_interpret_answers_json(server):
     ("umind_interactive", "img0", {}, 400, "needs foreground/background clicks"),
     ("umind_segment", "cine", {"frames": "7"}, 400, "out of range"),
     ("umind_interpret", "img0", {"task": "ask"}, 400, "question is required"),
+    ("umind_detect", "img0", {"readout": "pixels"}, 400, "readout must be one of mask, tokens, got 'pixels'"),
 ])
 def test_bad_requests_answer_4xx_json(server, task, image, params, status, words):
     resp = infer(server, task, image, params)

@@ -189,19 +189,20 @@ class Predictor:
             self._exam = None
 
     def predict_exam(self, task: str, prompt: str | None = None,
-                     views: Sequence[Frame | np.ndarray] | None = None) -> Result:
+                     views: Sequence[Frame | np.ndarray] | None = None, readout: str | None = None) -> Result:
         """Answer one prompt about the whole examination given to `set_exam` (or `views`, set first).
 
         Tasks: segment, detect, keypoints, measure, diagnose, report, ask (`prompts.EXAM_TEMPLATES`); no box or
         clicks (no exam conversation is trained with them). The Result's objects carry ``view`` (0-based, the
         index into the views) and coordinates, masks and millimetres of that view; ``views`` describes each.
+        `readout`: as `predict`'s, for this call alone.
         """
         with self._lock:
             if views is not None:
                 self.set_exam(views)
             if self._exam is None:
                 raise PredictorError("no examination set: call set_exam(views) before predict_exam()")
-            return self._run(self._exam, [self._exam_row(task, prompt)])[0]
+            return self._run(self._exam, [self._exam_row(task, prompt, readout)])[0]
 
     # ------------------------------------------------------------------ prompts
     def predict(
@@ -325,12 +326,12 @@ class Predictor:
         return Row(task, prompt, user_text, list(warnings), suffix_ids,
                    readout=None if readout is None else readout[1])
 
-    def _exam_row(self, task, prompt) -> Row:
+    def _exam_row(self, task, prompt, readout: str | None = None) -> Row:
         """The user text about an examination: the exam conversations' canonical wording (variant 0); a lesion
         caliper or a detection asks for the target's masks in every view, as `_row` does for one image."""
         if task not in prompts.EXAM_TEMPLATES:
             raise VisualPromptError(f"unknown examination task {task!r}; valid: {', '.join(prompts.EXAM_TEMPLATES)}")
-        readout = self._mask_readout(task, prompt)
+        readout = self._mask_readout(task, prompt, readout)
         try:
             user_text = prompts.build_exam_text(task, prompt) if readout is None else \
                 prompts.build_exam_text("segment", readout[0])

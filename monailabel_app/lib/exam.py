@@ -105,10 +105,11 @@ def _check_sites(views: list[ExamView], recorded: list) -> None:
         raise BadRequest(str(exc)) from None
 
 
-def answer_exam(predictor, views: list[ExamView], task: str, prompt: str | None) -> Result:
+def answer_exam(predictor, views: list[ExamView], task: str, prompt: str | None,
+                readout: str | None = None) -> Result:
     """The model's answer about all views, on the model thread (never beside a batch); `predict_exam` measures each
     object with its own view's spacing."""
-    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, [v.frame for v in views]).result()
+    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, [v.frame for v in views], readout).result()
 
 
 def exam_reply(result: Result, views: list[ExamView], task: str, prompt: str | None, calibrate: bool) -> dict:

@@ -15,13 +15,14 @@ from collections.abc import Sequence
 
 from umind_core.frames import current_frame
 from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
+from umind_core.predictor import READOUTS
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from umind_core.booleans import as_bool
 from .wall.errors import BadRequest
 
-__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "current_slice", "ijk_to_frame",
-           "visual_prompt"]
+__all__ = ["with_defaults", "parse_prompt", "parse_targets", "parse_bool", "parse_readout", "current_slice",
+           "ijk_to_frame", "visual_prompt"]
 
 def with_defaults(config: dict, request: dict) -> dict:
     """Task config defaults (a list offers choices: its first item is the default) overridden by the request."""
@@ -36,6 +37,16 @@ def parse_bool(name: str, value: object) -> bool:
     if out is None:
         raise BadRequest(f"{name} must be true or false, got {value!r}")
     return out
+
+
+def parse_readout(value: object) -> str | None:
+    """Where a request's boxes and lesion calipers come from (`predictor.READOUTS`: read off the model's mask, the
+    default, or the coordinates it writes); None (absent or an empty form field): the server's Predictor's own."""
+    if value is None or value == "":
+        return None
+    if value not in READOUTS:
+        raise BadRequest(f"readout must be one of {', '.join(READOUTS)}, got {value!r}")
+    return value
 
 
 def current_slice(opts: dict) -> int | None:

@@ -42,7 +42,15 @@ from umind_core.results import Result
 from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
-from ..params import current_slice, parse_bool, parse_prompt, parse_targets, visual_prompt, with_defaults
+from ..params import (
+    current_slice,
+    parse_bool,
+    parse_prompt,
+    parse_readout,
+    parse_targets,
+    visual_prompt,
+    with_defaults,
+)
 from ..reply_files import reply_path
 from ..runtime import PREDICT_LOCK, Runtime
 from ..stock_extension import frame_of_view, is_stock_extension, map_targets
@@ -124,11 +132,12 @@ class UMindInferTask(InferTask):
         if task not in self.exam_tasks:
             raise BadRequest(f"an examination's task must be one of {', '.join(self.exam_tasks)}, got {task!r}")
         prompt = exam_prompt(task, opts)
+        readout = parse_readout(opts.get("readout"))
         views = read_exam(opts, study, self.runtime.conf)
         with PREDICT_LOCK:
             predictor, version = self.runtime.predictor()
         t2 = time.perf_counter()
-        result = answer_exam(predictor, views, task, prompt)
+        result = answer_exam(predictor, views, task, prompt, readout)
         t3 = time.perf_counter()
         body = exam_reply(result, views, task, prompt, calibrate=not is_stock_extension(opts))
         body["geometry"] = body["exam"]["views"][0]["geometry"]
@@ -182,13 +191,14 @@ class UMindInferTask(InferTask):
             # one request is about one image: a range past its last frame is refused, not clipped as the CLI does
             frames = parse_frames(opts.get("frames")).select(geometry, current=current_slice(opts), past_end="refuse")
         check_frame_count(len(frames), self.runtime.conf)
+        readout = parse_readout(opts.get("readout"))
         selected = [study.frames[i] for i in frames]
         asks = []
         for task in self._tasks(opts):
             key = prompt_key(task)
             for target in (targets if key == "prompt" else [parse_prompt(key, opts.get(key), required=True)]):
                 asks.append((task, target))
-        jobs = [Job(frame, task, target, box, points, labels) for task, target in asks for frame in selected]
+        jobs = [Job(frame, task, target, box, points, labels, readout) for task, target in asks for frame in selected]
         answers = iter(scheduler.predict(jobs))  # every job of the request in one submission: one batch
         runs = []
         for task, target in asks:

@@ -2,6 +2,8 @@
 
 from monailabel.interfaces.tasks.infer_v2 import InferType
 
+from umind_core.predictor import READOUTS
+
 from .base import UMindInferTask
 
 
@@ -11,4 +13,5 @@ class UMindDetect(UMindInferTask):
     output = "markups"
     multi_target = True
     description_text = "UMind: detect the structures named in the prompt as boxes (Slicer ROI markups)"
-    default_config = {"prompt": "lesion", "frames": "all", "label_map": False}
+    #: `readout`: the stock extension shows the choices, the first (boxes read off the mask) the default
+    default_config = {"prompt": "lesion", "frames": "all", "label_map": False, "readout": list(READOUTS)}

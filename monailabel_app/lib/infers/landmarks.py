@@ -2,6 +2,8 @@
 
 from monailabel.interfaces.tasks.infer_v2 import InferType
 
+from umind_core.predictor import READOUTS
+
 from .base import UMindInferTask
 
 
@@ -11,4 +13,6 @@ class UMindLandmarks(UMindInferTask):
     output = "markups"
     description_text = ("UMind: landmarks as fiducials and measurements as lines (Slicer markups); the stock "
                         "MONAILabel extension does not list this type: use the UMind Slicer module")
-    default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all"}
+    #: `readout`: where lesion calipers come from, the first choice (read off the mask) the default
+    default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all",
+                      "readout": list(READOUTS)}
