@@ -93,6 +93,12 @@ RECIPES: dict[str, tuple[dict, dict]] = {
     "pseudo120_vision_lora_steps80": ({"pseudo": 120, "max_steps": 80}, {"vision": True}),
     # the same seen under photometric augmentation too (a second, augmented copy of every label): consistency-style
     "pseudo120_augment_vision_lora": ({"pseudo": 120, "label_augment": 0.5, "label_copies": 2}, {"vision": True}),
+    # the server's recipe with three times its 40 steps: with more labels (--labels 40, 80, 140) the fixed 40 steps
+    # show each label fewer times; how much of what more labels could teach do they leave on the table?
+    "server_steps120": ({"rehearsal": None, "rehearsal_look": None, "max_steps": 120}, {"vision": None}),
+    # is that plateau the labels' or the recipe's? the same 120 steps without rehearsal: the adapter, every weight
+    "no_rehearsal_vision_lora_steps120": ({"rehearsal": 0.0, "max_steps": 120}, {"vision": True}),
+    "no_rehearsal_full_steps120": ({"rehearsal": 0.0, "lr": 1e-4, "max_steps": 120}, {"full": True}),
 }
 #: recipe keys that shape the training set rather than the trainer
 DATA_KEYS = ("rehearsal", "rehearsal_look", "label_augment", "label_copies", "pseudo", "rehearsal_style", "style_beta")
@@ -237,7 +243,10 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     "random": the first `n` (the order is the draw); "uncertainty": the `n` with the highest `combined` signal of
     the start model (`image_signals` over the loop's TARGETS); "typical": greedy k-center (farthest-point) on the
     start model's mean-pooled image states, from the candidate nearest the candidates' mean; "medoids": the
-    candidate nearest each centre of a k-means on the same embedding (`_medoids`). No site balancing."""
+    candidate nearest each centre of a k-means on the same embedding (`_medoids`); "oracle": the `n` the start model
+    segments worst against their truth (`_worst_segmented`), which no signal without the truth can beat at ranking
+    errors: the bound on what an uncertainty rule could pick. "uncertainty_balanced" and "oracle_balanced": the
+    same rankings taken in turn per site (`_by_site`); the others do not balance sites."""
     if rule == "random":
         return candidates[:n], {}
     from umind_core import demo
@@ -245,18 +254,62 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     from umind_core.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
-    if rule == "uncertainty":
+    if rule in ("uncertainty", "uncertainty_balanced"):
         from monailabel_app.lib.activelearning.uncertainty import image_signals
 
         combined = {r.id: round(image_signals(predictor, record_frame(r), list(TARGETS))["combined"], 4)
                     for r in candidates}
-        picked = sorted(candidates, key=lambda r: -combined[r.id])[:n]  # stable: ties keep the draw's order
-        return picked, {"combined": combined}
+        ranked = sorted(candidates, key=lambda r: -combined[r.id])  # stable: ties keep the draw's order
+        return (_by_site(ranked, n) if rule == "uncertainty_balanced" else ranked[:n]), {"combined": combined}
+    if rule in ("oracle", "oracle_balanced"):
+        picked, info = _worst_segmented(predictor, candidates, len(candidates))
+        return (_by_site(picked, n) if rule == "oracle_balanced" else picked[:n]), info
     if rule == "typical":
         return _k_center(candidates, [_embedding(predictor, r) for r in candidates], n)
     if rule == "medoids":
         return _medoids(candidates, [_embedding(predictor, r) for r in candidates], n)
     raise ValueError(f"unknown pick rule {rule!r}")
+
+
+def _worst_segmented(predictor, candidates: list, n: int) -> tuple[list, dict]:
+    """The `n` candidates with the lowest mean IoU of the start model's masks over the loop's TARGETS their truth
+    holds (an image without one of them counts as IoU 1: nothing there to correct)."""
+    import numpy as np
+
+    from umind_core.evaluation.runner import record_frame
+
+    iou = {}
+    for rec in candidates:
+        predictor.set_image(record_frame(rec))
+        truths: dict[str, np.ndarray] = {}  # a label's objects together: its answer is all of them
+        for obj, mask in zip(rec.annotations.objects, rec.load_masks()):
+            if mask is not None and obj.label in TARGETS:
+                truths[obj.label] = mask | truths.get(obj.label, np.zeros_like(mask, bool))
+        scores = []
+        for label, truth in truths.items():
+            pred = np.zeros_like(truth, bool)
+            for o in predictor.predict("segment", label).objects:
+                if o.mask is not None:
+                    pred |= o.mask
+            union = int((pred | truth).sum())
+            scores.append(float((pred & truth).sum() / union) if union else 1.0)
+        predictor.reset_image()
+        iou[rec.id] = round(float(np.mean(scores)) if scores else 1.0, 4)
+    return sorted(candidates, key=lambda r: iou[r.id])[:n], {"start_iou": iou}  # stable: ties keep the draw's order
+
+
+def _by_site(ranked: list, n: int) -> list:
+    """`n` of `ranked` taken in turn from each site (the best-ranked of each site first), as the server's
+    `pick_balanced` takes turns between targets: the rule's ranking without its skew to one site."""
+    queues: dict[str, list] = {}
+    for rec in ranked:
+        queues.setdefault(rec.site, []).append(rec)
+    picked: list = []
+    while len(picked) < n and any(queues.values()):
+        for site in sorted(queues):
+            if queues[site] and len(picked) < n:
+                picked.append(queues[site].pop(0))
+    return picked
 
 
 def _embedding(predictor, rec):
@@ -396,7 +449,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--site", default=None, help="label only pool images of this site (e.g. breast)")
-    ap.add_argument("--picks", choices=("random", "uncertainty", "typical", "medoids"), default="random",
+    ap.add_argument("--picks", choices=("random", "uncertainty", "uncertainty_balanced", "typical", "medoids", "oracle",
+                                                "oracle_balanced"), default="random",
                     help="which candidates are labeled (pick_labels); use a separate --out per rule")
     args = ap.parse_args(argv)
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]

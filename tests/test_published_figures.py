@@ -176,6 +176,58 @@ def test_loop_recipe_sweep_rows_in_notes_are_the_benchmark(folder, labels):
         assert f"| {labels} | {names[name]} | {seconds} | {' | '.join(cells)} |" in text
 
 
+def _sites(results: dict) -> str:
+    counts = results["picks"]["sites"]
+    return "/".join(str(counts.get(k, 0)) for k in ("breast", "fetal_head", "kidney", "thyroid"))
+
+
+def _seg_change(row: dict, start: dict) -> str:
+    now = row["tune"]["segmentation_miou"]
+    return f"{now:.3f} ({now - start['tune']['segmentation_miou']:+.3f})"
+
+
+@pytest.mark.parametrize("draw", [0, 1])
+def test_loop_picks_with_the_truth_rows_in_notes_are_the_benchmark(draw):
+    """The oracle and per-site pick rows (loop_recipe_demo3/NOTES.md) against their results.json."""
+    import json
+
+    text = _notes("loop_recipe_demo3").read_text(encoding="utf-8")
+    for rule in ("uncertainty_balanced", "oracle", "oracle_balanced"):
+        results = json.loads((RESULTS / "loop_recipe_demo3" / f"picks_seed{draw}" / rule / "results.json").read_text())
+        assert results["picks"]["rule"] == rule and len(results["labels"]) == 20
+        row, start = results["recipes"]["server"], results["start"]
+        iou = results["picks"].get("start_iou")
+        picked = "-" if iou is None else \
+            f"{sum(iou[i] for i in results['labels']) / 20:.3f} ({sum(iou.values()) / len(iou):.3f})"
+        cells = [str(draw), rule, _sites(results), picked, _seg_change(row, start),
+                 f"{row['default']['segmentation_miou']:.3f}", f"{row['default']['keypoint_error_rel_width']:.3f}",
+                 f"{row['train_s']}"]
+        assert f"| {' | '.join(cells)} |" in text, cells
+
+
+def test_loop_label_count_rows_in_notes_are_the_benchmark():
+    """The labels-and-steps rows (loop_recipe_demo3/NOTES.md) against their results.json."""
+    import json
+
+    text = _notes("loop_recipe_demo3").read_text(encoding="utf-8")
+    folders = {20: "picks_seed0/random", 40: "labels_seed0/L40", 80: "labels_seed0/L80", 140: "labels_seed0/L140"}
+    shown = 0
+    for labels, folder in folders.items():
+        results = json.loads((RESULTS / "loop_recipe_demo3" / folder / "results.json").read_text())
+        assert len(results["labels"]) == labels and results["setup"]["seed"] == 0
+        for name, row in results["recipes"].items():
+            if name not in ("server", "server_steps120", "no_rehearsal_vision_lora_steps120",
+                            "no_rehearsal_full_steps120"):
+                continue
+            cells = [str(labels), _sites(results), name, _seg_change(row, results["start"]),
+                     f"{row['tune']['segment_iou_by_target']['breast lesion']:.3f}",
+                     f"{row['default']['segmentation_miou']:.3f}", f"{row['default']['keypoint_error_rel_width']:.4f}",
+                     f"{row['train_s']}"]
+            assert f"| {' | '.join(cells)} |" in text, cells
+            shown += 1
+    assert shown == 10
+
+
 def _assert_loop_row(row: str, arm: str, rows: list[dict]) -> str:
     """The README row of one loop arm states the 20-label change from start as the benchmark computes it;
     returns the segmentation change as formatted there."""
