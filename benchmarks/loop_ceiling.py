@@ -9,6 +9,11 @@ other set uses), then scored exactly as the loop benchmark scores a served versi
 
 `python benchmarks/loop_ceiling.py --work DIR` writes benchmarks/results/loop_ceiling.json; training resumes
 from its checkpoints when stopped.
+
+`--mix-varied N` trains on N images of the look the demo model was trained on (`varied`, augmented, lesion-heavy, as
+its card's data; seeds 8,500,000+) beside the `scanner_b` ones: can this model hold the new look and the old at
+once? If it gains the new look as far without losing the old, its size is not what caps the loop; if it gains
+less or loses the old look anyway, a model this size trades one look for the other.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from bench_annotation_loop import evaluate_model, make_data  # a sibling script:
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "loop_ceiling.json"
 TRAIN_SEED0 = 8_000_000
+MIX_SEED0 = 8_500_000
+#: the demo model's own training data's options (its card), for the images `--mix-varied` adds
+VARIED_DATA = ("--appearance", "varied", "--augment", "0.3", "--sites", "breast,breast,thyroid,thyroid,kidney,fetal_head")
 
 
 def umind(*args: str, log: Path) -> float:
@@ -44,6 +52,23 @@ def score(model_dir: Path | None, manifests: dict[str, Path]) -> dict:
             for name, split in evaluate_model(model, manifests).items()}
 
 
+def mixed_manifest(work: Path, train_b: Path, n_varied: int, log: Path) -> Path:
+    """One training manifest of the `scanner_b` images and `n_varied` of the varied look, in `work`."""
+    from umind_core.data.manifest import read_manifest, rebase, write_manifest
+
+    varied = work / "train_varied" / "manifest.jsonl"
+    if not varied.is_file():
+        umind("synth", "--out", str(varied.parent), "-n", str(n_varied), "--seed0", str(MIX_SEED0), "--size", "256",
+              "--refusal-rate", "0.5", *VARIED_DATA, log=log)
+    mixed = work / "train_mixed.jsonl"
+    if not mixed.is_file():
+        records = read_manifest(train_b) + read_manifest(varied)
+        for rec in records:
+            rebase(rec, work)
+        write_manifest(records, mixed)
+    return mixed
+
+
 def main(argv=None) -> int:
     from umind_core.atomic import write_text
 
@@ -52,6 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-train", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--mix-varied", type=int, default=0, help="this many images of the model's own training look too")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     work = args.work
@@ -60,6 +86,8 @@ def main(argv=None) -> int:
     manifests = make_data(work / "data", 200, 40, 48)  # the loop benchmark's sets (same seeds and sizes)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     setup = {"n_train": args.n_train, "steps": args.steps, "lr": args.lr, "train_seed0": TRAIN_SEED0}
+    if args.mix_varied:
+        setup.update(mix_varied=args.mix_varied, mix_seed0=MIX_SEED0)
     if results.get("setup") != setup:
         results = {"setup": setup}
     if "start" not in results:
@@ -69,6 +97,8 @@ def main(argv=None) -> int:
     if not train.is_file():
         umind("synth", "--out", str(train.parent), "-n", str(args.n_train), "--seed0", str(TRAIN_SEED0),
               "--size", "256", "--appearance", "scanner_b", "--refusal-rate", "0.5", log=log)
+    if args.mix_varied:
+        train = mixed_manifest(work, train, args.mix_varied, log)
     final = work / "ceiling" / "final"
     if not final.is_dir():
         results["train_s"] = round(umind(

@@ -276,6 +276,7 @@ def _worst_segmented(predictor, candidates: list, n: int) -> tuple[list, dict]:
     holds (an image without one of them counts as IoU 1: nothing there to correct)."""
     import numpy as np
 
+    from umind_core.evaluation.metrics import mask_iou
     from umind_core.evaluation.runner import record_frame
 
     iou = {}
@@ -291,8 +292,7 @@ def _worst_segmented(predictor, candidates: list, n: int) -> tuple[list, dict]:
             for o in predictor.predict("segment", label).objects:
                 if o.mask is not None:
                     pred |= o.mask
-            union = int((pred | truth).sum())
-            scores.append(float((pred & truth).sum() / union) if union else 1.0)
+            scores.append(mask_iou(pred, truth))
         predictor.reset_image()
         iou[rec.id] = round(float(np.mean(scores)) if scores else 1.0, 4)
     return sorted(candidates, key=lambda r: iou[r.id])[:n], {"start_iou": iou}  # stable: ties keep the draw's order

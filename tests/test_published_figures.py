@@ -400,6 +400,29 @@ def test_loop_ceiling_row_is_the_benchmark():
     assert f"{d['train_s'] / 60:.1f} min" in row
 
 
+def test_joint_ceiling_row_is_the_benchmark():
+    """The two-looks row of benchmarks/README.md against results/loop_ceiling_joint.json (segmentation, breast site,
+    keypoints, minutes)."""
+    import json
+
+    d = json.loads((RESULTS / "loop_ceiling_joint.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
+               if "can demo model 3 hold both looks" in ln)
+    s, c = d["start"], d["ceiling"]
+
+    def breast(split: dict) -> float:
+        ious = [v for sample in split["samples"]["segment"] if sample["site"] == "breast" for v in sample["ious"]]
+        return sum(ious) / len(ious)
+
+    assert d["setup"]["n_train"] == 1000 and d["setup"]["mix_varied"] == 1000 and d["setup"]["steps"] == 600
+    assert (f"segmentation {s['test']['segmentation_miou']:.3f} -> {c['test']['segmentation_miou']:.3f} (breast "
+            f"{breast(s['test']):.3f} -> {breast(c['test']):.3f}), default look (48 images) "
+            f"{s['default_test']['segmentation_miou']:.3f} -> {c['default_test']['segmentation_miou']:.3f}, keypoints "
+            f"{100 * s['default_test']['keypoint_error_rel_width']:.2f}% -> "
+            f"{100 * c['default_test']['keypoint_error_rel_width']:.2f}%") in row
+    assert f"{d['train_s'] / 60:.1f} min" in row
+
+
 def test_exam_continuation_row_is_the_benchmark():
     """The exam continuation's figures in benchmarks/README.md and its NOTES.md against its results.json."""
     import json
