@@ -13,7 +13,9 @@ from its checkpoints when stopped.
 `--mix-varied N` trains on N images of the look the demo model was trained on (`varied`, augmented, lesion-heavy, as
 its card's data; seeds 8,500,000+) beside the `scanner_b` ones: can this model hold the new look and the old at
 once? If it gains the new look as far without losing the old, its size is not what caps the loop; if it gains
-less or loses the old look anyway, a model this size trades one look for the other.
+less or loses the old look anyway, a model this size trades one look for the other. `--copies K` repeats each
+`scanner_b` image K times in that mix (`--n-train 20 --copies 25`: what 20 labels can give when a retrain may
+take as long as this one).
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ def score(model_dir: Path | None, manifests: dict[str, Path]) -> dict:
             for name, split in evaluate_model(model, manifests).items()}
 
 
-def mixed_manifest(work: Path, train_b: Path, n_varied: int, log: Path) -> Path:
-    """One training manifest of the `scanner_b` images and `n_varied` of the varied look, in `work`."""
+def mixed_manifest(work: Path, train_b: Path, n_varied: int, log: Path, copies: int = 1) -> Path:
+    """One training manifest of the `scanner_b` images (`copies` times each, ids suffixed) and `n_varied` of the
+    varied look, in `work`."""
+    import copy
+
     from umind_core.data.manifest import read_manifest, rebase, write_manifest
 
     varied = work / "train_varied" / "manifest.jsonl"
@@ -62,7 +67,12 @@ def mixed_manifest(work: Path, train_b: Path, n_varied: int, log: Path) -> Path:
               "--refusal-rate", "0.5", *VARIED_DATA, log=log)
     mixed = work / "train_mixed.jsonl"
     if not mixed.is_file():
-        records = read_manifest(train_b) + read_manifest(varied)
+        records = read_manifest(varied)
+        for rec in read_manifest(train_b):
+            for k in range(copies):
+                again = copy.deepcopy(rec)
+                again.id = rec.id if copies == 1 else f"{rec.id}-copy{k}"
+                records.append(again)
         for rec in records:
             rebase(rec, work)
         write_manifest(records, mixed)
@@ -78,8 +88,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--mix-varied", type=int, default=0, help="this many images of the model's own training look too")
+    ap.add_argument("--copies", type=int, default=1, help="with --mix-varied: each scanner_b image this many times")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.copies != 1 and not args.mix_varied:
+        ap.error("--copies repeats the scanner_b images within a --mix-varied mix")
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
@@ -88,6 +101,8 @@ def main(argv=None) -> int:
     setup = {"n_train": args.n_train, "steps": args.steps, "lr": args.lr, "train_seed0": TRAIN_SEED0}
     if args.mix_varied:
         setup.update(mix_varied=args.mix_varied, mix_seed0=MIX_SEED0)
+    if args.copies != 1:
+        setup["copies"] = args.copies
     if results.get("setup") != setup:
         results = {"setup": setup}
     if "start" not in results:
@@ -98,7 +113,7 @@ def main(argv=None) -> int:
         umind("synth", "--out", str(train.parent), "-n", str(args.n_train), "--seed0", str(TRAIN_SEED0),
               "--size", "256", "--appearance", "scanner_b", "--refusal-rate", "0.5", log=log)
     if args.mix_varied:
-        train = mixed_manifest(work, train, args.mix_varied, log)
+        train = mixed_manifest(work, train, args.mix_varied, log, args.copies)
     final = work / "ceiling" / "final"
     if not final.is_dir():
         results["train_s"] = round(umind(

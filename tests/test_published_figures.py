@@ -400,21 +400,25 @@ def test_loop_ceiling_row_is_the_benchmark():
     assert f"{d['train_s'] / 60:.1f} min" in row
 
 
-def test_joint_ceiling_row_is_the_benchmark():
-    """The two-looks row of benchmarks/README.md against results/loop_ceiling_joint.json (segmentation, breast site,
-    keypoints, minutes)."""
+@pytest.mark.parametrize("name,marker,setup", [
+    ("loop_ceiling_joint", "can demo model 3 hold both looks", {"n_train": 1000, "mix_varied": 1000, "steps": 600}),
+    ("loop_ceiling_20labels", "what 20 labels give a retrain",
+     {"n_train": 20, "mix_varied": 1000, "steps": 300, "copies": 25}),
+])
+def test_mixed_ceiling_rows_are_the_benchmark(name, marker, setup):
+    """The rows of benchmarks/README.md that train on scanner_b beside the model's own look against their result
+    files (segmentation, breast site, keypoints, minutes)."""
     import json
 
-    d = json.loads((RESULTS / "loop_ceiling_joint.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if "can demo model 3 hold both looks" in ln)
+    d = json.loads((RESULTS / f"{name}.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if marker in ln)
     s, c = d["start"], d["ceiling"]
 
     def breast(split: dict) -> float:
         ious = [v for sample in split["samples"]["segment"] if sample["site"] == "breast" for v in sample["ious"]]
         return sum(ious) / len(ious)
 
-    assert d["setup"]["n_train"] == 1000 and d["setup"]["mix_varied"] == 1000 and d["setup"]["steps"] == 600
+    assert {k: d["setup"][k] for k in setup} == setup
     assert (f"segmentation {s['test']['segmentation_miou']:.3f} -> {c['test']['segmentation_miou']:.3f} (breast "
             f"{breast(s['test']):.3f} -> {breast(c['test']):.3f}), default look (48 images) "
             f"{s['default_test']['segmentation_miou']:.3f} -> {c['default_test']['segmentation_miou']:.3f}, keypoints "
