@@ -34,7 +34,8 @@ OUT = ROOT / "benchmarks" / "results" / "loop_ceiling.json"
 TRAIN_SEED0 = 8_000_000
 MIX_SEED0 = 8_500_000
 #: the demo model's own training data's options (its card), for the images `--mix-varied` adds
-VARIED_DATA = ("--appearance", "varied", "--augment", "0.3", "--sites", "breast,breast,thyroid,thyroid,kidney,fetal_head")
+VARIED_DATA = ("--appearance", "varied", "--augment", "0.3",
+               "--sites", "breast,breast,thyroid,thyroid,kidney,fetal_head")
 
 
 def umind(*args: str, log: Path) -> float:

@@ -8,8 +8,8 @@ conversation builder; rehearsal), one fresh LoRA adapter per recipe, then scores
 - `tune`: pool images that are not among the 20 (scanner_b), the set recipes are chosen on;
 - `default`: default-appearance images (seeds 1,200,000+, never trained on), to see forgetting.
 
-The 20 are a random draw by default; `--picks` labels the start model's most uncertain candidates or ones that cover
-the pool in an image embedding instead (`pick_labels`).
+The 20 are a random draw by default; `--picks` labels the start model's most uncertain candidates, ones that cover
+the pool in an image embedding, or (with the truth, as a bound) the ones it segments worst instead (`pick_labels`).
 
 The loop benchmark's fixed test split (seeds 7,000,000+) is never read here, so the loop benchmark that follows
 a choice made here is judged on data the choice did not see.
@@ -238,6 +238,9 @@ def _paint(rec, kept: list) -> tuple[bytes, dict]:
     return buf.getvalue(), {"label_names": painter.values, "landmark_target": ""}
 
 
+PICK_RULES = ("random", "uncertainty", "uncertainty_balanced", "typical", "medoids", "oracle", "oracle_balanced")
+
+
 def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     """(picked, what the rule saw): `n` of `candidates` (the pool images not scored, in the seed's random order).
     "random": the first `n` (the order is the draw); "uncertainty": the `n` with the highest `combined` signal of
@@ -449,8 +452,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--site", default=None, help="label only pool images of this site (e.g. breast)")
-    ap.add_argument("--picks", choices=("random", "uncertainty", "uncertainty_balanced", "typical", "medoids", "oracle",
-                                                "oracle_balanced"), default="random",
+    ap.add_argument("--picks", choices=PICK_RULES, default="random",
                     help="which candidates are labeled (pick_labels); use a separate --out per rule")
     args = ap.parse_args(argv)
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
