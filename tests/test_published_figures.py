@@ -404,6 +404,10 @@ def test_loop_ceiling_row_is_the_benchmark():
     ("loop_ceiling_joint", "can demo model 3 hold both looks", {"n_train": 1000, "mix_varied": 1000, "steps": 600}),
     ("loop_ceiling_20labels", "what 20 labels give a retrain",
      {"n_train": 20, "mix_varied": 1000, "steps": 300, "copies": 25}),
+    ("loop_ceiling_200labels", "how many labels it takes: 200",
+     {"n_train": 200, "mix_varied": 1000, "steps": 300, "copies": 5}),
+    ("loop_ceiling_500labels", "the same with 500 `scanner_b` images",
+     {"n_train": 500, "mix_varied": 1000, "steps": 300, "copies": 2}),
 ])
 def test_mixed_ceiling_rows_are_the_benchmark(name, marker, setup):
     """The rows of benchmarks/README.md that train on scanner_b beside the model's own look against their result
