@@ -45,7 +45,8 @@ def _images(model, manifest: Path, readout: str) -> dict:
     return {"detection": {k: det[k] for k in ("f1", "precision", "recall")},
             "lesion_detection_f1": _lesion_f1(report.samples),
             "measurement": {k: meas[k] for k in ("mean_rel", "median_rel", "n", "n_missing")},
-            "lesion_calipers": meas["by_kind"]["lesion calipers"], "lesion_caliper_placement": _placement(report.samples)}
+            "lesion_calipers": meas["by_kind"]["lesion calipers"],
+            "lesion_caliper_placement": _placement(report.samples)}
 
 
 def _placement(samples: list[dict]) -> dict:

@@ -60,7 +60,7 @@ from .masks import drawn_objects, mask_box
 from .modeling import fast_decode
 from .results import GroundedObject, Result
 
-__all__ = ["READOUTS", "Job", "Predictor", "PredictorError"]
+__all__ = ["READOUTS", "Job", "Predictor", "PredictorError", "checked_readout"]
 
 MIN_SIDE, MAX_SIDE = 8, 16384
 #: where boxes and lesion calipers ("breast lesion long axis") come from: "mask" reads them off the mask the model
@@ -110,7 +110,7 @@ class Predictor:
         if batch_size < 1:
             raise PredictorError(f"batch_size must be at least 1, got {batch_size}")
         self.model = model
-        self.readout = _checked_readout(readout)
+        self.readout = checked_readout(readout)
         self.mask_threshold = float(mask_threshold)
         self._state: ImageState | None = None
         self._exam: ExamState | None = None
@@ -343,7 +343,7 @@ class Predictor:
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
         """(what to segment, what to read off its mask: "boxes" or a caliper axis) when this prompt's answer is
         to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens answer)."""
-        if (self.readout if readout is None else _checked_readout(readout)) != "mask":
+        if (self.readout if readout is None else checked_readout(readout)) != "mask":
             return None
         if task == "detect":
             return prompt, "boxes"
@@ -479,7 +479,8 @@ class Predictor:
 
 
 # ---------------------------------------------------------------------- helpers
-def _checked_readout(readout: str) -> str:
+def checked_readout(readout: str) -> str:
+    """`readout` if it is one of READOUTS (the Predictor, and the server before it reads an image), else the error."""
     if readout not in READOUTS:
         raise PredictorError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
     return readout

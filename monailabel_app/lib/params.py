@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from umind_core.frames import current_frame
 from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
-from umind_core.predictor import READOUTS
+from umind_core.predictor import PredictorError, checked_readout
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from umind_core.booleans import as_bool
@@ -44,9 +44,10 @@ def parse_readout(value: object) -> str | None:
     default, or the coordinates it writes); None (absent or an empty form field): the server's Predictor's own."""
     if value is None or value == "":
         return None
-    if value not in READOUTS:
-        raise BadRequest(f"readout must be one of {', '.join(READOUTS)}, got {value!r}")
-    return value
+    try:
+        return checked_readout(value)
+    except PredictorError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def current_slice(opts: dict) -> int | None:
