@@ -1,12 +1,13 @@
-"""Boxes and lesion calipers two ways, on the demo model card's held-out sets: read off the mask the model segments
-for the target (`readout="mask"`, the Predictor's default: `masks.drawn_objects`, `calipers.mask_axes`) and the
-coordinates the model writes (`readout="tokens"`).
+"""Boxes, lesion calipers, organ landmarks and lengths two ways, on the demo model card's held-out sets: read off
+the mask the model segments for the target (`readout="mask"`, the Predictor's default: `masks.drawn_objects`,
+`calipers.mask_axes`, `landmarks.ellipse_axes`) and the coordinates the model writes (`readout="tokens"`).
 
-Why: the boxes and lines demo model 3 writes as coordinates are looser than its masks, and the truth's boxes and
-calipers are drawn from the truth masks by the rules `masks` and `calipers` own, so the model's mask, read the same
-way, is a second reading of the same object. Both readings come from one model, on the same 200 default-look and
-200 `scanner_b` images (a look it never trained on) and 100 examinations, in one run. `drawn_objects`' share for
-stray pieces was chosen on separate tuning images (seeds 5,000,000+ and 5,500,000+); the sweep is rerun here.
+Why: the boxes, lines and points demo model 3 writes as coordinates are looser than its masks, and the truth's boxes,
+calipers and organ landmarks follow the truth masks by the rules `masks`, `calipers` and `landmarks` own, so the
+model's mask, read the same way, is a second reading of the same object. Both readings come from one model, on the
+same 200 default-look and 200 `scanner_b` images (a look it never trained on) and 100 examinations, in one run.
+`drawn_objects`' share for stray pieces was chosen on separate tuning images (seeds 5,000,000+ and 5,500,000+); the
+sweep is rerun here.
 
     .venv/bin/python benchmarks/readout_from_masks.py --work /tmp/readout \\
         --out benchmarks/results/readout_from_masks.json
@@ -40,12 +41,14 @@ def held_out_set(work: Path, name: str, n: int) -> Path:
 def _images(model, manifest: Path, readout: str) -> dict:
     from umind_core.evaluation.runner import evaluate
 
-    report = evaluate(model, manifest, tasks=["detect", "measure"], progress=False, readout=readout)
-    det, meas = report.metrics["detection"], report.metrics["measurement"]
+    report = evaluate(model, manifest, tasks=["detect", "measure", "keypoints"], progress=False, readout=readout)
+    det, meas, kp = report.metrics["detection"], report.metrics["measurement"], report.metrics["keypoints"]
     return {"detection": {k: det[k] for k in ("f1", "precision", "recall")},
             "lesion_detection_f1": _lesion_f1(report.samples),
             "measurement": {k: meas[k] for k in ("mean_rel", "median_rel", "n", "n_missing")},
             "lesion_calipers": meas["by_kind"]["lesion calipers"],
+            "organ_lines": {k: meas["by_kind"][k] for k in ("kidney length", "BPD")},
+            "keypoints": {k: kp[k] for k in ("mean_rel_width", "mean_px", "n", "n_missing")},
             "lesion_caliper_placement": _placement(report.samples)}
 
 
@@ -84,13 +87,14 @@ def _exams(model, manifest: Path, readout: str) -> dict:
     mask reading inherits the segment answer's refusals: the model may take a view for another site)."""
     from umind_core.evaluation.runner import evaluate
 
-    objects = evaluate(model, manifest, tasks=["detect", "measure"], progress=False,
+    objects = evaluate(model, manifest, tasks=["detect", "measure", "keypoints"], progress=False,
                        readout=readout).metrics["exam"]["objects"]
     out = {}
     for reading in ("view_alone", "exam"):
         o = objects[reading]
         out[reading] = {"detection_f1": o["detection"]["f1"],
-                        "measurement": {k: o["measurement"][k] for k in ("mean_rel", "n", "n_missing")}}
+                        "measurement": {k: o["measurement"][k] for k in ("mean_rel", "n", "n_missing")},
+                        "keypoints": {k: o["keypoints"][k] for k in ("mean_rel_width", "n", "n_missing")}}
     return out
 
 
@@ -111,31 +115,38 @@ def _tuning(model, work: Path, n: int) -> dict:
     return out
 
 
+#: what the latency benchmark asks, and on which site's images
+LATENCY_ASKS = (("detect", "breast lesion", "breast"), ("measure", "breast lesion long axis", "breast"),
+                ("keypoints", "kidney", "kidney"))
+
+
 def _latency(model, manifest: Path, images: int = 8, rounds: int = 3) -> dict:
     """p50 of one answer on a cached image, each readout, alternating in one process: detect "breast lesion" and
-    measure "breast lesion long axis" on breast images (the mask readout decodes a segment answer instead)."""
+    measure "breast lesion long axis" on breast images, the kidney's landmarks on kidney images (the mask readout
+    decodes a segment answer instead)."""
     import time
 
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.runner import record_frame
     from umind_core.predictor import Predictor
 
-    frames = [record_frame(r) for r in read_manifest(manifest) if r.site == "breast"][:images]
+    records = read_manifest(manifest)
+    frames = {site: [record_frame(r) for r in records if r.site == site][:images] for _, _, site in LATENCY_ASKS}
     preds = {r: Predictor(model, readout=r) for r in READOUTS}
-    asks = (("detect", "breast lesion"), ("measure", "breast lesion long axis"))
-    times: dict[str, list[float]] = {f"{task} {r}": [] for task, _ in asks for r in READOUTS}
+    times: dict[str, list[float]] = {f"{task} {r}": [] for task, _, _ in LATENCY_ASKS for r in READOUTS}
     for k in range(rounds + 1):  # round 0 warms up
-        for frame in frames:
+        for i in range(images):
             for r in (READOUTS if k % 2 else READOUTS[::-1]):
-                preds[r].set_image(frame)
-                for task, prompt in asks:
-                    t0 = time.perf_counter()
-                    preds[r].predict(task, prompt)
-                    if k:
-                        times[f"{task} {r}"].append(time.perf_counter() - t0)
+                for site in dict.fromkeys(site for _, _, site in LATENCY_ASKS):
+                    preds[r].set_image(frames[site][i])
+                    for task, prompt, _ in (a for a in LATENCY_ASKS if a[2] == site):
+                        t0 = time.perf_counter()
+                        preds[r].predict(task, prompt)
+                        if k:
+                            times[f"{task} {r}"].append(time.perf_counter() - t0)
     p50 = {k: 1000 * sorted(v)[len(v) // 2] for k, v in times.items()}
-    return {"p50_ms": p50, "images": len(frames), "rounds": rounds,
-            "ratios": {task: p50[f"{task} mask"] / p50[f"{task} tokens"] for task, _ in asks}}
+    return {"p50_ms": p50, "images": images, "rounds": rounds,
+            "ratios": {task: p50[f"{task} mask"] / p50[f"{task} tokens"] for task, _, _ in LATENCY_ASKS}}
 
 
 def main(argv=None) -> int:
@@ -158,8 +169,9 @@ def main(argv=None) -> int:
         for r, d in out["looks"][look].items():
             print(f"{look:9s} {r:6s}: detection F1 {d['detection']['f1']:.3f} (lesions {d['lesion_detection_f1']:.3f})"
                   f", lesion calipers {d['lesion_calipers']['mean_rel']:.3f} (missing "
-                  f"{d['lesion_calipers']['n_missing']}), all lines {d['measurement']['mean_rel']:.3f}; caliper "
-                  f"placement {json.dumps(d['lesion_caliper_placement'])}", flush=True)
+                  f"{d['lesion_calipers']['n_missing']}), all lines {d['measurement']['mean_rel']:.3f}, keypoints "
+                  f"{d['keypoints']['mean_rel_width']:.4f} of the width; caliper placement "
+                  f"{json.dumps(d['lesion_caliper_placement'])}", flush=True)
     out["latency"] = _latency(model, held_out_set(work, "default", args.n))
     print(f"latency: {json.dumps(out['latency'])}", flush=True)
     if args.exams:

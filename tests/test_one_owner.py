@@ -101,6 +101,20 @@ def test_the_app_serves_the_contracts_models_and_tasks():
     assert infers[wire.INTERACTIVE_MODEL].interactive
 
 
+def test_the_slicer_module_asks_for_a_readout_where_the_app_takes_one():
+    """`contract.READOUTS` is the Predictor's list (default first), and the presets that send a readout are those
+    whose model lists the choice in its config (the stock extension's view of the same param)."""
+    import main
+
+    from umind_core.predictor import READOUTS
+
+    assert contract.READOUTS == READOUTS
+    runtime = types.SimpleNamespace(conf=types.SimpleNamespace(labels=("lesion",)))
+    infers = main.UMindApp.init_infers(types.SimpleNamespace(runtime=runtime))
+    for preset in TASK_PRESETS.values():
+        assert preset.reads_masks == (contract.READOUT in infers[preset.model].default_config), preset
+
+
 def test_the_slicer_module_sends_an_examination_where_the_app_reads_one():
     """`contract.EXAM_MODEL` / `EXAM_TASKS` are the app's one infer model with `exam_tasks`, and those tasks."""
     import main

@@ -493,7 +493,7 @@ def test_readout_from_masks_row_is_the_benchmark():
 
     d = json.loads((RESULTS / "readout_from_masks.json").read_text())
     row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if "boxes and lesion calipers read off the model's masks" in ln)
+               if "boxes, lesion calipers, organ landmarks and lengths read off the model's masks" in ln)
 
     def pct(v):
         return f"{100 * v:.1f}%"
@@ -505,13 +505,24 @@ def test_readout_from_masks_row_is_the_benchmark():
         assert (f"lesion calipers {pct(m['lesion_calipers']['mean_rel'])}" in row
                 and f"against {pct(t['lesion_calipers']['mean_rel'])}" in row)
         assert f"all lines {pct(m['measurement']['mean_rel'])} against {pct(t['measurement']['mean_rel'])}" in row
+        assert (f"{pct(m['keypoints']['mean_rel_width'])} against {pct(t['keypoints']['mean_rel_width'])} of the width "
+                f"({m['keypoints']['mean_px']:.1f} against {t['keypoints']['mean_px']:.1f} px)") in row
+        for kind in ("kidney length", "BPD"):
+            assert (f"{kind} {pct(m['organ_lines'][kind]['mean_rel'])} against "
+                    f"{pct(t['organ_lines'][kind]['mean_rel'])}") in row
     (am, aw), (tm, tw) = ((d["exams"][r]["view_alone"], d["exams"][r]["exam"]) for r in ("mask", "tokens"))
     assert f"detection F1 {am['detection_f1']:.3f} against {tm['detection_f1']:.3f}" in row
-    assert (f"calipers {pct(am['measurement']['mean_rel'])} against {pct(tm['measurement']['mean_rel'])}, but "
-            f"{am['measurement']['n_missing']} of {am['measurement']['n']} missing") in row
+    assert (f"calipers {pct(am['measurement']['mean_rel'])} against {pct(tm['measurement']['mean_rel'])}, landmarks "
+            f"{pct(am['keypoints']['mean_rel_width'])} against {pct(tm['keypoints']['mean_rel_width'])} of the width "
+            f"({am['keypoints']['n_missing']} of {2 * am['keypoints']['n']} points missing either way), but "
+            f"{am['measurement']['n_missing']} of {am['measurement']['n']} calipers missing") in row
+    assert am["keypoints"]["n_missing"] == tm["keypoints"]["n_missing"]
     assert (f"the exam read whole: detection F1 {aw['detection_f1']:.3f} against {tw['detection_f1']:.3f}, calipers "
             f"{pct(aw['measurement']['mean_rel'])} ({aw['measurement']['n_missing']} of {aw['measurement']['n']} "
-            f"missing) against {pct(tw['measurement']['mean_rel'])} ({tw['measurement']['n_missing']} missing)") in row
+            f"missing) against {pct(tw['measurement']['mean_rel'])} ({tw['measurement']['n_missing']} missing), "
+            f"landmarks {pct(aw['keypoints']['mean_rel_width'])} ({aw['keypoints']['n_missing']} of "
+            f"{2 * aw['keypoints']['n']} points missing) against none written") in row
+    assert tw["keypoints"]["mean_rel_width"] is None and tw["keypoints"]["n_missing"] == 2 * tw["keypoints"]["n"]
     shares = d["tuning"]
     for look, name in (("tune_default", "default"), ("tune_scanner_b", "scanner_b")):
         assert ", ".join(f"{shares[k][look]:.3f}" for k in ("0.0", "0.25", "0.5")) + \
@@ -530,12 +541,16 @@ def test_readout_from_masks_row_is_the_benchmark():
     lat = d["latency"]["p50_ms"]
     assert (f"detect {lat['detect mask']:.1f} ms read off the mask against {lat['detect tokens']:.1f} ms written "
             f"({d['latency']['ratios']['detect']:.2f}x), a lesion caliper {lat['measure mask']:.1f} against "
-            f"{lat['measure tokens']:.1f} ms ({d['latency']['ratios']['measure']:.2f}x)") in row
+            f"{lat['measure tokens']:.1f} ms ({d['latency']['ratios']['measure']:.2f}x), a kidney's landmarks "
+            f"{lat['keypoints mask']:.1f} against {lat['keypoints tokens']:.1f} ms "
+            f"({d['latency']['ratios']['keypoints']:.2f}x)") in row
     dm, bm = d["looks"]["default"]["mask"], d["looks"]["scanner_b"]["mask"]
     card, readme = _flat(CARD), _flat(README)
     assert f"| **{dm['detection']['f1']:.3f}** |" in card and f"| **{bm['detection']['f1']:.3f}** |" in card
-    assert (f"detection F1 {dm['detection']['f1']:.3f}, keypoint error 4.5% of the width, measurement error "
-            f"{pct(dm['measurement']['mean_rel'])}") in readme
+    assert (f"detection F1 {dm['detection']['f1']:.3f}, keypoint error {pct(dm['keypoints']['mean_rel_width'])} of "
+            f"the width, measurement error {pct(dm['measurement']['mean_rel'])}") in readme
+    assert (f"0.759, {bm['detection']['f1']:.3f}, {pct(bm['keypoints']['mean_rel_width'])}, "
+            f"{pct(bm['measurement']['mean_rel'])} and 0.720") in readme
 
 
 def test_threshold_scan_row_is_the_benchmark():

@@ -278,6 +278,11 @@ def test_request_presets_and_errors(volume):
     assert "foreground" not in req.params
     req = build_infer_request(RunRequest(task="landmarks", prompt="kidney"), target)
     assert (req.model, req.params["task"], req.params["prompt"]) == ("umind_landmarks", "keypoints", "kidney")
+    assert req.params["readout"] == "mask"  # the default: points read off the kidney's mask
+    assert build_infer_request(RunRequest(task="detect", readout="tokens"), target).params["readout"] == "tokens"
+    assert "readout" not in build_infer_request(RunRequest(task="segment", readout="tokens"), target).params
+    with pytest.raises(RequestError, match="readout must be one of mask, tokens, got 'ruler'"):
+        build_infer_request(RunRequest(task="measure", readout="ruler"), target)
     req = build_infer_request(RunRequest(task="ask", prompt="Is it cystic?"), target)
     assert req.params["question"] == "Is it cystic?" and "prompt" not in req.params
     with pytest.raises(RequestError, match="needs a question"):
@@ -522,14 +527,16 @@ def test_exam_requests_name_every_view_and_refuse_what_the_server_would_not_read
     req = build_exam_request(RunRequest("report"), [a, b])
     assert (req.model, req.image_id, req.output) == ("umind_interpret", "a", "json")
     assert req.params == {"task": "report", "images": ["a", "b"], "slice": 2, "umind_client": "slicer-module"}
-    assert build_exam_request(RunRequest("landmarks", prompt=" kidney "), [a, b]).params["prompt"] == "kidney"
+    kidney = build_exam_request(RunRequest("landmarks", prompt=" kidney ", readout="tokens"), [a, b]).params
+    assert (kidney["prompt"], kidney["readout"]) == ("kidney", "tokens")
     ask = build_exam_request(RunRequest("ask", prompt="Same lesion?"), [a, b]).params
     assert ask["task"] == "ask" and ask["question"] == "Same lesion?" and "prompt" not in ask
     assert exam_tasks() == ["segment", "detect", "landmarks", "measure", "diagnose", "report", "ask"]
     clip = ImageTarget("clip", g.ras_to_ijk, (60, 40, 1), n_frames=5, frame=0, clip=True)
     req = build_exam_frames_request(RunRequest("measure", prompt="kidney length"), clip, [3, 0, 3])
     assert req.image_id == "clip" and req.params == {"task": "measure", "prompt": "kidney length", "exam": "frames",
-                                                     "frames": [0, 3], "umind_client": "slicer-module"}
+                                                     "frames": [0, 3], "umind_client": "slicer-module",
+                                                     "readout": "mask"}
     for make, words in [
             (lambda: build_exam_request(RunRequest("report"), [a]), "at least two images"),
             (lambda: build_exam_request(RunRequest("ask"), [a, b]), "needs a question"),
@@ -605,7 +612,7 @@ def test_session_runs_an_exam_and_places_each_views_markups_on_its_volume_in_its
         assert infer.query == {"image": "us-dicom", "output": "json"}
         assert json.loads(multipart_fields(infer)["params"][1]) == {
             "task": "measure", "prompt": "lesion", "images": ["us-dicom", "second_view"], "slice": 0,
-            "umind_client": "slicer-module"}
+            "umind_client": "slicer-module", "readout": "mask"}
         body = json.loads(infer.reply)
         assert [v.image for v in reply.views] == ["us-dicom", "second_view"]
         # each view's own calibration: the hidden one onto the DICOM's volume, the NRRD's own header left as it was

@@ -178,6 +178,7 @@ def test_run_hands_the_logic_one_request_and_reports_the_sessions_frame(umind, m
     monkeypatch.setattr(widget, "_currentSlice", lambda v: 4)
     ui.taskComboBox.currentText, ui.promptComboBox.currentText = "segment", " lesion "
     ui.modelComboBox.currentData, ui.useRoiCheckBox.checked, ui.replaceSegmentsCheckBox.checked = "", False, False
+    ui.maskReadoutCheckBox.checked = False
     for w in (ui.positivePointsPlaceWidget, ui.negativePointsPlaceWidget, ui.roiPlaceWidget):
         w.currentNode.return_value = None
     widget.info = types.SimpleNamespace(models={"umind_segment": {}})
@@ -191,8 +192,8 @@ def test_run_hands_the_logic_one_request_and_reports_the_sessions_frame(umind, m
     request = args[1]
     assert args[0] is volume and kw == {"browser": None, "previous": previous}
     assert (request.task, request.prompt, request.model, request.all_frames, request.current_frame,
-            request.replace, list(request.available_models)) == ("segment", "lesion", "", False, 4, False,
-                                                                 ["umind_segment"])
+            request.replace, request.readout, list(request.available_models)) == (
+        "segment", "lesion", "", False, 4, False, "tokens", ["umind_segment"])
     assert request.foreground == [] and request.roi is None
     assert ui.statusLabel.setText.call_args.args[0].startswith("Done on frame 3:")
 
@@ -211,6 +212,7 @@ def test_run_on_exam_sends_the_image_first_then_the_checked_volumes_and_submit_r
     monkeypatch.setattr(widget, "_currentSlice", lambda v: 0)
     ui.examVolumesComboBox.checkedNodes.return_value = [other, image]
     ui.taskComboBox.currentText, ui.promptComboBox.currentText = "report", " "
+    ui.maskReadoutCheckBox.checked = True
     widget.info = types.SimpleNamespace(models={"umind_interpret": {}})
     widget.logic.session = object()
     calls, nodes = [], ExamNodes()
@@ -220,8 +222,8 @@ def test_run_on_exam_sends_the_image_first_then_the_checked_volumes_and_submit_r
     (args, kw), = calls
     assert args[0] == [image, other] and args[2] == [None, None] and kw == {"previous": None}
     request = args[1]
-    assert (request.task, request.prompt, request.current_frame, list(request.available_models)) == \
-        ("report", "", 0, ["umind_interpret"])
+    assert (request.task, request.prompt, request.current_frame, request.readout, list(request.available_models)) == \
+        ("report", "", 0, "mask", ["umind_interpret"])
     ui.answerTextEdit.setPlainText.assert_called_with("Two views, one benign lesion.")
     assert ui.statusLabel.setText.call_args.args[0] == "Examination of 2 views done (benign): 0 markup(s)"
     assert widget.examNodes is nodes and widget.resultNodes is None

@@ -61,7 +61,8 @@ class Row:
     user_text: str
     warnings: list[str]
     suffix_ids: list[int]  # the tokens of the turn after the image prefix: what this row feeds
-    readout: str | None = None  # what the Predictor reads off the asked-for mask: "boxes", or a `calipers.AXES` key
+    readout: str | None = None  # what the Predictor reads off the asked-for mask: "boxes", "landmarks" or an
+    # axis (a `calipers.AXES` key)
 
 
 @dataclass

@@ -31,10 +31,10 @@ How the work is split:
   markers say which view each object is in; its box, points, line and mask are converted to that view's pixels,
   and its mask decodes against that view's image states, at that view's size.
 
-- `readout="mask"` (the default): a detection or a lesion caliper ("breast lesion long axis") asks the model to
-  segment the target, and its boxes or caliper are read off that mask by the rules the truth is drawn with
-  (`masks.drawn_objects`, `calipers.mask_axes`); `"tokens"` keeps the coordinates the model writes. Per Predictor,
-  or per call (`Job.readout`).
+- `readout="mask"` (the default): a detection, a lesion caliper ("breast lesion long axis"), a kidney's or fetal
+  head's landmarks or length asks the model to segment the target, and its boxes, caliper or points are read off
+  that mask by the rules the truth is drawn with (`masks.drawn_objects`, `calipers.mask_axes`, `landmarks.ORGANS`);
+  `"tokens"` keeps the coordinates the model writes. Per Predictor, or per call (`Job.readout`).
 
 What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
 decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from . import calipers as caliper_rule
-from . import grounding, prompts
+from . import grounding, landmarks, prompts
 from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
 from .imageio import Frame, line_length
 from .masks import drawn_objects, mask_box
@@ -341,13 +341,19 @@ class Predictor:
         return Row(task, prompt, user_text, [], suffix_ids, readout=None if readout is None else readout[1])
 
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
-        """(what to segment, what to read off its mask: "boxes" or a caliper axis) when this prompt's answer is
-        to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens answer)."""
+        """(what to segment, what to read off its mask: "boxes", "landmarks" or an axis) when this prompt's answer
+        is to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens answer): a
+        detection, a lesion caliper, an organ's landmarks or length (`landmarks.ORGANS`)."""
         if (self.readout if readout is None else checked_readout(readout)) != "mask":
             return None
         if task == "detect":
             return prompt, "boxes"
-        return caliper_rule.caliper_target(prompt) if task == "measure" else None
+        if task == "keypoints":
+            organ = landmarks.landmark_target(prompt)
+            return None if organ is None else (organ, "landmarks")
+        if task == "measure":
+            return caliper_rule.caliper_target(prompt) or landmarks.line_target(prompt)
+        return None
 
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
@@ -487,8 +493,8 @@ def checked_readout(readout: str) -> str:
 
 
 def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
-    """Turn the target's segment answer into the boxes or the caliper `row` asked for, in place, and measure them;
-    `frames` are the image's one frame or an examination's views.
+    """Turn the target's segment answer into the boxes, landmarks or caliper `row` asked for, in place, and measure
+    them; `frames` are the image's one frame or an examination's views.
 
     Why: on 200 held-out images of each look the boxes and lesion lines demo model 3 writes as coordinates were
     looser than its masks: detection F1 0.857 and 0.802 (default look, `scanner_b`) against 0.950 and 0.893 with
@@ -499,9 +505,11 @@ def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
     if result.objects and not drawn:  # it named the target but drew no pixel of it: nothing to show
         result.raw_answer = ""
         result.warnings.append(f"nothing found: the model's answer for {row.prompt or row.task!r} holds no mask "
-                               "pixels to read boxes or calipers off")
+                               "pixels to read boxes, landmarks or calipers off")
     if row.readout == "boxes":
         result.objects = _boxes(drawn, row)
+    elif row.readout == "landmarks":
+        result.objects = _landmarks(result, drawn, row)
     else:
         result.objects = _caliper(result, drawn, row, frames) if drawn else []
     if result.views:
@@ -510,30 +518,53 @@ def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
         result.attach_geometry(frames[0])
 
 
-def _boxes(drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
-    """A box per object of the drawn masks (`masks.drawn_objects`: each lesion, one organ), view by view."""
+def _per_view(drawn: list[GroundedObject]) -> list[tuple[int | None, list[GroundedObject], np.ndarray, float | None]]:
+    """(view, its objects, the union of their masks, their mean score) for each view the drawn masks are in, in the
+    answer's order (one entry, view None, for a single image)."""
     by_view: dict[int | None, list[GroundedObject]] = {}
     for o in drawn:
         by_view.setdefault(o.view, []).append(o)
     out = []
     for view, objs in by_view.items():
-        label = objs[0].label or row.prompt or "lesion"
         scores = [o.score for o in objs if o.score is not None]
-        score = float(np.mean(scores)) if scores else None
-        for piece in drawn_objects(np.logical_or.reduce([o.mask for o in objs]), label):
-            out.append(GroundedObject(label=label, box=mask_box(piece), score=score, view=view))
+        out.append((view, objs, np.logical_or.reduce([o.mask for o in objs]),
+                    float(np.mean(scores)) if scores else None))
+    return out
+
+
+def _boxes(drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
+    """A box per object of the drawn masks (`masks.drawn_objects`: each lesion, one organ), view by view."""
+    out = []
+    for view, objs, mask, score in _per_view(drawn):
+        label = objs[0].label or row.prompt or "lesion"
+        out += [GroundedObject(label=label, box=mask_box(piece), score=score, view=view)
+                for piece in drawn_objects(mask, label)]
+    return out
+
+
+def _landmarks(result: Result, drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
+    """The organ's two landmarks (`landmarks.organ_landmarks`), one object per point as the model writes them, in
+    each view whose mask shows the organ; the answer names them (and the view)."""
+    out, said = [], []
+    for view, _, mask, score in _per_view(drawn):
+        points = landmarks.organ_landmarks(row.prompt, mask)
+        out += [GroundedObject(label=name, points=[xy], score=score, view=view) for name, xy in points]
+        said.append(("" if view is None else f"View {view + 1}: ") + ", ".join(name for name, _ in points))
+    result.raw_answer = "; ".join(said)
     return out
 
 
 def _caliper(result: Result, drawn: list[GroundedObject], row: Row, frames: Sequence[Frame]) -> list[GroundedObject]:
-    """The asked axis of the lesion (`calipers.mask_axes`) with its mask, in the view where the lesion's long axis
-    is longest in mm (the view a sonographer measures it in); the answer names the caliper (and the view)."""
+    """The asked axis of the lesion (`calipers.mask_axes`) or of the organ (`landmarks.ellipse_axes`: a kidney's
+    length, a BPD) with its mask, in the view where its long axis is longest in mm (the view a sonographer measures
+    it in); the answer names the caliper (and the view)."""
     calibrated = all(f.spacing is not None for f in frames)  # views compare in mm, else all in pixels
+    axes_of = landmarks.ellipse_axes if landmarks.line_target(row.prompt) else caliper_rule.mask_axes
 
     def extent(found) -> float:  # of the long axis
         return line_length(found[1][0], frames[found[0].view or 0].spacing if calibrated else None).value
 
-    lesion, axes = max(((o, caliper_rule.mask_axes(o.mask)) for o in drawn), key=extent)
+    lesion, axes = max(((o, axes_of(o.mask)) for o in drawn), key=extent)
     line = axes[caliper_rule.AXES[row.readout]]
     where = "" if lesion.view is None else f"View {lesion.view + 1}: "  # an exam answer names its view
     result.raw_answer = f"{where}{row.prompt or ''}"

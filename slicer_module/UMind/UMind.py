@@ -13,6 +13,7 @@ from slicer.ScriptedLoadableModule import (ScriptedLoadableModule, ScriptedLoada
                                            ScriptedLoadableModuleWidget)
 
 from UMindLib import TASK_PRESETS, UMindClient, UMindServerError
+from UMindLib.contract import READOUTS
 from UMindLib.geometry import GeometryError
 from UMindLib.labelfiles import LabelFileError
 from UMindLib.replies import ReplyError, run_summary, train_progress
@@ -151,6 +152,10 @@ class UMindWidget(ScriptedLoadableModuleWidget):
             return None
         return slicer.modules.sequences.logic().GetFirstBrowserNodeForProxyNode(volume)
 
+    def _readout(self):
+        """Where boxes, landmarks and calipers come from (UMindLib.contract.READOUTS): the mask, unless unchecked."""
+        return READOUTS[0] if self.ui.maskReadoutCheckBox.checked else READOUTS[1]
+
     def _currentSlice(self, volume):
         """The volume's current frame (UMindLib.requests.current_frame): k of the red view's slice through it,
         the nearest slice when the view lies off the volume; without a red view, the rule's default."""
@@ -230,7 +235,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
                 roi=roi_box(self.ui.roiPlaceWidget.currentNode()) if self.ui.useRoiCheckBox.checked else None,
                 all_frames=allFrames,
                 current_frame=None if browser else self._currentSlice(volume),  # a clip's: its browser's
-                replace=self.ui.replaceSegmentsCheckBox.checked,
+                replace=self.ui.replaceSegmentsCheckBox.checked, readout=self._readout(),
                 available_models=list(self.info.models) if self.info and not model else [])
             reply, nodes = self.logic.run(volume, request, browser=browser, previous=self.resultNodes)
             self.resultNodes, self.answerIsExam = nodes, False
@@ -255,7 +260,7 @@ class UMindWidget(ScriptedLoadableModuleWidget):
             others = [n for n in self.ui.examVolumesComboBox.checkedNodes() if n.GetID() != volume.GetID()]
             request = RunRequest(
                 task=self.ui.taskComboBox.currentText, prompt=self.ui.promptComboBox.currentText.strip(),
-                current_frame=None if browser else self._currentSlice(volume),
+                current_frame=None if browser else self._currentSlice(volume), readout=self._readout(),
                 available_models=list(self.info.models) if self.info else [])
             browsers = [browser] + [self._browserOf(n) for n in others]
             reply, nodes = self.logic.runExam([volume] + others, request, browsers, previous=self.examNodes)

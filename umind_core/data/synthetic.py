@@ -37,6 +37,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..calipers import AXES, lesion_axes
+from ..landmarks import ORGANS
 from ..masks import mask_box
 
 SITES: tuple[str, ...] = ("breast", "thyroid", "kidney", "fetal_head")
@@ -918,8 +919,8 @@ def _kidney(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.
     upper, lower = (p1, p2) if p1[0] <= p2[0] else (p2, p1)  # longitudinal view: cranial on the left
     upper, lower = (round(upper[0], 2), round(upper[1], 2)), (round(lower[0], 2), round(lower[1], 2))
     length = _length_mm(*upper, *lower, s)
-    obj = ("kidney", kid, [("upper pole", upper), ("lower pole", lower)],
-           [("kidney length", (*upper, *lower), length)], "normal")
+    rule = ORGANS["kidney"]  # the names the Predictor's mask reading gives these points
+    obj = ("kidney", kid, list(zip(rule.points, (upper, lower))), [(rule.line, (*upper, *lower), length)], "normal")
     report = (f"Site: kidney. Finding: kidney in longitudinal view, cortex hypoechoic to liver, "
               f"corticomedullary differentiation preserved, echogenic renal sinus, no hydronephrosis. "
               f"Length: {length:.1f} mm. Impression: normal kidney.")
@@ -973,8 +974,8 @@ def _fetal_head(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner:
     bpd = _length_mm(*near, *far, s)
     ofd = round(2 * head.a * s, 2)
     hc = round(ramanujan_perimeter(head.a * s, head.b * s), 2)
-    obj = ("fetal head", head, [("BPD near", near), ("BPD far", far)], [("BPD", (*near, *far), bpd)],
-           "normal")
+    rule = ORGANS["fetal head"]
+    obj = ("fetal head", head, list(zip(rule.points, (near, far))), [(rule.line, (*near, *far), bpd)], "normal")
     report = (f"Site: fetal head. Finding: axial transthalamic view, intact elliptical skull, central "
               f"midline echo, thalami and cavum septi pellucidi visible. BPD: {bpd:.1f} mm. "
               f"OFD: {ofd:.1f} mm. HC: {hc:.1f} mm. Impression: fetal head biometry recorded.")

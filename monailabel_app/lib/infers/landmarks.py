@@ -13,6 +13,7 @@ class UMindLandmarks(UMindInferTask):
     output = "markups"
     description_text = ("UMind: landmarks as fiducials and measurements as lines (Slicer markups); the stock "
                         "MONAILabel extension does not list this type: use the UMind Slicer module")
-    #: `readout`: where lesion calipers come from, the first choice (read off the mask) the default
+    #: `readout`: where lesion calipers, kidney and fetal head landmarks and lengths come from, the first choice (read
+    #: off the mask) the default
     default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all",
                       "readout": list(READOUTS)}

@@ -12,7 +12,8 @@ silence (the trainer finds nothing under the old name).
 from __future__ import annotations
 
 __all__ = ["FINDINGS", "LABEL_NAMES", "ANSWER", "MARKUPS", "FINDING", "REPORT", "LANDMARK_TARGET", "LABEL_INFO_KEYS",
-           "CLIENT_MARKER", "SEGMENT_MODEL", "INTERACTIVE_MODEL", "TRAINER", "EXAM_MODEL", "EXAM_TASKS"]
+           "CLIENT_MARKER", "SEGMENT_MODEL", "INTERACTIVE_MODEL", "TRAINER", "EXAM_MODEL", "EXAM_TASKS", "READOUT",
+           "READOUTS"]
 
 #: what the finding of a submission may be (the server's trainer reads these, and skips anything else)
 FINDINGS = ("normal", "benign", "malignant")
@@ -38,3 +39,7 @@ TRAINER = "umind_lora"
 #: server tasks it reads one for (the app's `UMindInterpret.exam_tasks`; masks stay single-image)
 EXAM_MODEL = "umind_interpret"
 EXAM_TASKS = ("diagnose", "report", "ask", "measure", "detect", "keypoints", "segment")
+#: the params key a detect, landmarks or measure request names where its coordinates come from, and its values
+#: (`umind_core.predictor.READOUTS`, the default first): read off the mask the model segments, or as it writes them
+READOUT = "readout"
+READOUTS = ("mask", "tokens")

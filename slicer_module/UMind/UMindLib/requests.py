@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .contract import CLIENT_MARKER, EXAM_MODEL, EXAM_TASKS, INTERACTIVE_MODEL, SEGMENT_MODEL
+from .contract import CLIENT_MARKER, EXAM_MODEL, EXAM_TASKS, INTERACTIVE_MODEL, READOUT, READOUTS, SEGMENT_MODEL
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
 __all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
@@ -50,15 +50,17 @@ class TaskPreset:
     output: str  # "all" when a label map or a markups file can come back, "json" for JSON-only replies
     prompt_key: str = "prompt"
     needs_prompt: bool = False
+    reads_masks: bool = False  # its boxes, points or lines may be read off the target's mask (`RunRequest.readout`)
 
 
 #: part of the wire contract: each model and prompt key is held to the app's `wire.TASK_MODELS` and
 #: `wire.prompt_key` by tests/test_one_owner.py (the contract's other names are in `contract`)
 TASK_PRESETS: dict[str, TaskPreset] = {p.task: p for p in [
     TaskPreset("segment", "umind_segment", "segment", "what to segment, e.g. thyroid nodule, cyst", "all"),
-    TaskPreset("detect", "umind_detect", "detect", "what to box, e.g. breast lesion", "all"),
-    TaskPreset("landmarks", "umind_landmarks", "keypoints", "whose landmarks, e.g. kidney", "json"),
-    TaskPreset("measure", "umind_landmarks", "measure", "what to measure, e.g. kidney length", "json"),
+    TaskPreset("detect", "umind_detect", "detect", "what to box, e.g. breast lesion", "all", reads_masks=True),
+    TaskPreset("landmarks", "umind_landmarks", "keypoints", "whose landmarks, e.g. kidney", "json", reads_masks=True),
+    TaskPreset("measure", "umind_landmarks", "measure", "what to measure, e.g. kidney length", "json",
+               reads_masks=True),
     TaskPreset("diagnose", "umind_interpret", "diagnose", "optional context for the diagnosis", "json"),
     TaskPreset("report", "umind_interpret", "report", "optional context for the report", "json"),
     TaskPreset("ask", "umind_interpret", "ask", "type your question", "json", prompt_key="question",
@@ -140,6 +142,9 @@ class RunRequest:
     options: dict = field(default_factory=dict)  # extra task config from /info
     available_models: Sequence[str] = ()
     replace: bool = True  # new segments replace those of the previous run's segmentation
+    #: where a box, landmark or caliper comes from (`contract.READOUTS`): read off the target's mask, or as the
+    #: model writes it
+    readout: str = READOUTS[0]
 
     @property
     def has_visual_prompts(self) -> bool:
@@ -186,12 +191,22 @@ def build_infer_request(request: RunRequest, target: ImageTarget) -> InferReques
         raise RequestError(f"current frame {k} is outside the clip")
     params: dict[str, Any] = dict(request.options)
     params.update({"task": preset.server_task, "frames": frames, "slice": k, CLIENT_MARKER[0]: CLIENT_MARKER[1]})
+    params.update(_readout(request, preset))
     if prompt:
         params[preset.prompt_key] = prompt
     if request.has_visual_prompts:
         params.update(_visual_prompts(request, target, dims))
     return InferRequest(model=model, image_id=target.image_id, params=params,
                         output=preset.output)
+
+
+def _readout(request: RunRequest, preset: TaskPreset) -> dict[str, str]:
+    """The readout param of a task that reads boxes, points or lines off masks (none for the others)."""
+    if not preset.reads_masks:
+        return {}
+    if request.readout not in READOUTS:
+        raise RequestError(f"readout must be one of {', '.join(READOUTS)}, got {request.readout!r}")
+    return {READOUT: request.readout}
 
 
 def _typed_prompt(request: RunRequest, preset: TaskPreset) -> str:
@@ -274,6 +289,7 @@ def _exam_params(request: RunRequest) -> dict[str, Any]:
     prompt = _typed_prompt(request, preset)
     params: dict[str, Any] = dict(request.options)
     params.update({"task": preset.server_task, CLIENT_MARKER[0]: CLIENT_MARKER[1]})
+    params.update(_readout(request, preset))
     if prompt:
         params[preset.prompt_key] = prompt
     return params
