@@ -564,3 +564,30 @@ def test_threshold_scan_row_is_the_benchmark():
     for fitted in d["fitted_on_half_of_scanner_b"]:
         b, o = fitted["scanner_b_other_half"], fitted["default_look"]
         assert f"{b[0]:.3f} -> {b[1]:.3f}" in row and f"{o[0]:.3f} -> {o[1]:.3f}" in row
+
+
+def test_fit_gap_row_is_the_benchmark():
+    """The underfit/overfit row of benchmarks/README.md against results/fit_gap.json."""
+    import json
+    import sys
+
+    d = json.loads((RESULTS / "fit_gap.json").read_text())
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "does demo model 3 underfit" in ln)
+    t, u = d["trained"], d["unseen"]
+    assert f"{t['images']} images, {t['masks']} masks) against {u['images']} unseen images" in row
+    assert (f"segmentation mIoU {t['segmentation_miou']:.3f} on images it trained on against "
+            f"{u['segmentation_miou']:.3f} unseen") in row
+    for site, name in (("breast", "breast lesions"), ("thyroid", "thyroid"), ("kidney", "kidney"),
+                       ("fetal_head", "fetal head")):
+        assert f"{name} {t['per_site'][site]:.3f} against {u['per_site'][site]:.3f}" in row
+    assert f"benign/malignant {t['diagnosis_accuracy']:.3f} against {u['diagnosis_accuracy']:.3f}" in row
+    shipped = json.loads((RESULTS / "demo3_shipped.json").read_text())["evals"]
+    before, after = (shipped[k]["summary"]["segmentation_miou"] for k in ("stage1_default", "shipped_default"))
+    assert f"added {after - before:.4f} to the default look's mIoU ({before:.3f} -> {after:.3f}" in row
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import fit_gap
+
+    flags, seed0, fraction = fit_gap.recipe()  # the training script's recipe, read again: the file is still its own
+    assert (d["flags"], d["trained_seed0"], d["val_fraction"]) == (flags, seed0, fraction)
+    assert "--augment" in flags and "--out" not in flags and seed0 == "100000"
+
