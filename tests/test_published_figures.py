@@ -514,15 +514,15 @@ def test_readout_from_masks_row_is_the_benchmark():
     assert f"detection F1 {am['detection_f1']:.3f} against {tm['detection_f1']:.3f}" in row
     assert (f"calipers {pct(am['measurement']['mean_rel'])} against {pct(tm['measurement']['mean_rel'])}, landmarks "
             f"{pct(am['keypoints']['mean_rel_width'])} against {pct(tm['keypoints']['mean_rel_width'])} of the width "
-            f"({am['keypoints']['n_missing']} of {2 * am['keypoints']['n']} points missing either way), but "
+            f"({am['keypoints']['n_missing']} of {am['keypoints']['n']} points missing either way), but "
             f"{am['measurement']['n_missing']} of {am['measurement']['n']} calipers missing") in row
     assert am["keypoints"]["n_missing"] == tm["keypoints"]["n_missing"]
     assert (f"the exam read whole: detection F1 {aw['detection_f1']:.3f} against {tw['detection_f1']:.3f}, calipers "
             f"{pct(aw['measurement']['mean_rel'])} ({aw['measurement']['n_missing']} of {aw['measurement']['n']} "
             f"missing) against {pct(tw['measurement']['mean_rel'])} ({tw['measurement']['n_missing']} missing), "
             f"landmarks {pct(aw['keypoints']['mean_rel_width'])} ({aw['keypoints']['n_missing']} of "
-            f"{2 * aw['keypoints']['n']} points missing) against none written") in row
-    assert tw["keypoints"]["mean_rel_width"] is None and tw["keypoints"]["n_missing"] == 2 * tw["keypoints"]["n"]
+            f"{aw['keypoints']['n']} points missing) against none written") in row
+    assert tw["keypoints"]["mean_rel_width"] is None and tw["keypoints"]["n_missing"] == tw["keypoints"]["n"]
     shares = d["tuning"]
     for look, name in (("tune_default", "default"), ("tune_scanner_b", "scanner_b")):
         assert ", ".join(f"{shares[k][look]:.3f}" for k in ("0.0", "0.25", "0.5")) + \
@@ -590,4 +590,26 @@ def test_fit_gap_row_is_the_benchmark():
     flags, seed0, fraction = fit_gap.recipe()  # the training script's recipe, read again: the file is still its own
     assert (d["flags"], d["trained_seed0"], d["val_fraction"]) == (flags, seed0, fraction)
     assert "--augment" in flags and "--out" not in flags and seed0 == "100000"
+
+
+def test_capacity_probe_row_is_the_benchmark():
+    """The capacity row of benchmarks/README.md against results/capacity_probe/."""
+    import json
+
+    folder = RESULTS / "capacity_probe"
+    e = json.loads((folder / "eval.json").read_text())
+    runs = {a: json.loads((folder / f"{a}_summary.json").read_text()) for a in ("base", "deep")}
+    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "would more capacity lift" in ln)
+    for arm in ("base", "deep"):
+        assert f"{runs[arm]['steps']} steps, {runs[arm]['seconds'] / 60:.1f} min" in row
+    for arm, name in (("demo3", "demo model 3: "), ("base", "Continued: "), ("deep", "Deeper: ")):
+        d = e[arm]
+        assert (f"{name}default {d['default']['miou']:.3f} (breast lesions {d['default']['per_site']['breast']:.3f}, "
+                f"benign/malignant {d['default']['diagnosis']:.3f}), unseen varied {d['unseen_varied']['miou']:.3f}, "
+                f"scanner_b {d['scanner_b']['miou']:.3f} (breast lesions "
+                f"{d['scanner_b']['per_site']['breast']:.3f})") in row
+    moved = [abs(e[a][s]["miou"] - e["demo3"][s]["miou"]) for a in ("base", "deep") for s in e["demo3"]]
+    assert max(moved) <= 0.0105
+    assert (f"validation loss {runs['base']['val_loss_first']:.4f} -> {runs['base']['val_loss_last']:.4f}" in row
+            and f"validation loss -> {runs['deep']['val_loss_last']:.4f}" in row)
 

@@ -115,7 +115,7 @@ def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
             summary[f"{key}_detection_f1"] = prf["f1"]
         kp, meas = of_reading(samples, "exam_keypoints", reading), of_reading(samples, "exam_measure", reading)
         if kp:
-            part["keypoints"] = {**keypoint_section(kp), "n": len(kp)}
+            part["keypoints"] = keypoint_section(kp)  # n and n_missing count points, n_samples the samples
             summary[f"{key}_keypoint_error_rel_width"] = part["keypoints"]["mean_rel_width"]
         if meas:
             part["measurement"] = {**M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas]),
