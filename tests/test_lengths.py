@@ -125,7 +125,7 @@ def test_cine_calibrated_only_in_ultrasound_regions_states_one_length_everywhere
     clip = _regions_cine(tmp_path / "clip.dcm")
     _force_answer(monkeypatch, MEASURE)
     doc = _infer(capsys, clip, "--out", tmp_path / "out", "--task", "measure", "--prompt", "kidney length",
-                 "--frames", "3-4")
+                 "--frames", "3-4", "--readout", "tokens")  # the line the scripted answer draws, not one off a mask
     out = tmp_path / "out" / "clip"
 
     # the line the model drew, in pixels (the grammar's conversion), measured by hand with the regions' spacing
@@ -169,7 +169,8 @@ def test_every_kind_of_clinic_dicom_states_one_length_in_text_results_and_markup
               "jpeg2000": fx.dicom_jpeg2000}
     path = fx.with_regions(makers[kind](tmp_path / f"{kind}.dcm")[0], COL_MM, ROW_MM)
     _force_answer(monkeypatch, MEASURE)
-    doc = _infer(capsys, path, "--out", tmp_path / "out", "--task", "measure", "--prompt", "kidney length")
+    doc = _infer(capsys, path, "--out", tmp_path / "out", "--task", "measure", "--prompt", "kidney length",
+                 "--readout", "tokens")
     out = tmp_path / "out" / _stem(path)
     h, w = read_study(path).frames[0].pixels.shape[:2]
     x1, y1, x2, y2 = grounding.line_from_grid(LINE_GRID, w, h)
