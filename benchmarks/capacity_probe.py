@@ -25,13 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fit_gap import UNSEEN_SEED0, make_set, recipe
+from readout_from_masks import held_out_set
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "umind_core" / "demo_model"
 ARMS = (("base", None, 550), ("deep", (4, 4), 330))  # (name, (text layers, vision blocks) added, steps)
 TRAIN_SEED0, TRAIN_N = "108000", 6000
-SETS = {"default": ("1000000", 200, ["--size", "256"]), "scanner_b": ("3000000", 200, ["--size", "256", "--appearance",
-                                                                                          "scanner_b"])}
 #: residual output projections: zero, so a new layer or block adds nothing until it is trained
 ZERO = ("o_proj", "down_proj", "attn.proj", "linear_fc2")
 
@@ -104,10 +103,9 @@ def main(argv=None) -> int:
     work, out = Path(args.work), Path(args.out)
     flags, _, _ = recipe()
     make_set(work, "train", TRAIN_SEED0, TRAIN_N, flags)
-    sets = {"default": make_set(work, "test_default", SETS["default"][0], SETS["default"][1], SETS["default"][2]),
+    sets = {"default": held_out_set(work, "default", 200),  # the card's held-out sets, and fit_gap's unseen ones
             "unseen_varied": make_set(work, "unseen", UNSEEN_SEED0, 400, flags),
-            "scanner_b": make_set(work, "test_scanner_b", SETS["scanner_b"][0], SETS["scanner_b"][1],
-                                  SETS["scanner_b"][2])}
+            "scanner_b": held_out_set(work, "scanner_b", 200)}
     folders = {"demo3": DEMO}
     out.mkdir(parents=True, exist_ok=True)
     for name, grow, steps in ARMS:
