@@ -1,9 +1,13 @@
-"""The project's one train/validation split: by a hash of each id alone.
+"""The project's one train/held-out split: by a hash of each id (or of each record's group) alone.
 
 A record keeps its side when others are added or removed, so a growing datastore never moves a training
 image into validation (the trainer's split and the app's held-out labels both depend on that). `min_val`
 tops validation up with the smallest hashes, so a small dataset still validates; at least one record always
 trains. `salt` gives an independent split of the same ids (the app's per-seed held-out labels).
+
+`group_split` applies the same rule to groups: records of one group (HC18's subject ``NNN``, whose up to four images
+are near-duplicates) go to one side together, so no subject is both trained on and held out. A record without a
+group is a group of its own and lands where `hash_split` would put it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-__all__ = ["unit_hash", "hash_split"]
+__all__ = ["GROUP_KEY", "unit_hash", "hash_split", "group_split", "record_groups"]
+
+#: the manifest record's extra key naming its group (HC18: the subject NNN), written by the importers
+GROUP_KEY = "group"
 
 
 def unit_hash(record_id: str, salt: str = "umind-split") -> float:
@@ -33,3 +40,28 @@ def hash_split(ids: Sequence[str], fraction: float, min_val: int = 0,
     n_val = min(max(n_val, min_val), len(ids) - 1) if len(ids) >= 2 else 0
     val = set(ranked[:n_val])  # the hashes under the fraction are the smallest ones
     return [i for i in ids if i not in val], [i for i in ids if i in val]
+
+
+def group_split(ids: Sequence[str], groups: Sequence[str | None], fraction: float, min_val: int = 0,
+                salt: str = "umind-split") -> tuple[list[str], list[str]]:
+    """(train ids, held-out ids), each in the order of `ids`, whole groups to a side: `hash_split` of the groups
+    (a record whose group is None or "" is keyed by its id), `min_val` counting groups. ValueError for repeated
+    ids, a group list of another length or a bad fraction."""
+    ids = list(ids)
+    if len(groups) != len(ids):
+        raise ValueError(f"{len(groups)} groups for {len(ids)} record ids")
+    if len(set(ids)) != len(ids):
+        raise ValueError("record ids must be unique to split them")
+    keys = [str(g) if g not in (None, "") else i for i, g in zip(ids, groups)]
+    _, held_keys = hash_split(list(dict.fromkeys(keys)), fraction, min_val=min_val, salt=salt)
+    held = set(held_keys)
+    return [i for i, k in zip(ids, keys) if k not in held], [i for i, k in zip(ids, keys) if k in held]
+
+
+def record_groups(records: Sequence) -> list[str | None]:
+    """Each record's group (its extra key GROUP_KEY), None where it names none: what `group_split` takes."""
+    out = []
+    for rec in records:
+        group = getattr(rec, "extra", {}).get(GROUP_KEY)
+        out.append(group if isinstance(group, str) and group else None)
+    return out

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from ..data.split import hash_split
+from ..data.split import group_split, hash_split, record_groups
 from .checkpoints import clean_partial, frozen_fingerprint, latest_checkpoint
 from .config import METRIC_COLUMNS, MIXED_PRECISION, TrainConfig, TrainingError, TrainSummary
 from .run import RunParts, TrainRun, evaluate_loss
@@ -41,10 +41,15 @@ logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------- data split
 
-def split_records(ids: Sequence[str], val_fraction: float) -> tuple[list[str], list[str]]:
+def split_records(ids: Sequence[str], val_fraction: float,
+                  groups: Sequence[str | None] | None = None) -> tuple[list[str], list[str]]:
     """(train ids, validation ids) by `data.split.hash_split`; with a positive fraction and at least two
-    records one record validates even when no hash falls under the fraction."""
+    records one record validates even when no hash falls under the fraction. With `groups` (a record's group or
+    None, `data.split.record_groups`) whole groups go to one side (`data.split.group_split`: an HC18 subject's
+    images are never on both); records without a group split as they would without the argument."""
     try:
+        if groups is not None and any(groups):
+            return group_split(ids, groups, val_fraction, min_val=1 if val_fraction > 0 else 0)
         return hash_split(ids, val_fraction, min_val=1 if val_fraction > 0 else 0)
     except ValueError as exc:
         raise TrainingError(str(exc)) from None
@@ -188,12 +193,13 @@ def _apply_mask_loss_weight(model, config: TrainConfig) -> None:
 
 def _parts(accelerator, model, names: list[str], frozen: dict, manifest: Path, config: TrainConfig,
            tasks) -> RunParts:
-    """The data (split by id hash), loaders, optimizer and schedule of a run, prepared by accelerate."""
+    """The data (split by id hash, whole groups where records name one), loaders, optimizer and schedule of a run, prepared by accelerate."""
     from .collate import ManifestDataset
 
     dataset = ManifestDataset(manifest, model.processor, num_mask_tokens=model.num_mask_tokens, tasks=tasks,
                               pack=config.pack)
-    train_ids, val_ids = split_records([r.id for r in dataset.records], config.val_fraction)
+    train_ids, val_ids = split_records([r.id for r in dataset.records], config.val_fraction,
+                                       record_groups(dataset.records))
     train_items = _item_indices(dataset, set(train_ids))
     val_items = _item_indices(dataset, set(val_ids))
     if not train_items:
