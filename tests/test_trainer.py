@@ -142,6 +142,14 @@ def test_split_is_by_id_hash_and_stable_when_records_are_added():
         split_records(["a", "a"], 0.1)
 
 
+def test_validation_holds_out_whole_groups_where_records_name_them():
+    """An HC18 subject's images (its records' "group") are validated or trained on together."""
+    ids = [f"{s:03d}_{k}HC" for s in range(80) for k in range(1, 1 + s % 4)]
+    train_ids, val_ids = split_records(ids, 0.2, [i[:3] for i in ids])
+    assert {i[:3] for i in train_ids}.isdisjoint({i[:3] for i in val_ids}) and val_ids
+    assert split_records(ids, 0.2, [None] * len(ids)) == split_records(ids, 0.2)
+
+
 def test_schedule_warms_up_linearly_to_the_peak_then_decays_to_zero():
     total = 100
     warm = warmup_steps_for(total, 0.05)
