@@ -17,12 +17,16 @@ from umind_core.grounding import Line
 from umind_core.imageio import Frame, line_length
 from umind_core.landmarks import (
     ellipse_axes,
+    ellipse_perimeter,
     landmark_target,
     line_target,
+    measure_target,
     organ_landmarks,
+    ramanujan_perimeter,
 )
 from umind_core.masks import mask_box
 from umind_core.predictor import Predictor, PredictorError
+from umind_core.results import Result
 
 
 def _ellipse(h=128, w=160, cx=80.0, cy=60.0, a=40.0, b=15.0, angle=0.0) -> np.ndarray:
@@ -296,9 +300,89 @@ def test_a_kidneys_poles_are_its_long_axis_left_first_and_a_heads_bpd_near_side_
 
 @pytest.mark.parametrize("name, target", [("kidney length", ("kidney", "long axis")),
                                           (" BPD", ("fetal head", "short axis")),
-                                          ("kidney width", None), ("FL", None), (None, None)])
+                                          ("OFD", ("fetal head", "long axis")),
+                                          ("kidney width", None), ("FL", None), (None, None),
+                                          ("head circumference", None)])  # a perimeter, not a line
 def test_organ_measurement_names_say_which_organ_and_axis(name, target):
     assert line_target(name) == target
+
+
+@pytest.mark.parametrize("name, target", [("Head circumference ", ("fetal head", "perimeter")),
+                                          ("HC", ("fetal head", "perimeter")),
+                                          ("occipitofrontal diameter", ("fetal head", "long axis")),
+                                          ("BPD", ("fetal head", "short axis")), ("abdominal circumference", None)])
+def test_every_measurement_read_off_an_organ_names_its_organ_and_what_to_read(name, target):
+    assert measure_target(name) == target
+
+
+# ---------------------------------------------------------------- head circumference: the ellipse's perimeter
+
+def test_ramanujans_perimeter_is_the_ellipses():
+    """Against the series of the exact perimeter (Gauss-Kummer) for the shapes heads have."""
+    for a, b in ((10.0, 10.0), (40.0, 30.0), (60.0, 35.0)):
+        h = ((a - b) / (a + b)) ** 2
+        exact = math.pi * (a + b) * sum((math.comb(2 * n, n) / (4 ** n * (2 * n - 1))) ** 2 * h ** n
+                                        for n in range(12))
+        assert ramanujan_perimeter(a, b) == pytest.approx(exact, rel=1e-5)
+
+
+@pytest.mark.parametrize("angle", [0.0, 0.4, 2.0])
+def test_a_drawn_ellipses_perimeter_is_ramanujans_of_its_axes_in_mm_and_in_px(angle):
+    mask = _ellipse(h=300, w=360, cx=180.0, cy=150.0, a=120.0, b=90.0, angle=angle)
+    axes = sum(ellipse_axes(mask, (0.2, 0.2)), ())
+    mm = ellipse_perimeter(axes, (0.2, 0.2))
+    assert mm.unit == "mm" and mm.value == pytest.approx(ramanujan_perimeter(24.0, 18.0), rel=0.01)
+    px = ellipse_perimeter(sum(ellipse_axes(mask), ()), None)  # no spacing: pixels, and it says so
+    assert px.unit == "px" and px.mm is None and px.value == pytest.approx(ramanujan_perimeter(120.0, 90.0), rel=0.01)
+    with pytest.raises(ValueError, match="8 numbers"):
+        ellipse_perimeter(axes[:4], None)
+
+
+def test_on_non_square_pixels_the_ellipse_is_fitted_in_mm():
+    """A head 30 mm round drawn with pixels 0.1 mm wide and 0.2 mm tall is 300 x 150 px: in mm both axes are 30 mm
+    and the perimeter is a circle's; a fit in pixels would call it an ellipse twice as long as wide."""
+    spacing = (0.1, 0.2)
+    mask = _ellipse(h=200, w=400, cx=200.0, cy=100.0, a=150.0, b=75.0)
+    long_axis, short_axis = ellipse_axes(mask, spacing)
+    assert line_length(long_axis, spacing).mm == pytest.approx(30.0, rel=0.01)
+    assert line_length(short_axis, spacing).mm == pytest.approx(30.0, rel=0.01)
+    assert ellipse_perimeter((*long_axis, *short_axis), spacing).mm == pytest.approx(math.pi * 30.0, rel=0.01)
+
+
+def test_a_head_circumference_is_read_off_the_heads_mask(predictor, monkeypatch):
+    """`predict(task="measure", prompt="head circumference")` segments the fetal head and answers the perimeter of
+    its moment ellipse in mm; OFD is the same ellipse's long axis."""
+    mask = _ellipse(a=50.0, b=38.0, angle=0.3)
+    _organ_answer(monkeypatch, "fetal head", mask)
+    row = predictor._row("measure", "head circumference", None, None, None, _frame())
+    assert row.user_text == prompts.build_user_text("segment", "fetal head") and row.readout == "perimeter"
+    predictor.set_image(_frame())
+    res = predictor.predict("measure", "head circumference")
+    (obj,) = res.objects
+    assert obj.label == "head circumference" and obj.line is None and obj.mask is not None
+    assert obj.ellipse == pytest.approx((*ellipse_axes(mask, (0.1, 0.1))[0], *ellipse_axes(mask, (0.1, 0.1))[1]))
+    hc = ramanujan_perimeter(5.0, 3.8)  # the drawn ellipse's semi-axes in mm
+    assert obj.physical["perimeter_mm"] == pytest.approx(hc, rel=0.01) and obj.physical["perimeter_unit"] == "mm"
+    assert res.answer == f"head circumference Length: {obj.physical['perimeter']:.2f} mm."
+    (ofd,) = predictor.predict("measure", "OFD").objects
+    assert ofd.line == pytest.approx(ellipse_axes(mask, (0.1, 0.1))[0]) and ofd.physical["length_mm"] == \
+        pytest.approx(10.0, rel=0.01)
+
+
+def test_a_head_circumference_without_spacing_is_in_pixels_and_survives_the_result_file(predictor, monkeypatch,
+                                                                                       tmp_path):
+    mask = _ellipse(a=50.0, b=38.0)
+    _organ_answer(monkeypatch, "fetal head", mask)
+    predictor.set_image(_frame(spacing=None))
+    res = predictor.predict("measure", "HC")
+    (obj,) = res.objects
+    assert obj.physical["perimeter_unit"] == "px" and "perimeter_mm" not in obj.physical
+    assert obj.physical["perimeter"] == pytest.approx(ramanujan_perimeter(50.0, 38.0), rel=0.01)
+    assert res.answer.endswith(" px.") and "mm" not in res.answer
+    back = Result.from_json(res.to_json(tmp_path / "hc.json"))
+    assert back.objects[0].ellipse == pytest.approx(obj.ellipse) and back.objects[0].physical == obj.physical
+    res.attach_geometry((0.2, 0.2))  # a later calibration measures the same ellipse in mm
+    assert obj.physical["perimeter_mm"] == pytest.approx(0.2 * ramanujan_perimeter(50.0, 38.0), rel=0.01)
 
 
 def test_only_organs_with_a_rule_have_their_landmarks_read_off_a_mask():

@@ -32,9 +32,10 @@ How the work is split:
   and its mask decodes against that view's image states, at that view's size.
 
 - `readout="mask"` (the default): a detection, a lesion caliper ("breast lesion long axis"), a kidney's or fetal
-  head's landmarks or length asks the model to segment the target, and its boxes, caliper or points are read off
-  that mask by the rules the truth is drawn with (`masks.drawn_objects`, `calipers.mask_axes`, `landmarks.ORGANS`);
-  `"tokens"` keeps the coordinates the model writes. Per Predictor, or per call (`Job.readout`).
+  head's landmarks or length (BPD, OFD) or a head circumference asks the model to segment the target, and its boxes,
+  caliper, points or ellipse are read off that mask by the rules the truth is drawn with (`masks.drawn_objects`,
+  `calipers.mask_axes`, `landmarks.ORGANS` and `landmarks.MEASURES`); `"tokens"` keeps the coordinates the model
+  writes. Per Predictor, or per call (`Job.readout`).
 
 What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
 decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
@@ -341,9 +342,10 @@ class Predictor:
         return Row(task, prompt, user_text, [], suffix_ids, readout=None if readout is None else readout[1])
 
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
-        """(what to segment, what to read off its mask: "boxes", "landmarks" or an axis) when this prompt's answer
-        is to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens answer): a
-        detection, a lesion caliper, an organ's landmarks or length (`landmarks.ORGANS`)."""
+        """(what to segment, what to read off its mask: "boxes", "landmarks", an axis or "perimeter") when this
+        prompt's answer is to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens
+        answer): a detection, a lesion caliper, an organ's landmarks, length or head circumference
+        (`landmarks.ORGANS`, `landmarks.MEASURES`)."""
         if (self.readout if readout is None else checked_readout(readout)) != "mask":
             return None
         if task == "detect":
@@ -352,7 +354,7 @@ class Predictor:
             organ = landmarks.landmark_target(prompt)
             return None if organ is None else (organ, "landmarks")
         if task == "measure":
-            return caliper_rule.caliper_target(prompt) or landmarks.line_target(prompt)
+            return caliper_rule.caliper_target(prompt) or landmarks.measure_target(prompt)
         return None
 
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
@@ -556,18 +558,26 @@ def _landmarks(result: Result, drawn: list[GroundedObject], row: Row) -> list[Gr
 
 def _caliper(result: Result, drawn: list[GroundedObject], row: Row, frames: Sequence[Frame]) -> list[GroundedObject]:
     """The asked axis of the lesion (`calipers.mask_axes`) or of the organ (`landmarks.ellipse_axes`: a kidney's
-    length, a BPD) with its mask, in the view where its long axis is longest in mm (the view a sonographer measures
-    it in); the answer names the caliper (and the view)."""
+    length, a BPD, an OFD; its ellipse for a head circumference, measured by its perimeter) with its mask, in the view
+    where its long axis is longest in mm (the view a sonographer measures it in); the answer names the caliper (and
+    the view)."""
     calibrated = all(f.spacing is not None for f in frames)  # views compare in mm, else all in pixels
-    axes_of = landmarks.ellipse_axes if landmarks.line_target(row.prompt) else caliper_rule.mask_axes
 
-    def extent(found) -> float:  # of the long axis
-        return line_length(found[1][0], frames[found[0].view or 0].spacing if calibrated else None).value
+    def spacing(o: GroundedObject):
+        return frames[o.view or 0].spacing if calibrated else None
 
-    lesion, axes = max(((o, axes_of(o.mask)) for o in drawn), key=extent)
-    line = axes[caliper_rule.AXES[row.readout]]
+    def axes_of(o: GroundedObject):  # an organ's ellipse is fitted in mm, where its axes are perpendicular
+        return landmarks.ellipse_axes(o.mask, spacing(o)) if landmarks.measure_target(row.prompt) \
+            else caliper_rule.mask_axes(o.mask)
+
+    lesion, axes = max(((o, axes_of(o)) for o in drawn), key=lambda found: line_length(
+        found[1][0], spacing(found[0])).value)  # the long axis
     where = "" if lesion.view is None else f"View {lesion.view + 1}: "  # an exam answer names its view
     result.raw_answer = f"{where}{row.prompt or ''}"
+    if row.readout == landmarks.PERIMETER:
+        return [GroundedObject(label=row.prompt, ellipse=(*axes[0], *axes[1]), mask=lesion.mask, score=lesion.score,
+                               view=lesion.view)]
+    line = axes[caliper_rule.AXES[row.readout]]
     return [GroundedObject(label=row.prompt, line=line, mask=lesion.mask, score=lesion.score, view=lesion.view)]
 
 

@@ -14,6 +14,10 @@ its guess, not a measurement. Every length a Result reports is the drawn line me
 `imageio.line_length` with the frame's calibrated spacing (pixels, said as "px", without one); the
 answer users see states that length in place of the model's, and the model's own words stay in
 ``raw_answer`` (and ``text``). A stated length that no drawn line backs is a warning.
+
+An ellipse (``ellipse``: its long and short axis, two lines in pixels, as `landmarks.ellipse_axes` fits one to a
+fetal head's mask) is measured by its perimeter (`landmarks.ellipse_perimeter`: Ramanujan's, from the axes' lengths
+by `imageio.line_length`), the head circumference; the answer states it as it states a line's length.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from PIL import Image
 
 from .atomic import atomic_path, write_text
 from .imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
+from .landmarks import ellipse_perimeter
 from .painter import LabelPainter
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
@@ -66,6 +71,8 @@ class GroundedObject:
     physical: dict = field(default_factory=dict)
     #: the view of an examination it is in (0-based, as the manifest's mask_views); None for a single frame
     view: int | None = None
+    #: an ellipse as its long axis then its short axis (x1, y1, x2, y2 each, pixels): a head circumference
+    ellipse: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.view is not None:
@@ -74,6 +81,7 @@ class GroundedObject:
             self.view = int(self.view)
         self.box = _floats(self.box, 4, "box")  # type: ignore[assignment]
         self.line = _floats(self.line, 4, "line")  # type: ignore[assignment]
+        self.ellipse = _floats(self.ellipse, 8, "ellipse")
         self.points = [_floats(p, 2, "point") for p in (self.points or [])]  # type: ignore
         if self.mask is not None:
             m = np.asarray(self.mask)
@@ -93,11 +101,12 @@ class GroundedObject:
         same_score = self.score == other.score or (
             self.score is not None and other.score is not None
             and math.isnan(self.score) and math.isnan(other.score))
-        return (self.label, self.box, self.points, self.line, self.physical, self.view) == \
-            (other.label, other.box, other.points, other.line, other.physical, other.view) and same_score
+        return (self.label, self.box, self.points, self.line, self.physical, self.view, self.ellipse) == \
+            (other.label, other.box, other.points, other.line, other.physical, other.view, other.ellipse) and same_score
 
     def to_dict(self, mask_file: str | None = None) -> dict:
-        """JSON-ready dict; ``view`` only for an examination's object, so single-frame files read as before."""
+        """JSON-ready dict; ``view`` only for an examination's object and ``ellipse`` only for an ellipse, so other
+        files read as before."""
         out = {
             "label": self.label,
             "box": list(self.box) if self.box is not None else None,
@@ -111,6 +120,8 @@ class GroundedObject:
         }
         if self.view is not None:
             out["view"] = self.view
+        if self.ellipse is not None:
+            out["ellipse"] = list(self.ellipse)
         return out
 
 
@@ -194,6 +205,9 @@ class Result:
             if obj.line is not None:
                 lines.append(obj)
                 lengths.append(line_length(obj.line, spacing))
+            elif obj.ellipse is not None:
+                lines.append(obj)
+                lengths.append(Length(obj.physical["perimeter"], obj.physical["perimeter_unit"]))
         self.answer, stated, warnings = _state_lengths(self.raw_answer, lengths, calibrated)
         for obj, model in zip(lines, stated):
             obj.physical["model_length"] = model
@@ -316,7 +330,7 @@ class Result:
             objects.append(GroundedObject(
                 label=od.get("label"), box=od.get("box"), points=od.get("points") or [],
                 line=od.get("line"), mask=mask, score=od.get("score"),
-                physical=od.get("physical") or {}, view=od.get("view")))
+                physical=od.get("physical") or {}, view=od.get("view"), ellipse=od.get("ellipse")))
         return cls(task=d["task"], prompt=d.get("prompt", ""), text=d.get("text", ""),
                    answer=d.get("answer", ""), objects=objects,
                    warnings=list(d.get("warnings", [])),
@@ -350,6 +364,11 @@ def _physical(obj: GroundedObject, spacing: Sequence[float] | None, geometry: Ge
     if obj.line is not None:
         length = line_length(obj.line, spacing)
         phys.update(length=length.value, length_unit=length.unit)
+    if obj.ellipse is not None:
+        perimeter = ellipse_perimeter(obj.ellipse, spacing)
+        phys.update(perimeter=perimeter.value, perimeter_unit=perimeter.unit)
+        if perimeter.mm is not None:
+            phys["perimeter_mm"] = perimeter.mm
     if spacing is None:
         return phys
     sx, sy = float(spacing[0]), float(spacing[1])

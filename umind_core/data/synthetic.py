@@ -37,7 +37,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..calipers import AXES, lesion_axes
-from ..landmarks import ORGANS
+from ..landmarks import ORGANS, ramanujan_perimeter
 from ..masks import mask_box
 
 SITES: tuple[str, ...] = ("breast", "thyroid", "kidney", "fetal_head")
@@ -925,11 +925,6 @@ def _kidney(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.
               f"corticomedullary differentiation preserved, echogenic renal sinus, no hydronephrosis. "
               f"Length: {length:.1f} mm. Impression: normal kidney.")
     return _Scene(layers, [obj], "normal", report, {"kidney length mm": length})
-
-
-def ramanujan_perimeter(a: float, b: float) -> float:
-    """Ramanujan's approximation of an ellipse perimeter from its semi-axes (as used for HC)."""
-    return math.pi * (3 * (a + b) - math.sqrt((3 * a + b) * (a + 3 * b)))
 
 
 def _fetal_head(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np.ndarray) -> _Scene:
