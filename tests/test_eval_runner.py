@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from umind_core.cli import main
 from umind_core.data.manifest import read_manifest, write_synthetic_dataset
@@ -24,7 +25,8 @@ from umind_core.evaluation.runner import (
 )
 from umind_core.results import GroundedObject, Result
 
-FRACTIONS = [k for k in SUMMARY_KEYS if k not in ("keypoint_error_px", "keypoint_error_mm")]
+FRACTIONS = [k for k in SUMMARY_KEYS
+             if k not in ("keypoint_error_px", "keypoint_error_mm", "head_circumference_mad_mm")]
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,9 @@ def oracle_result(query, rec, wrong: bool = False) -> Result:
         found = [GroundedObject(label=k.name, points=[(k.xy[0] + dx, k.xy[1] + dy)])
                  for k in objs[query.target["objects"][0]].keypoints]
         return Result("keypoints", objects=found, image_size=size)
+    if query.task == "measure" and "measurement" in query.target:  # a stored HC: said in words (10 % long if wrong)
+        hc = rec.annotations.measurements[query.target["measurement"]] * (1.1 if wrong else 1.0)
+        return Result("measure", answer=f"{query.prompt}: {hc:.2f} mm.", image_size=size)
     if query.task == "measure":
         line = objs[query.target["objects"][0]].lines[query.target["line"]]
         if wrong:  # no line, a length 10 % too long in words
@@ -86,7 +91,7 @@ def test_queries_use_the_annotated_labels(records):
     assert {q.prompt for q in by_task["segment"]} >= {"thyroid nodule", "thyroid", "kidney", "fetal head"}
     assert len(by_task["segment"]) == len(by_task["detect"]) == 8
     assert {q.prompt for q in by_task["keypoints"]} == {"kidney", "fetal head"}
-    assert {q.prompt for q in by_task["measure"]} == {"kidney length", "BPD"} | {
+    assert {q.prompt for q in by_task["measure"]} == {"kidney length", "BPD", "head circumference"} | {
         f"{lesion} {axis} axis" for lesion in ("cyst", "breast lesion", "thyroid nodule") for axis in ("long", "short")}
     assert [q.target["diagnosis"] for q in by_task["diagnose"]] == ["benign", "malignant", "benign", "malignant"]
     assert all(q.prompt is None for q in by_task["diagnose"])
@@ -116,11 +121,13 @@ def test_perfect_oracle_scores_perfectly(records):
     assert s["measurement_rel_error"] < 1e-3  # ground-truth lengths are rounded to 0.01 mm
     assert s["diagnosis_accuracy"] == 1.0 and s["diagnosis_macro_f1"] == 1.0
     assert s["refusal_accuracy"] == s["refusal_out_of_scope_accuracy"] == s["refusal_in_scope_accuracy"] == 1.0
-    assert m["n_samples"] == {"segment": 8, "detect": 8, "keypoints": 2, "measure": 10, "diagnose": 4,
+    assert m["n_samples"] == {"segment": 8, "detect": 8, "keypoints": 2, "measure": 11, "diagnose": 4,
                               "refusal": 12}
     by_kind = m["measurement"]["by_kind"]  # the lesions' two calipers apart from the organ lines
-    assert {k: v["n"] for k, v in by_kind.items()} == {"lesion calipers": 8, "kidney length": 1, "BPD": 1}
+    assert {k: v["n"] for k, v in by_kind.items()} == {"lesion calipers": 8, "kidney length": 1, "BPD": 1,
+                                                       "head circumference": 1}
     assert all(v["mean_rel"] < 1e-3 for v in by_kind.values())
+    assert s["head_circumference_mad_mm"] < 0.01  # the stored HC, said to 0.01 mm
 
 
 def test_wrong_oracle_gives_the_hand_computed_numbers(records):
@@ -139,13 +146,45 @@ def test_wrong_oracle_gives_the_hand_computed_numbers(records):
     assert s["keypoint_error_mm"] == pytest.approx(5.0 * (kidney.spacing[0] + head.spacing[0]) / 2)
     assert s["keypoint_error_rel_width"] == pytest.approx(5.0 / 128)
     assert s["measurement_rel_error"] == pytest.approx(0.1)
-    assert [v["mean_rel"] for v in m["measurement"]["by_kind"].values()] == pytest.approx([0.1] * 3)
+    assert [v["mean_rel"] for v in m["measurement"]["by_kind"].values()] == pytest.approx([0.1] * 4, abs=1e-4)
+    head = next(r for r in records if r.site == "fetal_head")
+    assert s["head_circumference_mad_mm"] == pytest.approx(0.1 * head.annotations.measurements["HC mm"], abs=0.01)
     # truth benign, malignant, benign, malignant; the first answered "normal" (outside the classes)
     assert s["diagnosis_accuracy"] == 0.75
     assert s["diagnosis_macro_f1"] == pytest.approx((2 / 3 + 1.0) / 2)
     # refusing everything: right on the six foreign questions, wrong on the six in-scope ones
     assert s["refusal_out_of_scope_accuracy"] == 1.0 and s["refusal_in_scope_accuracy"] == 0.0
     assert s["refusal_accuracy"] == 0.5
+
+
+def test_a_stored_head_circumference_is_scored_as_hc18_scores_it(tmp_path):
+    """A record holding "HC mm" (an HC18 import) is asked "head circumference"; the answer's ellipse is measured with
+    the record's spacing and the mean absolute difference in mm is a headline, beside the relative error."""
+    from umind_core.data.manifest import Annotations, ManifestObject, ManifestRecord
+    from umind_core.evaluation.runner import summary_table
+    from umind_core.landmarks import ellipse_axes, ellipse_perimeter
+
+    yy, xx = np.mgrid[0:120, 0:160]
+    mask = ((xx - 80) / 50.0) ** 2 + ((yy - 60) / 40.0) ** 2 <= 1
+    Image.fromarray(mask.astype(np.uint8) * 255).save(tmp_path / "head.png")
+    Image.fromarray(np.zeros((120, 160), np.uint8)).save(tmp_path / "image.png")
+    rec = ManifestRecord(id="hc", image="image.png", spacing=(0.2, 0.2), site="fetal_head", root=tmp_path,
+                         annotations=Annotations([ManifestObject("fetal head", mask="head.png")],
+                                                 measurements={"HC mm": 60.0}))
+    (q,) = build_queries([rec], "measure")
+    assert (q.prompt, q.target) == ("head circumference", {"measurement": "HC mm"})
+    axes = (*ellipse_axes(mask)[0], *ellipse_axes(mask)[1])
+    read = ellipse_perimeter(axes, (0.2, 0.2)).mm
+    sample = score(q, Result("measure", objects=[GroundedObject(label=q.prompt, ellipse=axes)]), rec)
+    assert sample["pred_source"] == "ellipse" and sample["pred_mm"] == pytest.approx(read)
+    assert sample["abs_error_mm"] == pytest.approx(abs(read - 60.0)) and read == pytest.approx(56.7, abs=0.5)
+    missing = score(q, Result("measure", answer="I cannot tell."), rec)
+    assert missing["pred_mm"] is None and missing["pred_source"] is None
+    m = aggregate([sample, missing])
+    assert m["summary"]["head_circumference_mad_mm"] == pytest.approx(abs(read - 60.0))
+    assert m["measurement"]["by_kind"]["head circumference"]["n_missing"] == 1
+    tables, _ = summary_table(m)
+    assert tables["Head circumference (as HC18 scores it)"]["UMind"]["missing"] == "1 of 2"
 
 
 def test_keypoints_match_by_name_then_nearest():
@@ -224,8 +263,6 @@ def test_overlays_are_the_best_and_worst_per_spatial_task(untrained_run):
             assert (out / name).is_file()
     files = sorted(p.name for p in (out / "overlays").iterdir())
     assert len(files) == 8 and not [p for p in out.iterdir() if p.name.startswith(".")]
-    from PIL import Image
-
     with Image.open(out / listing["segment"]["best"][0]) as im:
         assert im.size == (128, 128) and im.mode == "RGB"
 

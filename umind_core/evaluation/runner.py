@@ -15,9 +15,12 @@ of the prompted label (no mask is IoU 0). Detection: every box in the answer aga
 prompted label in that image, one-to-one at IoU 0.5 (detection boxes carry no labels worth trusting: the prompt
 already names the target). Keypoints: by name when the model labels a point with the landmark's name, the rest by
 nearest distance. Measurement: the answer's line measured with the record's spacing, else a "... mm" number in the
-text. Diagnosis: benign vs malignant images only (the report's Table 5); an answer naming neither class, or
-"normal", is wrong. Refusal: for every image of a known site one question about anatomy foreign to it (should be
-refused) and one about what is there (should be answered), in the same task, so the pair differs in the target only.
+text; a record's stored head circumference (``measurements["HC mm"]``, `landmarks.RECORD_MEASUREMENTS`) is asked
+for as "head circumference" and scored as HC18 scores it, the mean absolute difference in mm, from the perimeter of
+the answer's ellipse (`landmarks.ellipse_perimeter`). Diagnosis: benign vs malignant images only (the report's
+Table 5); an answer naming neither class, or "normal", is wrong. Refusal: for every image of a known site one
+question about anatomy foreign to it (should be refused) and one about what is there (should be answered), in the
+same task, so the pair differs in the target only.
 
 Examinations (manifest lines with ``images``, issue 35) are read whole and scored at the exam level by
 `umind_core.evaluation.exams`, which owns that reading; `evaluate`, `aggregate`, `summary_table` and `write_eval`
@@ -45,6 +48,7 @@ import numpy as np
 from ..atomic import new_temp_dir, replace_dir, write_text
 from ..findings import SCORED_FINDINGS
 from ..imageio import line_length
+from ..landmarks import RECORD_MEASUREMENTS, ellipse_perimeter
 from . import metrics as M
 
 __all__ = [
@@ -71,12 +75,14 @@ EVAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "dia
 SPATIAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
 DIAGNOSIS_LABELS: tuple[str, ...] = SCORED_FINDINGS  # the finding list's scored classes (umind_core.findings)
 IOU_THRESHOLD = 0.5
+#: the measurement kind HC18 scores (`measurement_kind` of its prompt): its mean absolute difference is a headline
+HC_KIND = RECORD_MEASUREMENTS["HC mm"]
 #: The headline numbers; `aggregate` always fills every key (None when the task was not run or had no data).
 SUMMARY_KEYS: tuple[str, ...] = (
     "segmentation_miou",
     "detection_precision", "detection_recall", "detection_f1",
     "keypoint_error_px", "keypoint_error_mm", "keypoint_error_rel_width",
-    "measurement_rel_error",
+    "measurement_rel_error", "head_circumference_mad_mm",
     "diagnosis_accuracy", "diagnosis_macro_f1",
     "refusal_accuracy", "refusal_out_of_scope_accuracy", "refusal_in_scope_accuracy",
     "exam_diagnosis_accuracy", "exam_best_view_diagnosis_accuracy",
@@ -203,6 +209,10 @@ def build_queries(records: Sequence, tasks: Sequence[str] | str | None = None) -
                 for k, line in enumerate(obj.lines):
                     if line.length_mm is not None and line.length_mm > 0:
                         out.append(Query(i, "measure", "measure", line.name, {"objects": [j], "line": k}))
+            for key, name in RECORD_MEASUREMENTS.items():
+                value = rec.annotations.measurements.get(key)
+                if value is not None and value > 0:
+                    out.append(Query(i, "measure", "measure", name, {"measurement": key}))
         if "diagnose" in tasks:
             diagnosis = _record_diagnosis(rec)
             if diagnosis is not None and diagnosis.strip().lower() in DIAGNOSIS_LABELS:
@@ -318,18 +328,7 @@ def score(query: Query, result, record, masks: Sequence[np.ndarray | None] | Non
                       mean_px=err["mean_px"], n_missing=err["n_missing"],
                       score=None if err["mean_px"] is None else -err["mean_px"])
     elif task == "measure":
-        obj = objects[query.target["objects"][0]]
-        line = obj.lines[query.target["line"]]
-        pred_line = next((list(o.line) for o in result.objects if o.line is not None), None)
-        pred_mm = _line_mm(pred_line, record.spacing) if pred_line is not None else None
-        source = "line" if pred_mm is not None else None
-        if pred_mm is None:  # no line to measure: score the number the model wrote (its raw answer)
-            pred_mm = _text_mm(getattr(result, "raw_answer", "") or result.answer)
-            source = "text" if pred_mm is not None else None
-        rel = None if pred_mm is None else M.measurement_error(pred_mm, line.length_mm)
-        sample.update(label=line.name, gt_line=[float(v) for v in line.xy], pred_line=pred_line,
-                      gt_mm=float(line.length_mm), pred_mm=pred_mm, pred_source=source, rel_error=rel,
-                      score=None if rel is None else -rel)
+        sample.update(_measure_sample(query, result, record))
     elif task == "diagnose":
         truth = query.target["diagnosis"]
         pred = parse_diagnosis(result.answer)
@@ -342,6 +341,29 @@ def score(query: Query, result, record, masks: Sequence[np.ndarray | None] | Non
     else:
         raise EvalError(f"query task {task!r} is not one of {EVAL_TASKS}")
     return sample
+
+
+def _measure_sample(query: Query, result, record) -> dict:
+    """A measurement's sample: the truth's line length (or the record's stored measurement, a head circumference)
+    against the answer's line (or ellipse perimeter) measured with the record's spacing, else the number its text
+    states (its raw answer)."""
+    pred_line = next((list(o.line) for o in result.objects if o.line is not None), None)
+    pred_ellipse = next((list(o.ellipse) for o in result.objects if o.ellipse is not None), None)
+    if "measurement" in query.target:
+        gt_mm, gt_line = float(record.annotations.measurements[query.target["measurement"]]), None
+        pred_line, source = None, "ellipse"
+        pred_mm = None if pred_ellipse is None else ellipse_perimeter(pred_ellipse, record.spacing).mm
+    else:
+        line = record.annotations.objects[query.target["objects"][0]].lines[query.target["line"]]
+        gt_mm, gt_line, pred_ellipse, source = float(line.length_mm), [float(v) for v in line.xy], None, "line"
+        pred_mm = _line_mm(pred_line, record.spacing) if pred_line is not None else None
+    if pred_mm is None:  # nothing drawn to measure: score the number the model wrote (its raw answer)
+        pred_mm = _text_mm(getattr(result, "raw_answer", "") or result.answer)
+        source = "text"
+    rel = None if pred_mm is None else M.measurement_error(pred_mm, gt_mm)
+    return dict(label=query.prompt, gt_line=gt_line, pred_line=pred_line, pred_ellipse=pred_ellipse, gt_mm=gt_mm,
+                pred_mm=pred_mm, pred_source=None if pred_mm is None else source, rel_error=rel,
+                abs_error_mm=None if pred_mm is None else abs(pred_mm - gt_mm), score=None if rel is None else -rel)
 
 
 def _image_width(result, record) -> int:
@@ -417,6 +439,7 @@ def aggregate(samples: Sequence[dict]) -> dict:
         out["measurement"]["by_kind"] = {k: M.measurement_errors([s["pred_mm"] for s in v], [s["gt_mm"] for s in v])
                                          for k, v in sorted(kinds.items())}
         summary["measurement_rel_error"] = out["measurement"]["mean_rel"]
+        summary["head_circumference_mad_mm"] = out["measurement"]["by_kind"].get(HC_KIND, {}).get("mean_abs")
 
     dia = _of(samples, "diagnose")
     if dia:
@@ -601,6 +624,10 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
         if m.get("by_kind"):
             add("Measurement mean relative error by kind (%)",
                 {k: None if v["mean_rel"] is None else 100.0 * v["mean_rel"] for k, v in m["by_kind"].items()})
+        hc = m.get("by_kind", {}).get(HC_KIND)
+        if hc:
+            add("Head circumference (as HC18 scores it)", {"Mean absolute difference (mm)": hc["mean_abs"],
+                                                           "missing": f"{hc['n_missing']} of {hc['n']}"})
     if "diagnosis" in metrics:
         d = metrics["diagnosis"]
         add("Diagnosis, benign vs malignant (%)", {"Accuracy": d["accuracy"], "Macro-F1": d["macro_f1"]}, 100.0)
@@ -658,7 +685,8 @@ def _draw(sample: dict, path: Path) -> Path:
     if task == "keypoints":
         pts = [*sample["gt_points"], *(p for p in sample["pred_points"] if p is not None)]
         return write_overlay_png(frame, [], path, points=pts)
-    lines = [sample["gt_line"]] + ([sample["pred_line"]] if sample.get("pred_line") else [])
+    ellipse = sample.get("pred_ellipse") or []
+    lines = [ln for ln in (sample.get("gt_line"), sample.get("pred_line"), ellipse[:4], ellipse[4:]) if ln]
     return write_overlay_png(frame, [], path, lines=lines)
 
 
