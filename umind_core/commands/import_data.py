@@ -13,6 +13,13 @@ Formats (one reader each in umind_core/importers/):
               manifests that point back at DIR's images and masks).
   slicer      a folder of Slicer exports: images with <stem>.seg.nrrd and <stem>*.mrk.json beside them
               (segments -> masks, fiducials -> keypoints, lines -> lines, ROIs -> boxes).
+  hc18        the HC18 release folder: training_set/NNN_HC.png (NNN_2HC.png.. are subject NNN again) with
+              NNN_HC_Annotation.png (the head's ellipse, filled to a "fetal head" mask) and
+              training_set_pixel_size_and_HC.csv (spacing; the head circumference as measurement "HC mm");
+              the subject is the record's "group"; test_set/ images become unlabelled records of split test_set.
+  busi        BUSI's benign/, malignant/, normal/ folders ("benign (N).png"): the folder is the finding; the
+              original release's "benign (N)_mask.png", "_mask_1.png".. are "breast lesion" objects (one per
+              file, or --lesion-masks merged: one per image); normal images have no lesion. Masks are optional.
 
 Output layout (--out DIR, a new folder):
   DIR/manifest.jsonl      every record, test split included; each keeps its source split in the key "split"
@@ -21,7 +28,12 @@ Output layout (--out DIR, a new folder):
                           same relative paths: train with `umind train --manifest DIR/train.jsonl`
   DIR/images/, DIR/masks/ images hard-linked (copied across file systems; NIfTI/NRRD/DICOM converted to PNG)
                           and one 0/255 PNG per object mask
-  DIR/import_report.json  every skipped row with its reason
+  DIR/import_report.json  every skipped row with its reason, records and groups per split
+
+Splits by group (--split NAME=FRACTION, e.g. --split test=0.2): that fraction of the groups the source leaves
+unsplit goes to DIR/NAME.jsonl, the rest to DIR/train.jsonl, whole groups to one side (HC18: a subject's images;
+a record without a group is its own), decided by a hash of each group and --split-seed, so a record keeps its side
+when the source grows. Records the source splits itself (HC18's test_set) keep their split.
 
 CSV columns (header row, case-insensitive; blank cells are "not given"):
   image                   required: image path (or, with --merge, the image's name)
@@ -44,8 +56,8 @@ import argparse
 import sys
 
 NAME = "import"
-HELP = "import a dataset (nnU-Net v2, COCO, UltraBench, CSV labels, Slicer exports) as a manifest"
-_FORMATS = ("nnunet", "coco", "ultrabench", "csv", "slicer")
+HELP = "import a dataset (nnU-Net v2, COCO, UltraBench, CSV labels, Slicer exports, HC18, BUSI) as a manifest"
+_FORMATS = ("nnunet", "coco", "ultrabench", "csv", "slicer", "hc18", "busi")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", help="site of every record (e.g. thyroid), where the source does not say")
     parser.add_argument("--tasks", help="comma-separated tasks to build conversations for (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversation wording (default: 0)")
+    parser.add_argument("--split", metavar="NAME=FRACTION",
+                        help="hold out that fraction of the groups (subjects) as split NAME, the rest as train")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of --split (default: 0)")
+    parser.add_argument("--lesion-masks", choices=("apart", "merged"),
+                        help="busi: one lesion object per mask file (apart, the default) or per image (merged)")
     parser.add_argument("--no-conversations", action="store_true", help="write the annotations only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -68,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     summary = import_dataset(args.format, args.source, args.out, images=args.images, merge=args.merge,
                              site=args.site, conversations=not args.no_conversations, tasks=tasks, seed=args.seed,
-                             progress=not args.no_progress and sys.stderr.isatty())
+                             progress=not args.no_progress and sys.stderr.isatty(), split=args.split,
+                             split_seed=args.split_seed, lesion_masks=args.lesion_masks)
     print("\n".join(summary.lines(args.format)))
     return 0

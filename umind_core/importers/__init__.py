@@ -2,9 +2,9 @@
 
 One module per source layout, each with ``DESCRIPTION`` and ``read(source, ctx) -> list[ManifestRecord]``;
 `FORMATS` maps the command's FORMAT to it. What all of them share (ids, image and mask files, the label-map and
-lesion-components rules, the skip log, the manifest write and its check) is in `common`, so a rule changes in one
-place. Readers never build conversations: `import_dataset` hands the written manifest to the one conversation
-builder (`data.conversations.attach_conversations`).
+lesion-components rules, the skip log, the split by group, the manifest write and its check) is in `common`, so a
+rule changes in one place. Readers never build conversations: `import_dataset` hands the written manifest to the one
+conversation builder (`data.conversations.attach_conversations`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ FORMATS: dict[str, str] = {
     "ultrabench": "umind_core.importers.ultrabench",
     "csv": "umind_core.importers.csv_labels",
     "slicer": "umind_core.importers.slicer",
+    "hc18": "umind_core.importers.hc18",
+    "busi": "umind_core.importers.busi",
 }
 
 
@@ -49,23 +51,32 @@ def _check_out(out: Path, merge: Path | None) -> None:
 
 def import_dataset(fmt: str, source: str | Path, out: str | Path, *, images: str | Path | None = None,
                    merge: str | Path | None = None, site: str | None = None, conversations: bool = True,
-                   tasks: Sequence[str] | None = None, seed: int = 0, progress: bool = True) -> ImportSummary:
+                   tasks: Sequence[str] | None = None, seed: int = 0, progress: bool = True,
+                   split: str | None = None, split_seed: int = 0,
+                   lesion_masks: str | None = None) -> ImportSummary:
     """Read SOURCE in FORMAT and write the import into OUT (layout: `common.finish`).
 
-    SourceError for a source that cannot be read at all, ImportFailure when nothing can be written; bad rows are
-    skipped and listed in the summary's log instead.
+    `split` ``NAME=FRACTION`` puts that fraction of the groups the source leaves unsplit into split NAME and the
+    rest into "train" (`common.assign_split`, seeded by `split_seed`); `lesion_masks` is the busi reader's
+    "apart" (default) or "merged". SourceError for a source that cannot be read at all, ImportFailure when nothing
+    can be written; bad rows are skipped and listed in the summary's log instead.
     """
+    from .common import assign_split, finish, parse_split
+
     mod = reader(fmt)
     source, out = Path(source), Path(out)
     merge_dir = None if merge is None else Path(merge)
     if merge_dir is not None and fmt != "csv":
         raise ValueError("--merge applies to the csv format only")
+    if lesion_masks is not None and fmt != "busi":
+        raise ValueError("--lesion-masks applies to the busi format only")
+    held_out = None if split is None else parse_split(split)
     if not source.exists():
         raise SourceError(f"{source}: no such file or folder")
     _check_out(out, merge_dir)
     ctx = ImportContext(out=out, progress=progress, site=site,
-                        options={"images": images, "merge": merge_dir})
+                        options={"images": images, "merge": merge_dir, "lesion_masks": lesion_masks})
     records = mod.read(source, ctx)
-    from .common import finish
-
+    if held_out is not None and records:
+        assign_split(records, *held_out, seed=split_seed)
     return finish(ctx, records, conversations=conversations, seed=seed, tasks=tasks)

@@ -1,5 +1,6 @@
 """What every importer needs, decided once: ids, image and mask files under the output folder, label maps split
-into objects (the lesion-components rule), the skip-with-reason log, and the final write of the manifests.
+into objects (the lesion-components rule), the skip-with-reason log, the split by group (`assign_split`) and the
+final write of the manifests.
 
 Readers turn one source layout into `ManifestRecord`s whose paths are relative to the output folder; they never
 build conversations (`finish` hands the written manifest to the one conversation builder) and never write a
@@ -21,11 +22,12 @@ from PIL import Image
 
 from ..atomic import atomic_path, copy_into, write_text
 from ..data.manifest import ManifestError, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
+from ..data.split import group_split, record_groups
 from ..masks import is_lesion_kind, mask_box, mask_pieces
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
-           "load_json", "finish", "valid_split", "PIL_SUFFIXES"]
+           "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split"]
 
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -33,6 +35,8 @@ PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 _ID_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 #: A split becomes the file DIR/<split>.jsonl: a plain name, never "manifest" or a path.
 _SPLIT = re.compile(r"^(?!manifest$)[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: The side `assign_split` puts the rest on.
+TRAIN = "train"
 
 
 def valid_split(name: str) -> bool:
@@ -77,17 +81,22 @@ class ImportLog:
 
 @dataclass
 class ImportSummary:
-    """What `finish` wrote: the manifests, records per split, and the log."""
+    """What `finish` wrote: the manifests, records per split, groups per split (where records name a group), and
+    the log."""
     manifest: Path
     split_manifests: dict[str, Path]
     imported: int
     per_split: dict[str, int]
     log: ImportLog
+    groups_per_split: dict[str, int] = field(default_factory=dict)
 
     def lines(self, fmt: str) -> list[str]:
         splits = ", ".join(f"{k} {v}" for k, v in self.per_split.items())
         head = f"umind import {fmt}: imported {self.imported} record(s)"
         out = [f"{head}{f' ({splits})' if splits else ''} -> {self.manifest}"]
+        if self.groups_per_split:
+            groups = ", ".join(f"{k} {v}" for k, v in self.groups_per_split.items())
+            out.append(f"groups (subjects) per split: {groups}")
         counts = self.log.skip_counts()
         out.append(f"skipped {sum(counts.values())}" + (":" if counts else ""))
         out += [f"  {n:5d}  {reason}" for reason, n in counts.most_common()]
@@ -145,6 +154,51 @@ def load_json(path: Path, what: str) -> Any:
         raise SourceError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot read {what}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------ splits
+
+def parse_split(text: str) -> tuple[str, float]:
+    """``NAME=FRACTION`` (``test=0.2``) -> (name, fraction); ValueError saying what is wrong otherwise."""
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    try:
+        fraction = float(value) if sep else float("nan")
+    except ValueError:
+        fraction = float("nan")
+    if not (0.0 < fraction < 1.0):
+        raise ValueError(f"--split {text!r}: expected NAME=FRACTION with a fraction between 0 and 1, e.g. test=0.2")
+    if not valid_split(name) or name == TRAIN:
+        raise ValueError(f"--split {text!r}: the name must be a plain file name (letters, digits, - and _), not "
+                         f"'manifest' or '{TRAIN}' (the rest goes to {TRAIN})")
+    return name, fraction
+
+
+def assign_split(records: Sequence[Any], name: str, fraction: float, seed: int = 0) -> int:
+    """Put `fraction` of the groups of the records the source left unsplit into split `name`, the rest into
+    "train", in place, by the project's one split rule (`data.split.group_split`: whole groups, from a hash of each
+    group and `seed`, so a record keeps its side when the source grows). Records with a split from the source (a
+    challenge's unlabelled test set) keep it. Returns how many records were split; ImportFailure when none could be.
+    """
+    free = [r for r in records if not r.extra.get("split")]
+    if not free:
+        raise ImportFailure("--split: every record already has the source's own split; nothing left to split")
+    ids = [r.id for r in free]
+    try:
+        _, held = group_split(ids, record_groups(free), fraction, min_val=1, salt=f"umind-import:{seed}")
+    except ValueError as exc:
+        raise ImportFailure(f"--split: {exc}") from None
+    held_ids = set(held)
+    for rec in free:
+        rec.extra["split"] = name if rec.id in held_ids else TRAIN
+    return len(free)
+
+
+def _groups_per_split(by_split: Mapping[str, Sequence[Any]]) -> dict[str, int]:
+    """Distinct groups per split (a record without a group counts as its own), where any record names one."""
+    if not any(g for recs in by_split.values() for g in record_groups(recs)):
+        return {}
+    return {k: len({g or f"id:{r.id}" for r, g in zip(recs, record_groups(recs))}) for k, recs in by_split.items()}
 
 
 # ------------------------------------------------------------------------------------------ files out
@@ -341,9 +395,11 @@ def finish(ctx: ImportContext, records: list[ManifestRecord], conversations: boo
     n = _check_written(manifest)
     for path in split_paths.values():
         _check_written(path)
-    summary = ImportSummary(manifest, split_paths, n, {k: len(v) for k, v in by_split.items()}, ctx.log)
+    summary = ImportSummary(manifest, split_paths, n, {k: len(v) for k, v in by_split.items()}, ctx.log,
+                            _groups_per_split(by_split))
     report = {"manifest": manifest.name, "splits": {k: p.name for k, p in split_paths.items()},
-              "imported": n, "per_split": summary.per_split, "skipped": ctx.log.skipped,
+              "imported": n, "per_split": summary.per_split, "groups_per_split": summary.groups_per_split,
+              "skipped": ctx.log.skipped,
               "skipped_by_reason": dict(ctx.log.skip_counts()), "dropped": dict(ctx.log.dropped)}
     write_text(ctx.out / "import_report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return summary
