@@ -300,10 +300,10 @@ def _write(p, data):
     return p
 
 
-def _huge_nhdr(p):
-    (p.parent / "missing.raw").write_bytes(b"")  # ITK opens it; it is never read
+def _huge_nrrd(p):
+    """A header that declares 125 M pixels and holds none: refused from the header, before any is read."""
     p.write_text("NRRD0004\ntype: unsigned char\ndimension: 3\nsizes: 5000 5000 5\n"
-                 "encoding: raw\ndata file: missing.raw\n\n")
+                 "encoding: raw\n\n")
     return p
 
 
@@ -345,7 +345,7 @@ def _bad_inputs():
                        "too small"),
         "huge side": (lambda t: F.write_png(t / "wide.png", np.zeros((8, 16385), np.uint8)),
                       "too large"),
-        "huge pixels": (lambda t: _huge_nhdr(t / "huge.nhdr"), "too large"),
+        "huge pixels": (lambda t: _huge_nrrd(t / "huge.nrrd"), "too large"),
         "all nan": (all_nan, "NaN"),
         "all nan nifti": (all_nan_nifti, "NaN"),
         "4d": (nifti_4d, "unknown frame layout"),

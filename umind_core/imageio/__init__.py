@@ -28,7 +28,9 @@ Conventions (the single place where they are decided):
 
 The package's modules, each the one owner of its part: `formats` (which format a file is, by name as the readers
 decode it or by content, and its header's shape and pixel size before decoding: `detect_format`,
-`sniff_format`, `read_header`), `readers` (files -> frames + geometry), `geometry`
+`sniff_format`, `read_header`), `opening` (a study is one self-contained file: the checks before any decoder
+opens one, the ITK reader pinned to its format, decoder text kept out of messages), `dicom_bounds` (DICOM read
+with every inflation bounded by the declared size), `readers` (files -> frames + geometry), `geometry`
 (`Frame`, `Geometry`, `Study`, pixel <-> LPS, frame axes, and `line_length`: the one owner of every length
 UMind reports), `writers` (label maps and images out, and
 `read_label_map` beside `write_label_map`), `markups` (.mrk.json out and in), `overlays` (quick-look PNGs),
@@ -42,6 +44,7 @@ from .formats import CONTENT_FORMATS, detect_format, read_header, sniff_format  
 from .geometry import (HEADER, ULTRASOUND_REGIONS, Frame, Geometry, Length, Study,  # noqa: F401
                        frame_axes_lps, frame_itk_axes, frame_normal_axis, frame_spacing, line_length,
                        physical_to_pixel, pixel_to_physical, ras_to_lps, stack_from_volume, with_frame_spacing)
+from .opening import checked_format, decoder_failure, sitk_reader  # noqa: F401
 from .markups import MARKUPS_SCHEMA, parse_markups, read_markups_json, write_markups_json
 from .overlays import write_overlay_png
 from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _window, read_image,  # noqa: F401
@@ -67,6 +70,8 @@ __all__ = [
     "detect_format",
     "sniff_format",
     "read_header",
+    "checked_format",
+    "sitk_reader",
     "MARKUPS_SCHEMA",
     "read_study",
     "read_image",

@@ -8,7 +8,8 @@ Two questions with two answers, both asked at the server's doors:
   extension of its content, never of the client's file name, so the datastore's door asks this one.
 
 `read_header(path)` answers (shape, bytes a decoded pixel takes, format) from the header alone, read the way
-the reader will read the file (`detect_format`): compressed data (gzip NIfTI, PNG, JPEG) is not inflated, so a
+the reader will read the file (`opening.checked_format`: the same refusals of files that name other files):
+compressed data (gzip NIfTI, PNG, JPEG, a deflated DICOM data set past its header) is not inflated, so a
 decompression bomb costs nothing there. The server's caps check every image against their pixel and decode
 budget with it before anything is decoded.
 
@@ -27,8 +28,9 @@ from .errors import ImageReadError
 __all__ = ["SUPPORTED_SUFFIXES", "CONTENT_FORMATS", "detect_format", "sniff_format", "read_header"]
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd", ".nhdr",
+    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd",
 )
+# .nhdr (a detached NRRD header) is named here only so that its refusal (`opening`) can say what it is
 _FORMAT_BY_SUFFIX = {
     ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".dcm": "dicom", ".dicom": "dicom",
     ".nii": "nifti", ".nii.gz": "nifti", ".nrrd": "nrrd", ".nhdr": "nrrd",
@@ -97,9 +99,13 @@ def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], int, str]:
     """(shape in numpy order with colour channels left out, bytes a decoded pixel takes with all its channels,
     format) from the header alone, read as `detect_format` says the reader will. A file of no supported format,
     or a header its reader does not understand, is the ImageReadError the full read would raise."""
-    fmt = detect_format(path)
+    from .opening import checked_format  # it builds on detect_format and sniff_format above
+
+    fmt = checked_format(path)
     try:
         shape, per_pixel = _header(str(path), fmt)
+    except ImageReadError:
+        raise
     except Exception as exc:  # a header no reader understands: the same refusal the full read would give
         raise ImageReadError(f"{path}: cannot read {fmt} data (header: {type(exc).__name__})") from None
     return shape, per_pixel, fmt
@@ -112,15 +118,16 @@ def _header(path: str, fmt: str) -> tuple[tuple[int, ...], int]:
         with Image.open(path) as im:
             return (im.height, im.width), _PIL_BYTES.get(im.mode, 4)
     if fmt == "dicom":
-        import pydicom
+        from .dicom_bounds import read_dicom
 
-        ds = pydicom.dcmread(path, stop_before_pixels=True)
+        ds = read_dicom(path, header_only=True)  # a deflated data set: only its header is inflated
         per = max(1, int(getattr(ds, "BitsAllocated", 8) or 8) // 8) * int(getattr(ds, "SamplesPerPixel", 1) or 1)
         return (int(getattr(ds, "NumberOfFrames", 1) or 1), int(ds.Rows), int(ds.Columns)), per
     import SimpleITK as sitk
 
-    reader = sitk.ImageFileReader()
-    reader.SetFileName(path)
+    from .opening import sitk_reader
+
+    reader = sitk_reader(path, fmt)
     reader.ReadImageInformation()
     per = sitk.Image([1] * reader.GetDimension(), reader.GetPixelID(), 1).GetSizeOfPixelComponent()  # 1 voxel
     return tuple(int(s) for s in reversed(reader.GetSize())), per * int(reader.GetNumberOfComponents())

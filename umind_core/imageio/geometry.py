@@ -55,6 +55,13 @@ class Geometry:
     format: str = "png"
     spacing_known: bool = True
 
+    def __post_init__(self):
+        """A spacing that is not a usable length (0, negative, NaN, inf, 1e308) is unknown, whatever the file said:
+        lengths are then in pixels and say so, and no NaN or inf reaches a reply (they gave 500s)."""
+        if not usable_spacing(self.spacing):
+            self.spacing = tuple(float(v) if usable_spacing((v,)) else 1.0 for v in self.spacing)
+            self.spacing_known = False
+
     @property
     def ndim(self) -> int:
         return 2 if self.kind == "2d" else 3
@@ -141,6 +148,20 @@ class Study:
         return with_frame_spacing(viewer, frame_spacing(self.geometry))
 
 
+#: the largest pixel spacing taken as a calibration, in mm (ultrasound's are 0.03-1 mm; a metre a pixel is no scan)
+MAX_SPACING_MM = 1000.0
+
+
+def usable_spacing(values: Sequence[float] | None) -> bool:
+    """True when every value is a finite length in (0, MAX_SPACING_MM] mm: the one rule for "spacing is known"."""
+    if values is None:
+        return False
+    try:
+        return all(math.isfinite(float(v)) and 0.0 < float(v) <= MAX_SPACING_MM for v in values)
+    except (TypeError, ValueError):
+        return False
+
+
 def frame_spacing(geometry: Geometry) -> tuple[float, float]:
     """In-plane (column, row) spacing of the frames made from ``geometry``."""
     s = geometry.spacing
@@ -151,7 +172,10 @@ def frame_spacing(geometry: Geometry) -> tuple[float, float]:
 
 
 def with_frame_spacing(geometry: Geometry, spacing: Sequence[float]) -> Geometry:
-    """``geometry`` with the in-plane (column, row) spacing of its frames replaced, marked calibrated."""
+    """``geometry`` with the in-plane (column, row) spacing of its frames replaced, marked calibrated (unchanged
+    when `spacing` is not usable)."""
+    if not usable_spacing(spacing):
+        return geometry
     full = list(geometry.spacing)
     if geometry.kind == "2d":
         full[0], full[1] = float(spacing[0]), float(spacing[1])
@@ -191,7 +215,7 @@ def line_length(line: Sequence[float], spacing: Sequence[float] | None) -> Lengt
     pixels). Without spacing the length is in pixels and says so: a pixel count is never reported as mm.
     """
     x1, y1, x2, y2 = (float(v) for v in line)
-    if spacing is None:
+    if spacing is None or not usable_spacing(spacing):
         return Length(math.hypot(x2 - x1, y2 - y1), "px")
     col, row = float(spacing[0]), float(spacing[1])
     return Length(math.hypot((x2 - x1) * col, (y2 - y1) * row), "mm")

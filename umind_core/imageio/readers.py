@@ -12,8 +12,10 @@ import numpy as np
 from PIL import Image
 
 from .errors import ImageReadError
-from .formats import SUPPORTED_SUFFIXES, detect_format
-from .geometry import Frame, Geometry, Study, frame_spacing, stack_from_volume
+from .dicom_bounds import check_frames, read_dicom
+from .formats import SUPPORTED_SUFFIXES
+from .opening import checked_format, decoder_failure, sitk_reader
+from .geometry import Frame, Geometry, Study, frame_spacing, stack_from_volume, usable_spacing
 
 __all__ = ["SUPPORTED_SUFFIXES", "MIN_SIDE", "MAX_SIDE", "MAX_PIXELS", "read_study", "read_image"]
 
@@ -42,21 +44,23 @@ def read_study(path: str | os.PathLike, axis: int | None = None,
         raise ImageReadError(f"{name}: is a directory, not an image file")
     if p.stat().st_size == 0:
         raise ImageReadError(f"{name}: file is empty")
-    fmt = detect_format(p)
+    fmt = checked_format(p)
     readers = {"png": _read_pil, "jpeg": _read_pil, "dicom": _read_dicom,
                "nifti": _read_sitk, "nrrd": _read_sitk}
     try:
         stack, geometry, spacing2d, scan_mask, meta = readers[fmt](p, fmt, axis)
     except ImageReadError:
         raise
-    except MemoryError as exc:
-        raise ImageReadError(f"{name}: not enough memory to read ({exc})") from exc
-    except Exception as exc:  # decoders raise anything from OSError to RuntimeError
-        raise ImageReadError(f"{name}: cannot read {fmt} data: {exc}") from exc
+    except MemoryError:
+        raise ImageReadError(f"{name}: not enough memory to read it") from None
+    except Exception as exc:  # decoders raise anything from OSError to RuntimeError; their text is not passed on
+        raise decoder_failure(name, fmt, exc) from None
     _check_frame_size(name, geometry)
     indices = _select(name, frames, geometry.n_frames)
     if scan_mask is not None:
         scan_mask.setflags(write=False)
+    if not geometry.spacing_known or not usable_spacing(spacing2d):
+        spacing2d = None  # pixels, said so (Geometry's own rule has already marked it unknown)
     out = [Frame(pixels=np.ascontiguousarray(stack[i]), spacing=spacing2d, index=i,
                  source=name, scan_mask=scan_mask) for i in indices]
     meta.setdefault("n_frames", geometry.n_frames)
@@ -161,7 +165,6 @@ def _read_pil(p: Path, fmt: str, axis: int | None):
 
 
 def _read_dicom(p: Path, fmt: str, axis: int | None):
-    import pydicom
     from pydicom.pixel_data_handlers.util import (
         apply_color_lut, apply_modality_lut, convert_color_space,
     )
@@ -170,9 +173,11 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
     if axis not in (None, 0):
         raise ImageReadError(f"{name}: axis={axis} given for a DICOM image (frames are time)")
     try:
-        ds = pydicom.dcmread(str(p))
+        ds = read_dicom(p, max_pixels=MAX_PIXELS)
+    except ImageReadError:
+        raise
     except Exception as exc:
-        raise ImageReadError(f"{name}: not a readable DICOM file: {exc}") from exc
+        raise ImageReadError(f"{name}: not a readable DICOM file ({type(exc).__name__})") from None
     if "PixelData" not in ds:
         raise ImageReadError(f"{name}: DICOM file has no PixelData")
     rows, cols = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
@@ -183,11 +188,12 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
                              f"at least {MIN_SIDE} px a side)")
     pi = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).upper()
     spp = int(ds.get("SamplesPerPixel", 1) or 1)
+    check_frames(ds, name)
     try:
         arr = ds.pixel_array
     except Exception as exc:
-        raise ImageReadError(f"{name}: cannot decode DICOM pixel data "
-                             f"({ds.file_meta.get('TransferSyntaxUID', '?')}): {exc}") from exc
+        raise ImageReadError(f"{name}: cannot decode DICOM pixel data ({ds.file_meta.get('TransferSyntaxUID', '?')}; "
+                             f"{type(exc).__name__}: truncated, corrupt or an unsupported compression)") from None
     colour = spp > 1
     if (n == 1 and arr.ndim == (3 if colour else 2)):
         arr = arr[None]
@@ -256,20 +262,31 @@ def _dicom_regions(ds) -> list[dict]:
             "x1": int(g("RegionLocationMaxX1", 0)), "y1": int(g("RegionLocationMaxY1", 0)),
             "units_x": int(g("PhysicalUnitsXDirection", 0)),
             "units_y": int(g("PhysicalUnitsYDirection", 0)),
-            "delta_x": float(g("PhysicalDeltaX", 0.0)), "delta_y": float(g("PhysicalDeltaY", 0.0)),
+            "delta_x": _finite(g("PhysicalDeltaX", 0.0)), "delta_y": _finite(g("PhysicalDeltaY", 0.0)),
         })
     return out
+
+
+def _finite(value) -> float | None:
+    """A region's delta as a float, None when it is not a finite number (NaN, inf: they reach replies as meta)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
 
 
 def _dicom_spacing(ds) -> tuple[tuple[float, float] | None, str | None, list[dict]]:
     """PixelSpacing (row, col!) wins; else the first calibrated US region, 2D tissue first."""
     regions = _dicom_regions(ds)
     ps = ds.get("PixelSpacing", None)
-    if ps is not None and len(ps) == 2 and float(ps[0]) > 0 and float(ps[1]) > 0:
+    if ps is not None and len(ps) == 2 and usable_spacing(ps):
         return (float(ps[1]), float(ps[0])), "PixelSpacing", regions
     calibrated = [r for r in regions
                   if r["units_x"] in _DICOM_UNIT_MM and r["units_y"] in _DICOM_UNIT_MM
-                  and r["delta_x"] != 0 and r["delta_y"] != 0]
+                  and r["delta_x"] is not None and r["delta_y"] is not None
+                  and usable_spacing((abs(r["delta_x"]) * _DICOM_UNIT_MM[r["units_x"]],
+                                      abs(r["delta_y"]) * _DICOM_UNIT_MM[r["units_y"]]))]
     calibrated.sort(key=lambda r: r["spatial_format"] != 1)
     if calibrated:
         r = calibrated[0]
@@ -325,12 +342,11 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
     import SimpleITK as sitk
 
     name = str(p)
-    reader = sitk.ImageFileReader()
-    reader.SetFileName(name)
+    reader = sitk_reader(p, fmt)
     try:
         reader.ReadImageInformation()
     except RuntimeError as exc:
-        raise ImageReadError(f"{name}: not a readable {fmt} file: {_first_line(exc)}") from exc
+        raise decoder_failure(name, fmt, exc, "header") from None
     size = tuple(int(s) for s in reader.GetSize())
     _check_size(name, size)
     ncomp = int(reader.GetNumberOfComponents())
@@ -344,8 +360,7 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
     try:
         img = reader.Execute()
     except RuntimeError as exc:
-        raise ImageReadError(f"{name}: cannot read pixel data (truncated or corrupt?): "
-                             f"{_first_line(exc)}") from exc
+        raise decoder_failure(name, fmt, exc, "pixel data") from None
 
     if kind == "cine4d":  # (x, y, 1, t) -> 3D (x, y, t), z direction kept as the frame normal
         arr = sitk.GetArrayFromImage(img)[:, 0]
@@ -424,7 +439,7 @@ def _check_nifti_complete(p: Path, md: dict) -> None:
                     if got >= expected:
                         break
         except (EOFError, OSError, zlib.error) as exc:
-            raise ImageReadError(f"{p}: truncated or corrupt gzip data ({exc})") from exc
+            raise ImageReadError(f"{p}: truncated or corrupt gzip data ({type(exc).__name__})") from None
     else:
         got = p.stat().st_size
     if got < expected:
@@ -448,11 +463,3 @@ def _nifti_nan_back(p: Path, arr: np.ndarray) -> np.ndarray:
     out = np.array(arr, dtype=arr.dtype if arr.dtype.kind == "f" else np.float32)
     out[bad.T.reshape(out.shape)] = np.nan
     return out
-
-
-def _first_line(exc: Exception) -> str:
-    """The informative part of an ITK exception (its last line, without build paths)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("Exception thrown in SimpleITK")]
-    last = lines[-1] if lines else type(exc).__name__
-    return last.replace("[nrrd] ", "")[:300]

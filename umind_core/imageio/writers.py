@@ -105,15 +105,20 @@ def read_label_map(path: str | os.PathLike, geometry: Geometry) -> np.ndarray:
     another axis is read back through the same transpose. Used where labels come in (datastore uploads,
     training export); a map of another shape than the image's frames is an ImageReadError naming both.
     """
+    from .opening import checked_format, sitk_reader
+
     path = Path(path)
     h, w = geometry.frame_shape
-    if path.name.lower().endswith((".png", ".jpg", ".jpeg")):
+    fmt = checked_format(path)
+    if fmt in ("png", "jpeg"):
         with Image.open(path) as im:
             stack = np.asarray(im.convert("L") if im.mode not in ("L", "I", "I;16") else im)[None]
+    elif fmt == "dicom":
+        raise ImageReadError(f"{path}: a label map is PNG, NIfTI or NRRD, not DICOM")
     else:
         import SimpleITK as sitk
 
-        arr = sitk.GetArrayFromImage(sitk.ReadImage(str(path)))
+        arr = sitk.GetArrayFromImage(sitk_reader(path, fmt).Execute())
         stack = arr if arr.ndim == 3 else arr[None]
         if geometry.kind != "2d" and geometry.axis != 0:
             stack = stack_from_volume(arr, geometry.axis)
