@@ -26,12 +26,13 @@ is loaded, which decode is live (`umind.decode`).
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from fastapi import HTTPException
 from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
-from monailabel.interfaces.datastore import Datastore
+from monailabel.interfaces.datastore import Datastore, DefaultLabelTag
 from monailabel.tasks.activelearning.first import First
 
 from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
@@ -41,7 +42,7 @@ from lib.wall.cors import restrict_cors
 from lib.datastore import GuardedDatastore
 from lib.dicomweb_proxy import install_dicomweb_proxy
 from lib.wall.edge import install_edge, set_roots
-from lib.wall.infer_guard import check_infer_request
+from lib.wall.infer_guard import IMAGE_ID, SAVE_LABEL, check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
 from lib.wall.login import install_login_route
 from lib.model_holder import holder
@@ -182,7 +183,14 @@ class UMindApp(MONAILabelApp):
             raise HTTPException(status_code=404, detail=f"unknown infer task {model!r}; available: "
                                                         f"{', '.join(sorted(self._infers))}")
         store = datastore or self.datastore()
-        return super().infer(check_infer_request(request, store, self.umind_conf, UPLOADED.get()), store)
+        checked = check_infer_request(request, store, self.umind_conf, UPLOADED.get())
+        result = super().infer(checked, store)
+        out = result.get("file")
+        if checked.get(SAVE_LABEL) and out and os.path.exists(out):  # what MONAI Label does for an id
+            tag = checked.get("label_tag", DefaultLabelTag.ORIGINAL.value)
+            result["label"] = store.save_label(checked[IMAGE_ID], out, tag,
+                                               {"model": model, "params": result.get("params")})
+        return result
 
     def scoring(self, request, datastore=None):
         """Scoring run in this process (`run_sync=true`) uses the served Predictor, as /infer threads do."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +213,10 @@ def test_malformed_claims_are_401_naming_the_claim_not_500(server, issuer):
         (ALL_ROLES, {"aud": 5}, ["aud"]),
         (ALL_ROLES, {"azp": [CLIENT_ID]}, ["azp"]),
         (ALL_ROLES, {"typ": 1}, ["typ"]),
+        # PyJWT checks exp only when present and reads a numeric string through int(): neither may pass
+        (ALL_ROLES, {"exp": DROP}, ["expiry"]),
+        (ALL_ROLES, {"exp": str(int(time.time()) + 300)}, ["exp"]),
+        (ALL_ROLES, {"exp": True}, ["exp"]),
     ]
     for roles, claims, words in cases:
         token = issuer.token("root", roles, **claims)

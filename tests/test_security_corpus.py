@@ -12,12 +12,14 @@ accepted. One server serves every row, so the whole corpus costs one start-up pl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -312,7 +314,171 @@ def cases(root: Path) -> list[Case]:
           headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "PUT"}, check=_no_cors_echo),
         C("cors simple request from another origin", "GET", "/info/", 200, (),
           headers={"Origin": "http://evil.example"}, check=_no_cors_echo),
+        *file_cases(root),
     ]
+
+
+# ---- issue 49: files that name other files, bombs, deep JSON, spacing, links, ids, logs, reply forms
+VICTIM_WORDS = b"victim file beside the studies folder"
+
+
+def _nrrd_naming(target: str, encoding: str = "raw", extra: str = "") -> bytes:
+    return (f"NRRD0004\ntype: unsigned char\ndimension: 2\nsizes: 16 16\nencoding: {encoding}\n{extra}"
+            f"data file: {target}\n\n").encode()
+
+
+def _no_outside_bytes(resp, server):
+    assert b"victim file" not in resp.content and b"sentinel" not in resp.content, resp.text[:300]
+
+
+def _no_leftover_reply_files(resp, server):
+    _no_outside_bytes(resp, server)
+    leftovers = [p for p in Path(tempfile.gettempdir()).glob("umind-*") if p.is_file()
+                 and p.stat().st_mtime > server.started]
+    assert not leftovers, leftovers
+
+
+def _finite_json(resp, server):
+    json.loads(resp.text, parse_constant=lambda c: pytest.fail(f"non-finite number {c} in the reply"))
+
+
+def _logs_clean(resp, server):
+    text = resp.text
+    assert not any(line.startswith("[FORGED]") for line in text.splitlines()), "a forged log line"
+    assert "\x1b" not in text and "\u2028" not in text
+    for path in (str(server.root), sys.prefix, str(Path(__file__).resolve().parents[1])):
+        assert path not in text, path
+
+
+@functools.lru_cache(maxsize=None)  # cases() is rebuilt for every row
+def _deflate_bomb() -> bytes:
+    from test_study_files import _deflated
+
+    with tempfile.TemporaryDirectory() as d:
+        return _deflated(Path(d) / "b.dcm", np.zeros((64, 64), np.uint8), bytes(200 * 1024 * 1024)).read_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def _oversized_jpeg_frame() -> bytes:
+    from fixtures_imaging import _dataset, _set_pixels
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGBaseline8Bit
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((3000, 3000), np.uint8)).save(buf, format="JPEG", quality=50)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "j.dcm"
+        ds = _dataset(path, "1.2.840.10008.5.1.4.1.1.6.1", JPEGBaseline8Bit)
+        _set_pixels(ds, np.zeros((64, 64), np.uint8), "MONOCHROME2")
+        ds.PixelData = encapsulate([buf.getvalue()])
+        ds["PixelData"].is_undefined_length = True
+        ds["PixelData"].VR = "OB"
+        ds.save_as(str(path), write_like_original=False)
+        return path.read_bytes()
+
+
+def _with_zip(data: bytes) -> bytes:
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("evil/__init__.py", "import os\n")
+    return data + buf.getvalue()
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def file_cases(root: Path) -> list[Case]:
+    C = Case
+    victim = str(root / "victim")
+    seg = "/infer/umind_segment"
+    return [
+        C("nrrd data file outside (upload)", "PUT", "/datastore/image", 400, ("separate data file",),
+          {"image": "nrrd1"}, files={"file": ("x.nrrd", _nrrd_naming(victim))}, check=_no_outside_bytes),
+        C("nrrd ascii byte skip outside (infer)", "POST", seg, 400, ("separate data file",),
+          files={"file": ("x.nrrd", _nrrd_naming(victim, "ascii", "byte skip: 5\n"))}, check=_no_outside_bytes),
+        C("nrrd data file LIST (infer)", "POST", seg, 400, ("separate data file",),
+          files={"file": ("x.nrrd", _nrrd_naming("LIST\n" + victim))}, check=_no_outside_bytes),
+        C("nrrd relative data file as label", "PUT", "/datastore/label", 400, ("separate data file",),
+          {"image": "img0", "tag": "final"}, files={"label": ("l.nrrd", _nrrd_naming("../victim"))},
+          check=_no_outside_bytes),
+        C("nhdr named upload", "PUT", "/datastore/image", 400, ("separate data file",), {"image": "nhdr"},
+          files={"file": ("x.nhdr", _nrrd_naming("../victim"))}, check=_no_outside_bytes),
+        C("metaimage posing as nrrd", "PUT", "/datastore/image", 400, ("not a png",), {"image": "mha"},
+          files={"file": ("x.nrrd", f"ObjectType = Image\nNDims = 2\nDimSize = 16 16\nElementType = MET_UCHAR"
+                                     f"\nElementDataFile = {victim}\n".encode())}),
+        C("deflated dicom bomb", "PUT", "/datastore/image", 400, ("inflates past",), {"image": "bomb"},
+          files={"file": ("b.dcm", _deflate_bomb())}),
+        C("jpeg frame larger than declared", "POST", seg, 400, ("3000 x 3000",),
+          files={"file": ("j.dcm", _oversized_jpeg_frame())}),
+        C("nifti with a zip after its data", "PUT", "/datastore/image", 400, ("after the end",), {"image": "nz"},
+          files={"file": ("x.nii", _with_zip(nifti_plain()))}),
+        C("nrrd with a zip after its data", "PUT", "/datastore/image", 400, ("after the end",), {"image": "rz"},
+          files={"file": ("x.nrrd", _with_zip(nrrd_plain()))}),
+        C("label info 500 deep", "PUT", "/datastore/label", 400, ("nested",), {"image": "img0", "tag": "final"},
+          params=_nested(500), files={"label": ("label.png", LABEL)}),
+        C("label info 30 deep", "PUT", "/datastore/label", 400, ("nested 29",), {"image": "img0", "tag": "final"},
+          params=_nested(29), files={"label": ("label.png", LABEL)}),
+        C("label info of 100 KB", "PUT", "/datastore/label", 400, ("bytes",), {"image": "img0", "tag": "final"},
+          params={"note": "x" * 100_000}, files={"label": ("label.png", LABEL)}),
+        C("image info 100,000 deep", "PUT", "/datastore/image", 400, ("nested",), {"image": "deep"},
+          params="[" * 100_000 + "]" * 100_000, files={"file": ("x.png", PNG)}),
+        C("infer params 100,000 deep", "POST", seg, 400, ("nested",), {"image": "img0"},
+          params='{"a":' + "[" * 100_000 + "]" * 100_000 + "}"),
+        C("train params 30 deep", "POST", "/train/umind_lora", 400, ("nested",),
+          json_body={"umind_lora": json.loads(_nested(29))}),
+        C("infer NaN pixel spacing", "POST", seg, 200, (), {"image": "nan_spacing", "output": "json"},
+          check=_finite_json),
+        C("landmarks at 1e308 spacing", "POST", "/infer/umind_landmarks", 200, (),
+          {"image": "huge_spacing", "output": "json"}, check=_finite_json),
+        C("image served through a link", "GET", "/datastore/image", 404, (), {"image": "outlink"},
+          check=_no_outside_bytes),
+        C("infer through a link", "POST", seg, 404, (), {"image": "outlink"}, check=_no_outside_bytes),
+        C("delete through a link", "DELETE", "/datastore/image", 404, (), {"id": "outlink"}),
+        C("id naming a file in the working dir", "POST", seg, 200, (), {"image": "README.md", "output": "json"}),
+        C("id naming a folder in the working dir", "POST", seg, 200, (), {"image": "docs", "output": "json"}),
+        C("id with U+2028", "PUT", "/datastore/image", 400, ("format character",), {"image": "a\u2028b"}, files=up_png()),
+        C("id with U+0085", "PUT", "/datastore/image", 400, ("control character",), {"image": "a\u0085b"},
+          files=up_png()),
+        C("id with U+009B", "PUT", "/datastore/image", 400, ("control character",), {"image": "a\u009bb"},
+          files=up_png()),
+        C("id with U+202E", "PUT", "/datastore/image", 400, ("format character",), {"image": "a\u202egnp"},
+          files=up_png()),
+        C("id with HTML", "PUT", "/datastore/image", 400, ("markup",), {"image": "<img src=x>"}, files=up_png()),
+        C("id forging a log line", "PUT", "/datastore/image", 400, ("control character",),
+          {"image": "x\n[FORGED] admin logged in\x1b[2J"}, files=up_png()),
+        C("logs: no forged line, escape or path", "GET", "/logs/", 200, (), {"lines": "5000"}, check=_logs_clean),
+        C("output dicom_seg on a studies folder", "POST", seg, 400, ("dicomweb",),
+          {"image": "img0", "output": "dicom_seg"}, check=_no_leftover_reply_files),
+        C("interpret as an image", "POST", "/infer/umind_interpret", 400, ("json",),
+          {"image": "img0", "output": "image"}, check=_no_leftover_reply_files),
+    ]
+
+
+def up_png() -> dict:
+    return {"file": ("x.png", PNG)}
+
+
+@functools.lru_cache(maxsize=None)
+def nifti_plain() -> bytes:
+    import SimpleITK as sitk
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "x.nii")
+        sitk.WriteImage(sitk.GetImageFromArray(np.zeros((32, 32), np.uint8)), p)
+        return Path(p).read_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def nrrd_plain() -> bytes:
+    import SimpleITK as sitk
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "x.nrrd")
+        sitk.WriteImage(sitk.GetImageFromArray(np.zeros((32, 32), np.uint8)), p)
+        return Path(p).read_bytes()
 
 
 def _jpeg() -> bytes:
@@ -340,6 +506,15 @@ def build_tree(root: Path, model_dir: Path) -> tuple[Path, Path]:
     (root / "allowed").mkdir()
     (root / "allowed" / "ok.png").write_bytes(png(seed=4))
     (root / "allowed" / "link.png").symlink_to(root / "victim.png")
+    from fixtures_imaging import dicom_mono
+
+    (studies / "outlink.png").symlink_to(root / "victim.png")  # an admin's mistake: never served nor followed
+    dicom_mono(studies / "nan_spacing.dcm", pixel_spacing=(float("nan"), float("nan")))
+    dicom_mono(studies / "huge_spacing.dcm", pixel_spacing=(1e308, 1e308))
+    (studies / "README.md").write_text("# not an image: the server's working directory holds it\n")
+    (studies / "README.md.png").write_bytes(png(seed=5))  # id README.md
+    (studies / "docs").mkdir()
+    (studies / "docs.png").write_bytes(png(seed=6))  # id docs
     build_model("tiny", lora=None).save_pretrained(model_dir)
     return studies, model_dir
 
@@ -365,6 +540,7 @@ def start(tmp: Path):
             "image_dirs": str(root / "allowed"), **CAPS}
     srv = start_server(studies, conf, tmp / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"})
     srv.root, srv.studies = root, studies
+    srv.started = time.time()
     return srv
 
 
@@ -376,6 +552,9 @@ def send(server, case: Case) -> requests.Response:
     if files and data:  # requests sends form fields beside files only as (None, value) parts
         files.update({k: (None, v) for k, v in data.items()})
         data = None
+    if case.json_body is not None:
+        return requests.request(case.method, server.url + case.path, params=case.query, json=case.json_body,
+                                headers=case.headers, timeout=120)
     return requests.request(case.method, server.url + case.path, params=case.query, data=data or None,
                             files=files, headers=case.headers, timeout=120)
 
@@ -414,6 +593,8 @@ def test_case(server, index):
         for word in case.words:
             assert word.lower() in detail.lower(), f"{case.name}: {word!r} not in {detail!r}"
         assert str(server.root) not in detail and tempfile.gettempdir() + "/" not in detail, detail
+    assert "NaN" not in resp.text and "Infinity" not in resp.text, f"{case.name}: non-finite JSON"
+    assert b"victim file" not in resp.content, f"{case.name}: bytes of a file outside the studies folder"
     if case.check:
         case.check(resp, server)
     assert server.get_json("/info/", timeout=30)["name"]  # the server still answers

@@ -7,6 +7,7 @@ that names the problem; they exit with status 2 and no traceback. Anything else 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -35,13 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except (ValueError, OSError) as exc:
         print(f"umind {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
     except KeyboardInterrupt:
         print(f"umind {args.command}: interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    _stop_background_work(args.command, code)
+    return code
+
+
+def _stop_background_work(command: str, code: int) -> None:
+    """Background decode builds end before the interpreter does (`stop_all_builders`); one that will not end in
+    time is cut off by a hard exit after the output is flushed, so a finished command never exits 134."""
+    if "umind_core.modeling.step_builder" not in sys.modules:
+        return  # no model was loaded: nothing runs in the background
+    from umind_core.modeling.step_builder import stop_all_builders
+
+    if not stop_all_builders(timeout=120.0):
+        print(f"umind {command}: a background decode build did not stop in time; exiting", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ leaves the old file, the old index and the in-memory index as they were. A full 
 `InsufficientStorage` (507) naming the image id or label tag. Temporaries a kill left behind are hidden names
 (`.tmp-...`) that no listing indexes, and are removed when the datastore starts.
 
+Only regular files are indexed, read, replaced or deleted, and only through paths with no symlink below the
+studies folder: the parent took every destination through `realpath`, so a link an admin left in the folder
+was served to /infer, overwritten by a `replace` and, on delete, had its outside target deleted. Stored info
+(image and label info) is bounded by `wall.json_limits`, and an index that holds an over-deep or oversized value
+from before is repaired at start (`index_repair`) instead of stopping the server.
+
 Images are replaced only on purpose: storing an id that exists is a `Conflict` (409) naming its labels unless
 the image info says `"replace": true`; a replacement removes the old image in whatever format it was stored
 and all its labels (files and index entries).
@@ -37,11 +43,14 @@ from typing import Any
 
 from filelock import FileLock
 from monailabel.datastore.local import DataModel, ImageLabelModel, LocalDatastore
+from monailabel.interfaces.datastore import DefaultLabelTag
 
 from umind_core import atomic
 
 from umind_core.booleans import as_bool
+from .index_repair import repair_index
 from .wall.errors import BadRequest, Conflict, InsufficientStorage, NotFound
+from .wall.json_limits import check_stored
 from .wall.names import check_name, is_name
 from .stock_extension import label_names_from_list
 from .wall.uploads import check_image_upload, check_label_upload, scratch_dir
@@ -64,6 +73,8 @@ class GuardedDatastore(LocalDatastore):
                  read_only=False):
         # before the parent starts its file watcher, which reconciles from another thread
         self._writing_lock = threading.RLock()
+        if not read_only:
+            repair_index(os.path.join(datastore_path, datastore_config))
         super().__init__(datastore_path, images_dir=images_dir, labels_dir=labels_dir,
                          datastore_config=datastore_config, extensions=extensions, auto_reload=auto_reload,
                          read_only=read_only)
@@ -108,8 +119,34 @@ class GuardedDatastore(LocalDatastore):
         return out
 
     def _list_files(self, path, patterns):
-        """The parent's listing without the temporaries of writes in progress (or left by a kill)."""
-        return {k: v for k, v in super()._list_files(path, patterns).items() if not atomic.is_temp_name(k)}
+        """The parent's listing without the temporaries of writes in progress (or left by a kill), and without
+        anything that is not a regular file (a symlink, a folder, a FIFO)."""
+        return {k: v for k, v in super()._list_files(path, patterns).items()
+                if not atomic.is_temp_name(k) and _regular(os.path.join(path, v))}
+
+    def _plain(self, path: str) -> str:
+        """`path` (inside the studies folder, not resolved) when no component below the folder is a symlink and
+        it names a regular file; NotFound otherwise, which names no path."""
+        root = os.path.abspath(self._datastore_path)
+        rel = os.path.relpath(os.path.abspath(path), root)
+        if rel.startswith(os.pardir) or os.path.isabs(rel):
+            raise NotFound("the file is not inside the studies folder")
+        here = root
+        for part in rel.split(os.sep):
+            here = os.path.join(here, part)
+            if os.path.islink(here):
+                raise NotFound(f"{os.path.basename(path)!r} is a link; the datastore serves regular files only")
+        if not _regular(here):
+            raise NotFound(f"{os.path.basename(path)!r} is not a regular file in the studies folder")
+        return here
+
+    def _image_file(self, image_id: str) -> str:
+        obj = self._datastore.objects[image_id]
+        return os.path.join(self._datastore.image_path(), self._filename(image_id, obj.image.ext))
+
+    def _label_file(self, label_id: str, tag: str) -> str:
+        label = self._datastore.label(label_id, tag)
+        return os.path.join(self._datastore.label_path(tag), self._filename(label_id, label.ext))
 
     def _index_bytes(self) -> bytes:
         """The index file's contents, as the parent wrote them."""
@@ -200,8 +237,8 @@ class GuardedDatastore(LocalDatastore):
                 raise _full(what) from exc
             raise
         self._config_ts = os.stat(self._datastore_config_path).st_mtime
-        _remove_quietly([hidden for _, hidden in aside] + [p for p in remove_after if os.path.realpath(p) !=
-                                                          os.path.realpath(dest)])
+        _remove_quietly([hidden for _, hidden in aside] + [p for p in remove_after
+                                                          if os.path.abspath(p) != os.path.abspath(dest)])
 
     def _require_image(self, image_id: str) -> str:
         check_name("image id", image_id)
@@ -228,7 +265,7 @@ class GuardedDatastore(LocalDatastore):
         the route's business (lib/offloop.py lets only the admin role send `replace`), not the datastore's.
         """
         check_name("image id", image_id)
-        info = dict(image_info) if image_info else {}
+        info = dict(check_stored(image_info, f"image {image_id!r}: its info")) if image_info else {}
         replace = as_bool(info.pop("replace", False))
         if replace is None:
             raise BadRequest(f"image {image_id!r}: \"replace\" must be true or false")
@@ -243,7 +280,7 @@ class GuardedDatastore(LocalDatastore):
         _, image_ext = self._to_id(os.path.basename(checked))
         name = self._filename(image_id, image_ext)
         images_dir = self._datastore.image_path()
-        dest = os.path.realpath(os.path.join(images_dir, name))
+        dest = os.path.join(images_dir, name)  # never resolved: a link there is replaced, not written through
         logger.info(f"Adding Image: {image_id} => {name}{' (replacing)' if replace else ''}")
         with self._writing():
             old_images = self._files_of(images_dir, image_id)
@@ -274,7 +311,8 @@ class GuardedDatastore(LocalDatastore):
         try:
             checked = check_label_upload(label_filename, super().get_image_uri(image_id), image_id, tmp,
                                          self.caps)
-            return self._store_label(image_id, checked, label_tag, _with_label_names(label_info))
+            info = check_stored(_with_label_names(label_info), f"label {label_tag!r} of {image_id!r}: its info")
+            return self._store_label(image_id, checked, label_tag, info)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -306,43 +344,74 @@ class GuardedDatastore(LocalDatastore):
         return image_id
 
     def remove_image(self, image_id: str) -> None:
+        """The parent's removal, without `realpath`: the image's and its labels' own files are unlinked (a link
+        is removed, never what it points to)."""
         self._require_image(image_id)
-        try:
-            return super().remove_image(image_id)
-        except OSError as exc:  # the files are gone; the index follows on the next write or reconcile
-            if _is_full(exc):
-                raise _full(f"image {image_id!r} was removed but the index was not updated", kept=False) from exc
-            raise
+        logger.info(f"Removing Image: {image_id}")
+        with self._writing():
+            obj = self._datastore.objects.get(image_id)
+            if obj is None:
+                raise NotFound(f"image {image_id!r} is not in the datastore")
+            files = [self._label_file(image_id, tag) for tag in obj.labels] + [self._image_file(image_id)]
+            self._unlink(files, f"image {image_id!r} was removed but the index was not updated")
+        self.refresh()
 
     def remove_label(self, label_id: str, label_tag: Any) -> None:
         label_tag = self._require_label(label_id, label_tag)
+        logger.info(f"Removing label: {label_id} => {label_tag}")
+        with self._writing():
+            self._unlink([self._label_file(label_id, label_tag)],
+                         f"label {label_tag!r} of image {label_id!r} was removed but the index was not updated")
+        self.refresh()
+
+    def _unlink(self, paths: list[str], what: str) -> None:
         try:
-            return super().remove_label(label_id, label_tag)
+            _remove_quietly(paths)
         except OSError as exc:
             if _is_full(exc):
-                raise _full(f"label {label_tag!r} of image {label_id!r} was removed but the index was not updated",
-                            kept=False) from exc
+                raise _full(what, kept=False) from exc
             raise
 
     def update_image_info(self, image_id: str, info: dict[str, Any]) -> None:
         self._require_image(image_id)
+        merged = {**self._datastore.objects[image_id].image.info, **(info or {})}
+        check_stored(merged, f"image {image_id!r}: its info")
         with self._index_change(f"the info of image {image_id!r} was not updated"):
             return super().update_image_info(image_id, info)
 
     def update_label_info(self, label_id: str, label_tag: Any, info: dict[str, Any]) -> None:
         label_tag = self._require_label(label_id, label_tag)
+        merged = {**self._datastore.label(label_id, label_tag).info, **(info or {})}
+        check_stored(merged, f"label {label_tag!r} of {label_id!r}: its info")
         with self._index_change(f"the info of label {label_tag!r} of image {label_id!r} was not updated"):
             return super().update_label_info(label_id, label_tag, info)
 
     # ------------------------------------------------------------------ reads
     def get_image_uri(self, image_id: str) -> str:
-        return super().get_image_uri(self._require_image(image_id))
+        return self._plain(self._image_file(self._require_image(image_id)))
 
     def get_image_info(self, image_id: str) -> dict[str, Any]:
-        return super().get_image_info(self._require_image(image_id))
+        info = super().get_image_info(self._require_image(image_id))
+        info["path"] = self._image_file(image_id)  # the parent's was resolved through links
+        return info
 
     def get_label_uri(self, label_id: str, label_tag: Any) -> str:
-        return super().get_label_uri(label_id, self._require_label(label_id, label_tag))
+        return self._plain(self._label_file(label_id, self._require_label(label_id, label_tag)))
+
+    def datalist(self, full_path=True) -> list[dict[str, Any]]:
+        """The parent's (image, final label) pairs through `_plain` paths: pairs whose files are not regular files
+        reached without a link are left out."""
+        out = []
+        for image_id, obj in self._datastore.filter_by_tag(DefaultLabelTag.FINAL).items():
+            try:
+                pair = {"image": self.get_image_uri(image_id),
+                        "label": self.get_label_uri(image_id, DefaultLabelTag.FINAL.value)}
+            except NotFound:
+                continue
+            if not full_path:
+                pair = {k: os.path.relpath(v, self._datastore_path) for k, v in pair.items()}
+            out.append(pair)
+        return out
 
     def get_label_info(self, label_id: str, label_tag: Any) -> dict[str, Any]:
         return super().get_label_info(label_id, self._require_label(label_id, label_tag))
@@ -352,6 +421,16 @@ class GuardedDatastore(LocalDatastore):
 
     def get_label_by_image_id(self, image_id: str, tag: Any) -> str:
         return super().get_label_by_image_id(self._require_image(image_id), check_name("label tag", tag))
+
+
+def _regular(path: str) -> bool:
+    """A regular file that is not a symlink."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _is_full(exc: BaseException) -> bool:

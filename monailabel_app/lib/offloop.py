@@ -24,11 +24,13 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import shutil
 
 from fastapi import HTTPException
 from starlette.concurrency import run_in_threadpool
 
 from umind_core.booleans import as_bool
+from .wall.errors import check_params_json
 from .wall.names import name_problem
 from .wall.request_files import request_scratch
 from .wall.roles import ADMIN, ANNOTATOR, require_role
@@ -43,6 +45,25 @@ UPLOADED: contextvars.ContextVar[bool] = contextvars.ContextVar("umind_infer_upl
 RESERVED_PARAMS = ("image", "model", "label", "file", "session", "session_id")
 
 
+def _check_output(model: str, output) -> None:
+    """Refuse, before the model runs, a reply form the task cannot give: MONAI Label ran the whole inference and
+    then answered 500 for `output=dicom_seg` on a studies folder (it needs a DICOMweb datastore) and for
+    `output=image` on the interpret task (its answer is JSON only)."""
+    from monailabel.datastore.dicom import DICOMWebDatastore
+    from monailabel.interfaces.utils.app import app_instance
+
+    kind = getattr(output, "value", output)
+    if kind not in ("dicom_seg", "image"):
+        return
+    app = app_instance()
+    if kind == "dicom_seg" and not isinstance(app.datastore(), DICOMWebDatastore):
+        raise HTTPException(400, "infer: output=dicom_seg needs a DICOMweb (PACS) datastore; this server reads a "
+                                 "studies folder: ask output=image, json or all")
+    task = getattr(app, "_infers", {}).get(model)
+    if kind == "image" and getattr(task, "output", None) == "answer":
+        raise HTTPException(400, f"infer: {model} answers in JSON only; ask output=json (or all)")
+
+
 def _check_request(image: str, session_id: str, params: object, file, label) -> None:
     if session_id:
         raise HTTPException(400, "infer: session_id is not supported by UMind (sessions are off); "
@@ -52,10 +73,8 @@ def _check_request(image: str, session_id: str, params: object, file, label) -> 
     if not image and file is None:
         raise HTTPException(400, "infer: image is required: a datastore id as ?image=ID, or upload the image "
                                  "as the form field `file`")
-    try:
-        values = json.loads(params) if isinstance(params, str) and params else {}
-    except ValueError:
-        return  # the params guard (errors.guard_params_json) answers malformed JSON with its own 400
+    check_params_json(params, "infer")  # malformed or too deep: a 400 before anything parses it again
+    values = json.loads(params) if isinstance(params, str) and params else {}
     if isinstance(values, dict):
         # the stock MONAILabel extension names the segment it edits in `label`: a name, never a file
         reserved = sorted(k for k in values if k in RESERVED_PARAMS
@@ -70,7 +89,7 @@ def _flag(params: object, key: str) -> bool:
     malformed field's 400 happen further in."""
     try:
         values = json.loads(params) if isinstance(params, str) and params else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(values, dict) and as_bool(values.get(key, False)) is True
 
@@ -79,13 +98,18 @@ def _run(kwargs: dict, user):
     from monailabel.endpoints import infer as infer_module
 
     _check_request(kwargs["image"], kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"])
+    _check_output(kwargs["model"], kwargs["output"])
     if _flag(kwargs["params"], "save_label"):
         require_role(user, ANNOTATOR, "save an inference result as a label (save_label)")
     UPLOADED.set(kwargs["file"] is not None)
-    with request_scratch():  # the upload's copy lives here and is gone when the request ends, however it ends
-        return infer_module.run_inference(kwargs["background_tasks"], kwargs["model"], kwargs["image"],
-                                          kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"],
-                                          kwargs["output"])
+    # the upload's copy and the reply's files live here: removed when the request fails, however it fails, and
+    # after the reply is sent when it succeeds (a file reply is streamed after this returns)
+    with request_scratch(keep=True) as folder:
+        out = infer_module.run_inference(kwargs["background_tasks"], kwargs["model"], kwargs["image"],
+                                         kwargs["session_id"], kwargs["params"], kwargs["file"], kwargs["label"],
+                                         kwargs["output"])
+    kwargs["background_tasks"].add_task(shutil.rmtree, folder, ignore_errors=True)
+    return out
 
 
 def _endpoint_like(original):
@@ -96,8 +120,26 @@ def _endpoint_like(original):
     return same_signature(api_run_inference, original)
 
 
+def _send_response_like(original):
+    def send_response(datastore, result, output, background_tasks):
+        """The stock reply, except `output=image` for an answer without a file (no target found, or an answer the
+        parser could not read), which the stock built as a FileResponse of None: a bare 500."""
+        kind = getattr(output, "value", output)
+        if kind == "image" and not (result.get("file") or result.get("label")):
+            raise HTTPException(422, "infer: the answer has no image (the model found nothing to draw, or its "
+                                     "answer could not be read); ask output=json or all to see why")
+        return original(datastore, result, output, background_tasks)
+
+    send_response._umind_reply = True  # type: ignore[attr-defined]
+    return send_response
+
+
 def install_infer_route(app) -> bool:
     """Replace POST .../infer/{model} on the FastAPI `app` (idempotent); False when the route is not there."""
+    from monailabel.endpoints import infer as infer_module
+
+    if not getattr(infer_module.send_response, "_umind_reply", False):
+        infer_module.send_response = _send_response_like(infer_module.send_response)
     done = replace_route(app, "/infer/{model}", "POST", _endpoint_like)
     if done:
         logger.info("umind: /infer/{model} runs inference in the thread pool")

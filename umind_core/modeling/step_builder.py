@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["COMPILE_CACHE_ENV", "BackgroundBuilder", "TensorSpec", "default_compile_cache", "use_compile_cache"]
+__all__ = ["COMPILE_CACHE_ENV", "BackgroundBuilder", "TensorSpec", "default_compile_cache", "use_compile_cache",
+           "stop_all_builders"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,14 @@ class BackgroundBuilder:
         self._failed: dict[tuple, str] = {}
         self._generation = 0
         self._thread: threading.Thread | None = None
+        _BUILDERS.add(self)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Drop the queue and wait for a build under way to finish (True), or `timeout` seconds (False)."""
+        with self._lock:
+            self._queue.clear()
+            self._lock.notify_all()
+        return self.wait(timeout)
 
     def request(self, key: tuple, weights, args: tuple) -> None:
         """Queue a build of `key` from `weights`, for arguments laid out as `args` (the model thread's live call,
@@ -246,6 +255,19 @@ class BackgroundBuilder:
         logger.info("umind: decode step %s %s in %.1f s (in the background)", _shape(job.key), self.what,
                     time.perf_counter() - t0)
         return fn, None
+
+
+#: every builder of this process, so that a command can stop them before the interpreter exits
+_BUILDERS: "weakref.WeakSet[BackgroundBuilder]" = weakref.WeakSet()
+
+
+def stop_all_builders(timeout: float = 120.0) -> bool:
+    """Stop every builder of this process: queues dropped, a build under way finished. A daemon thread still inside
+    torch.compile when Python exits is killed mid-C++ and the process aborts ("terminate called without an active
+    exception", exit 134) after its work succeeded; a command calls this before it returns. False when a build was
+    still running after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    return all(b.stop(max(0.0, deadline - time.monotonic())) for b in list(_BUILDERS))
 
 
 def _shape(key: tuple) -> str:

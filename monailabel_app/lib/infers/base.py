@@ -42,6 +42,7 @@ from umind_core.results import Result
 from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
+from ..wall.finite_json import finite_json
 from ..params import (
     current_slice,
     parse_bool,
@@ -105,7 +106,8 @@ class UMindInferTask(InferTask):
             study = self._read(opts)
             t1 = time.perf_counter()
             if is_exam_request(opts):
-                return self._exam(study, opts, t0, t1)
+                path, body = self._exam(study, opts, t0, t1)
+                return path, finite_json(body)
             with PREDICT_LOCK:
                 scheduler, version = self.runtime.scheduler()
             t2 = time.perf_counter()
@@ -118,7 +120,7 @@ class UMindInferTask(InferTask):
         body["umind"] = {"version": version, "tasks": sorted({t for t, _, _ in runs}), **body.get("umind", {})}
         body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
                              "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
-        return path, body
+        return path, finite_json(body)
 
     def _name(self) -> str:
         return type(self).__name__

@@ -93,12 +93,29 @@ def _check_user_claims(claims: dict, settings) -> None:
         raise ClaimError(f"the token's roles claim {'#'.join(path)} is missing or not a list of strings")
 
 
+def _check_times(claims: dict) -> None:
+    """Keycloak's adapters require `exp`; PyJWT checks it only when present and takes a numeric string through
+    int(), so a token without `exp` (or with "9999999999") never expired. `exp` must be a JSON number; `nbf` and
+    `iat`, when present, too (PyJWT has checked their values against the clock already)."""
+    import math
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if "exp" not in claims:
+        raise ClaimError("the token has no expiry (exp); tokens without one are refused")
+    for key in ("exp", "nbf", "iat"):
+        if key in claims and not number(claims[key]):
+            raise ClaimError(f"the token's {key} is not a number of seconds")
+
+
 def check_claims(claims, settings=None) -> None:
     """Raise ClaimError (an InvalidTokenError) unless the verified `claims` are for this server."""
     if settings is None:
         from monailabel.config import settings
     if not isinstance(claims, dict):
         raise ClaimError("the token's payload is not a JSON object")
+    _check_times(claims)
     _check_issuer_and_client(claims, settings.MONAI_LABEL_AUTH_REALM_URI, settings.MONAI_LABEL_AUTH_CLIENT_ID)
     _check_user_claims(claims, settings)
 

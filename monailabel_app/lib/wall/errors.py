@@ -78,26 +78,33 @@ def to_http(exc: BaseException, what: str) -> HTTPException:
     if isinstance(exc, _client_errors()):
         status = getattr(exc, "status_code", 400)
         return HTTPException(status_code=status, detail=f"{what}: {exc}")
+    if isinstance(exc, RecursionError):  # a value nested too deep for Python's json, wherever it was parsed
+        return HTTPException(status_code=400, detail=f"{what}: a JSON value in the request is nested too deep")
     logger.exception(f"{what} failed")
-    return HTTPException(status_code=500, detail=f"{what} failed: {type(exc).__name__}: {exc}")
+    return HTTPException(status_code=500, detail=f"{what} failed: {type(exc).__name__}")
 
 
-def check_params_json(params: object, where: str, field: str = "params") -> None:
-    """Raise HTTP 400 unless the form field `params` (or `field`) is empty or a JSON object."""
+def check_params_json(params: object, where: str, field: str = "params", stored: bool = False) -> None:
+    """Raise HTTP 400 unless the form field `params` (or `field`) is empty or a JSON object, nested no deeper than
+    `json_limits` allows (and, when the server keeps it, `stored`, within the stored-value caps)."""
+    from .json_limits import check_stored, parse_request_json
+
     if params is None or params == "":
         return
     if not isinstance(params, str):
         return
     try:
-        value = json.loads(params)
-    except ValueError as exc:
-        raise HTTPException(status_code=400, detail=f"{where}: {field} is not valid JSON ({exc})") from None
+        value = parse_request_json(params, field)
+        if stored:
+            check_stored(value, field)
+    except BadRequest as exc:
+        raise HTTPException(status_code=400, detail=f"{where}: {exc}") from None
     if not isinstance(value, dict):
         raise HTTPException(status_code=400,
                             detail=f"{where}: {field} must be a JSON object, got {type(value).__name__}")
 
 
-def _guard(module, name: str, where: str, field: str = "params") -> None:
+def _guard(module, name: str, where: str, field: str = "params", stored: bool = False) -> None:
     original = getattr(module, name)
     if getattr(original, "_umind_guarded", False):
         return
@@ -106,7 +113,7 @@ def _guard(module, name: str, where: str, field: str = "params") -> None:
     def wrapper(*args, **kwargs):
         pos = _field_position(original, field)
         params = kwargs.get(field, args[pos] if len(args) > pos else None)
-        check_params_json(params, where, field)
+        check_params_json(params, where, field, stored)
         return original(*args, **kwargs)
 
     wrapper._umind_guarded = True  # type: ignore[attr-defined]
@@ -127,7 +134,7 @@ def guard_params_json() -> None:
     except ImportError:  # an app built without the server (tests, scripts)
         return
     _guard(infer, "run_inference", "infer")
-    _guard(datastore, "save_label", "save label")
-    _guard(datastore, "add_image", "upload image")
-    _guard(datastore, "update_image_info", "update image info", "info")
-    _guard(datastore, "update_label_info", "update label info", "info")
+    _guard(datastore, "save_label", "save label", stored=True)
+    _guard(datastore, "add_image", "upload image", stored=True)
+    _guard(datastore, "update_image_info", "update image info", "info", stored=True)
+    _guard(datastore, "update_label_info", "update label info", "info", stored=True)

@@ -1,7 +1,12 @@
 """An infer request's image and label-saving options, checked before MONAI Label acts on them.
 
 `UMindApp.infer` calls `check_infer_request` first: `image` goes through `image_ref` (a datastore id, this
-request's own upload, or an opt-in server folder), and `save_label` may store the model's output only under
+request's own upload, or an opt-in server folder) and leaves as a path MONAI Label can only take as a file: a
+datastore id becomes its file in the studies folder (`IMAGE_ID` keeps the id). MONAI Label tests
+`os.path.exists(image)` on what it gets, relative to the server's working directory, so an id such as
+`README.md` read the checkout's own README and `docs` answered a 500: an oracle outside the wall. Because it then
+saves no label for a path, the app saves the model's output itself (`save_label` is kept under `SAVE_LABEL`).
+`save_label` may store the model's output only under
 a tag that is a name and is not the final tag: final labels are what people corrected and what retraining
 learns from, so the model's own output must never land there.
 """
@@ -17,9 +22,12 @@ from .image_ref import resolve_infer_image
 from .names import check_name
 from ..params import parse_bool
 
-__all__ = ["check_infer_request"]
+__all__ = ["check_infer_request", "IMAGE_ID", "SAVE_LABEL"]
 
 FINAL = DefaultLabelTag.FINAL.value
+#: keys of the checked request that MONAI Label does not read: the datastore id and whether to save a label
+IMAGE_ID = "umind_image_id"
+SAVE_LABEL = "umind_save_label"
 
 
 def _nothing_after_the_image(path: str) -> None:
@@ -41,8 +49,11 @@ def check_infer_request(request: dict, datastore, conf: AppConfig, uploaded: boo
     if not is_id and uploaded:
         _nothing_after_the_image(out["image"])
     check_exam_images(request, out, datastore, conf.max_exam_views, is_id)
+    if is_id:
+        out[IMAGE_ID], out["image"] = out["image"], datastore.get_image_uri(out["image"])
     save = parse_bool("save_label", request.get("save_label", False))
-    out["save_label"] = save and is_id
+    out["save_label"] = False  # MONAI Label saves only for an id, which it no longer gets
+    out[SAVE_LABEL] = save and is_id
     if save:
         tag = check_name("label_tag", request.get("label_tag", DefaultLabelTag.ORIGINAL.value))
         if tag == FINAL:

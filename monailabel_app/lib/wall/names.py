@@ -3,19 +3,26 @@
 MONAI Label's LocalDatastore joins ids and tags onto the studies folder as given, so `../victim`, an absolute
 path or `.umind/versions` reach files outside the studies (or into the app's workdir). A name here is a
 single path component that cannot climb (`..`), cannot hide (leading `.`, which also keeps the default
-workdir `.umind` and the datastore's own `.lock` out of reach) and holds no separator, NUL or other control
-character. Everything that takes an id or tag from a client checks it with `check_name` before touching the
+workdir `.umind` and the datastore's own `.lock` out of reach) and holds no separator, NUL, control or format
+character (U+0085, U+009B, U+2028, U+202E ...) and no HTML markup. Everything that takes an id or tag from a client checks it with `check_name` before touching the
 disk; the message quotes the name, never a server path.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from enum import Enum
 
 from .errors import BadRequest
 
 __all__ = ["MAX_NAME_CHARS", "MAX_NAME_BYTES", "check_name", "is_name", "name_problem"]
 
+#: Unicode categories a name may not hold: controls (C0, C1: NEL U+0085, CSI U+009B), format characters (bidi
+#: overrides such as U+202E, zero-width ones), line and paragraph separators (U+2028, U+2029), surrogates and
+#: unassigned code points. They forge or hide lines in logs and turn names around in viewers.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+#: characters of HTML and of shell/markup quoting that a viewer of ids (OHIF, a web page of /logs) could act on
+_MARKUP = ("<", ">", "&", '"', "`")
 MAX_NAME_CHARS = 200
 #: a file name is at most 255 bytes on the usual file systems; the stored name adds an extension (up to 7
 #: bytes) and an atomic write's temp prefix and suffix, so a 200-character name in a multibyte script
@@ -38,9 +45,13 @@ def name_problem(value: object) -> str | None:
                 "a file name must fit the disk's limit)")
     if "/" in value or "\\" in value:
         return "contains a path separator; ids and tags are names, not paths"
-    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    bad = next((c for c in value if unicodedata.category(c) in _UNPRINTABLE), None)
     if bad is not None:
-        return f"contains the control character U+{ord(bad):04X}"
+        kind = "format character" if unicodedata.category(bad) in ("Cf", "Zl", "Zp") else "control character"
+        return f"contains the {kind} U+{ord(bad):04X} ({unicodedata.name(bad, 'unnamed')})"
+    markup = next((c for c in value if c in _MARKUP), None)
+    if markup is not None:
+        return f"contains {markup!r}; ids and tags may not hold markup characters ({' '.join(_MARKUP)})"
     if value.startswith("."):
         return "starts with '.'; such names are reserved (no '..', no hidden files)"
     if value != value.strip():

@@ -90,6 +90,11 @@ def check_task_request(method: str, request: dict | None, params: dict | None, a
         if part is not None and not isinstance(part, dict):
             raise _refuse(method, f"the request body must be a JSON object, got {type(part).__name__}")
     merged = {**(request or {}), **(params or {})}
+    from .json_limits import MAX_STORED_DEPTH, value_depth
+
+    depth = value_depth(merged)
+    if depth > MAX_STORED_DEPTH:  # a train request's params are kept in the version's record
+        raise _refuse(method, f"the request is nested {depth} levels deep (at most {MAX_STORED_DEPTH})")
     size = len(json.dumps(merged, separators=(",", ":"), default=str).encode())
     if size > MAX_TASK_REQUEST_BYTES:
         raise _refuse(method, f"the request is {size:,} bytes of JSON, over the cap of {MAX_TASK_REQUEST_BYTES:,}")
