@@ -12,7 +12,9 @@ the app) are held to the owner here, on tables of cases.
   Slicer: `UMindLib.requests.current_frame`, used by the session and the panel);
 - training settings: `umind_core.training.config.TrainConfig` (names, types, ranges, defaults) and its one
   validator `check_setting` (the CLI's flags, the app's recipe `lib/conf.py SERVER_RECIPE`, conf keys and train
-  requests; the app's loop settings are declared with the same `setting`).
+  requests; the app's loop settings are declared with the same `setting`);
+- an ellipse's outline (a head circumference's closed curve): `umind_core.landmarks.ellipse_outline` (Slicer:
+  `UMindLib.geometry.ellipse_outline`).
 """
 
 from __future__ import annotations
@@ -480,3 +482,20 @@ def test_what_the_slicer_module_sends_as_frames_the_server_reads():
     for all_frames, want in ((False, [5]), (True, list(range(7)))):
         params = build_infer_request(RunRequest("segment", prompt="lesion", all_frames=all_frames), target).params
         assert parse_frames(params["frames"]).select(_frames_geometry("volume", 7), current=params["slice"]) == want
+
+
+# ------------------------------------------------------------------------------------------------ ellipse outline
+
+
+@pytest.mark.parametrize("axes, n", [((10.0, 50.0, 90.0, 20.0, 45.5, 23.0, 54.5, 47.0), None),
+                                     ((3.2, 7.1, 61.9, 7.1, 32.55, 0.4, 32.55, 13.8), 17)])
+def test_the_slicer_ellipse_outline_is_the_core_rule(axes, n):
+    """A head circumference's closed curve goes through the same points in the Slicer module as in the server's
+    markups file: `UMindLib.geometry.ellipse_outline` is a copy of `umind_core.landmarks.ellipse_outline`."""
+    from UMindLib import geometry as slicer_geometry
+
+    from umind_core import landmarks
+
+    assert slicer_geometry.OUTLINE_POINTS == landmarks.OUTLINE_POINTS
+    kw = {} if n is None else {"n": n}
+    assert np.array_equal(slicer_geometry.ellipse_outline(axes, **kw), landmarks.ellipse_outline(axes, **kw))

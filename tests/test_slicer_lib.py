@@ -419,6 +419,65 @@ def test_server_markups_json_becomes_nodes(scene, volume, tmp_path):
         mrml.markups_dict_to_nodes(scene, {"markups": [{"type": "Hologram"}]})
 
 
+def _on_head(ij_mm: np.ndarray, centre, a: float, b: float, tilt: float) -> np.ndarray:
+    """Normalised radius of in-plane mm points against an ellipse (1 on it)."""
+    c, s = np.cos(tilt), np.sin(tilt)
+    dx, dy = ij_mm[:, 0] - centre[0], ij_mm[:, 1] - centre[1]
+    return np.hypot((dx * c + dy * s) / a, (-dx * s + dy * c) / b)
+
+
+def test_a_head_circumference_becomes_a_closed_curve_on_its_ellipse_with_its_length(scene, tmp_path):
+    """A reply's HC ellipse (non-square pixels, on frame 2 of a volume) -> a vtkMRMLMarkupsClosedCurveNode whose
+    points lie on the ellipse, whose length Slicer shows (the length measurement on, as a line's) and measures
+    within 1% of the stated perimeter; the server's markups file with that curve loads as the same curve."""
+    from umind_core.imageio import write_markups_json
+    from umind_core.landmarks import OUTLINE_POINTS, ellipse_axes
+    from umind_core.results import GroundedObject, Result
+
+    dims, (sx, sy) = (200, 160, 3), SPACING[:2]
+    volume = make_volume(scene, dims=dims, name="head")
+    centre, a, b, tilt = (50.0, 20.0), 30.0, 15.0, 0.3  # mm of the image plane
+    jj, ii = np.mgrid[0:dims[1], 0:dims[0]].astype(float)
+    mask = (_on_head(np.stack([ii.ravel() * sx, jj.ravel() * sy], 1), centre, a, b, tilt) <= 1).reshape(jj.shape)
+    long_axis, short_axis = ellipse_axes(mask, (sx, sy))
+    res = Result(task="measure", raw_answer="", frame_index=2, image_size=dims[:2],
+                 objects=[GroundedObject(label="head circumference", ellipse=(*long_axis, *short_axis))])
+    res.attach_geometry((sx, sy))
+    stated = res.objects[0].physical["perimeter_mm"]
+    reply = InferReply(results=[ServerResult.from_dict(json.loads(json.dumps(res.to_dict())))])
+
+    nodes = mrml.build_result_nodes(scene, volume, reply, None)
+    (curve,) = nodes.curves
+    assert curve.IsA("vtkMRMLMarkupsClosedCurveNode") and curve.GetName() == "head circumference"
+    assert curve in nodes.all_markups() and not nodes.lines
+    g = mrml.volume_geometry(volume)
+    ijk = np.array([geo.ras_to_ijk(g.ras_to_ijk, curve.GetNthControlPointPositionVector(i))
+                    for i in range(curve.GetNumberOfControlPoints())])
+    assert ijk.shape == (OUTLINE_POINTS, 3) and ijk[:, 2] == pytest.approx(2.0)  # on the result's frame
+    plane = ijk[:, :2] * (sx, sy)
+    fitted = _on_head(plane, np.add(long_axis[:2], long_axis[2:]) / 2 * (sx, sy),
+                      float(np.hypot(*np.subtract(long_axis[2:], long_axis[:2]) * (sx, sy))) / 2,
+                      float(np.hypot(*np.subtract(short_axis[2:], short_axis[:2]) * (sx, sy))) / 2,
+                      float(np.arctan2(*(np.subtract(long_axis[2:], long_axis[:2]) * (sx, sy))[::-1])))
+    assert fitted == pytest.approx(np.ones(OUTLINE_POINTS), abs=1e-6)  # on the ellipse the reply states
+    assert _on_head(plane, centre, a, b, tilt) == pytest.approx(np.ones(OUTLINE_POINTS), abs=min(sx, sy) / b)
+    assert curve.GetCurveLengthWorld() == pytest.approx(stated, rel=0.01)
+    length = curve.GetMeasurement("length")
+    assert length.GetEnabled() and length.GetValue() == pytest.approx(curve.GetCurveLengthWorld())
+    assert float(curve.GetAttribute("UMind.ServerLengthMm")) == pytest.approx(stated)
+
+    # the server's markups file (the writer `umind infer` and the infer tasks share) -> the same closed curve
+    points = [geo.ras_to_lps(curve.GetNthControlPointPositionVector(i)) for i in range(OUTLINE_POINTS)]
+    write_markups_json([{"type": "ClosedCurve", "name": "head circumference", "points_lps": points,
+                         "length": stated, "length_unit": "mm"}], tmp_path / "hc.mrk.json")
+    (loaded,) = mrml.markups_dict_to_nodes(scene, json.loads((tmp_path / "hc.mrk.json").read_text()))
+    assert loaded.IsA("vtkMRMLMarkupsClosedCurveNode") and loaded.GetNumberOfControlPoints() == OUTLINE_POINTS
+    assert np.allclose([loaded.GetNthControlPointPositionVector(i) for i in range(OUTLINE_POINTS)],
+                       [curve.GetNthControlPointPositionVector(i) for i in range(OUTLINE_POINTS)])
+    assert loaded.GetCurveLengthWorld() == pytest.approx(stated, rel=0.01)
+    assert loaded.GetMeasurement("length").GetEnabled()
+
+
 # submitting -----------------------------------------------------------------------------
 
 def test_segments_to_label_map_round_trip(scene, volume):

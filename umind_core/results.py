@@ -17,7 +17,8 @@ answer users see states that length in place of the model's, and the model's own
 
 An ellipse (``ellipse``: its long and short axis, two lines in pixels, as `landmarks.ellipse_axes` fits one to a
 fetal head's mask) is measured by its perimeter (`landmarks.ellipse_perimeter`: Ramanujan's, from the axes' lengths
-by `imageio.line_length`), the head circumference; the answer states it as it states a line's length.
+by `imageio.line_length`), the head circumference; the answer states it as it states a line's length, and its
+markup is a closed curve along it carrying that length (`to_markups`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from PIL import Image
 
 from .atomic import atomic_path, write_text
 from .imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
-from .landmarks import ellipse_perimeter
+from .landmarks import ellipse_outline, ellipse_perimeter
 from .painter import LabelPainter
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
@@ -215,24 +216,31 @@ class Result:
 
     def to_markups(self, geometry: Geometry) -> list[dict]:
         """Markup dicts for `imageio.write_markups_json`, in LPS mm of ``geometry``, on the
-        frame ``frame_index``: points -> Fiducial, line -> Line, box -> ROI. A Line carries its
-        `imageio.line_length` in ``geometry`` (px where ``geometry`` is not calibrated), the
-        length the markup's coordinates give."""
+        frame ``frame_index``: points -> Fiducial, line -> Line, ellipse -> ClosedCurve, box -> ROI.
+        A Line carries its `imageio.line_length` in ``geometry`` (px where ``geometry`` is not
+        calibrated), the length the markup's coordinates give; a ClosedCurve goes through
+        `landmarks.ellipse_outline`'s points and carries the ellipse's perimeter
+        (`landmarks.ellipse_perimeter`, the head circumference) measured the same way."""
         out: list[dict] = []
         k = self.frame_index
         sx, sy = frame_spacing(geometry)
+        spacing = (sx, sy) if geometry.spacing_known else None
         ex, ey, ez, through = frame_axes_lps(geometry)
+
+        def lps(points) -> list[list[float]]:
+            return [list(pixel_to_physical(geometry, k, x, y)) for x, y in points]
+
         for i, obj in enumerate(self.objects):
             name = obj.label or f"{self.task} {i + 1}"
             if obj.points:
-                out.append({"type": "Fiducial", "name": name, "points_lps": [
-                    list(pixel_to_physical(geometry, k, x, y)) for x, y in obj.points]})
+                out.append({"type": "Fiducial", "name": name, "points_lps": lps(obj.points)})
             if obj.line is not None:
                 x1, y1, x2, y2 = obj.line
-                out.append({"type": "Line", "name": name, "points_lps": [
-                    list(pixel_to_physical(geometry, k, x1, y1)),
-                    list(pixel_to_physical(geometry, k, x2, y2))], **_length_keys(
-                        line_length(obj.line, (sx, sy) if geometry.spacing_known else None))})
+                out.append({"type": "Line", "name": name, "points_lps": lps([(x1, y1), (x2, y2)]),
+                            **_length_keys(line_length(obj.line, spacing))})
+            if obj.ellipse is not None:
+                out.append({"type": "ClosedCurve", "name": name, "points_lps": lps(ellipse_outline(obj.ellipse)),
+                            **_length_keys(ellipse_perimeter(obj.ellipse, spacing))})
             if obj.box is not None:
                 x1, y1, x2, y2 = obj.box
                 center = pixel_to_physical(geometry, k, (x1 + x2) / 2, (y1 + y2) / 2)

@@ -7,9 +7,10 @@ markups.mrk.json for detect, keypoints and measure or when the answers hold poin
 list when nothing was found), image.nrrd where the input's calibration is hidden from Slicer (a DICOM calibrated
 only in its ultrasound regions: the label map and markups lie in that calibrated geometry), and overlay PNGs with
 --overlay. Lengths (answer, results.json, markups) are the drawn lines measured with the calibrated spacing, in px
-without one; an unparsable answer is a warning and writes no label map or markups (`umind_core.batch`). A bad
-input fails alone with one line naming it; the others still complete, the summary lists the failures and the exit
-status is 1. A bad request (unknown task, empty or over-long prompt,
+without one; a head circumference (measure "head circumference") is the perimeter of the fetal head's ellipse, and
+its markup a closed curve along that ellipse stating it. An unparsable answer is a warning and writes no label map
+or markups (`umind_core.batch`). A bad input fails alone with one line naming it; the others still complete, the
+summary lists the failures and the exit status is 1. A bad request (unknown task, empty or over-long prompt,
 points without labels) stops before any model is loaded, with status 2.
 
 Under `accelerate launch --multi_gpu --num_processes N -m umind_core.cli infer ...` (or torchrun / mpirun) every

@@ -1,5 +1,5 @@
-"""Slicer markups (.mrk.json, LPS): points, lines (with their length: mm, or px on an uncalibrated image) and ROIs
-out, and back in."""
+"""Slicer markups (.mrk.json, LPS): points, lines and closed curves (with their length: mm, or px on an uncalibrated
+image; a closed curve is the ellipse of a head circumference, its length the perimeter) and ROIs out, and back in."""
 
 from __future__ import annotations
 
@@ -39,24 +39,70 @@ def _control_point(i: int, label: str, pos: list[float]) -> dict:
             "selected": True, "locked": False, "visibility": True, "positionStatus": "defined"}
 
 
-def _line_measurement(m: dict, points: list[list[float]]) -> dict:
-    """A Line's length measurement: the ``length`` (and ``length_unit``) UMind computed for it
-    (`imageio.line_length`, from the line and the spacing of the geometry the points are in), else, for a line
-    drawn by someone else, the distance between its points in mm, as Slicer measures it."""
+#: the markup types written, with the prefix of their control points' default labels (Slicer's own)
+_PREFIX = {"Fiducial": "F", "Line": "L", "ClosedCurve": "CC", "ROI": "R"}
+
+
+def _polyline_mm(points: list[list[float]], closed: bool) -> float:
+    """The length of the polyline through ``points`` (LPS mm), back to the first point when ``closed``."""
+    pts = np.asarray(points, dtype=np.float64)
+    if closed:
+        pts = np.vstack([pts, pts[:1]])
+    return float(np.linalg.norm(np.diff(pts, axis=0), axis=1).sum())
+
+
+def _length_measurement(m: dict, points: list[list[float]]) -> dict:
+    """A Line's or ClosedCurve's length measurement: the ``length`` (and ``length_unit``) UMind computed for it
+    (`imageio.line_length` for a line, `landmarks.ellipse_perimeter` for an ellipse, from the spacing of the geometry
+    the points are in), else, for one drawn by someone else, the length of its points' polyline in mm (closed for a
+    ClosedCurve), as near as the points allow to what Slicer measures."""
     if m.get("length") is not None:
         unit = str(m.get("length_unit") or "mm")
         if unit not in ("mm", "px"):
             raise MarkupsError(f"markup {m.get('name')!r}: length_unit must be mm or px, got {unit!r}")
         return {"value": float(m["length"]), "units": unit}
-    return {"value": float(np.linalg.norm(np.subtract(points[1], points[0]))), "units": "mm"}
+    return {"value": _polyline_mm(points, m.get("type") == "ClosedCurve"), "units": "mm"}
+
+
+def _roi_fields(m: dict, name: str, system: str, conv) -> dict:
+    """An ROI's center (in LPS), size and orientation (row-major, columns = the box's axes, in LPS)."""
+    center_raw = m.get(f"center_{system.lower()}", m.get("center"))
+    if center_raw is None or m.get("size") is None:
+        raise MarkupsError(f"markup {name!r}: an ROI needs 'center' and 'size'")
+    center = conv(_vec3(center_raw, f"markup {name!r} center"))
+    size = _vec3(m["size"], f"markup {name!r} size")
+    if any(s < 0 for s in size):
+        raise MarkupsError(f"markup {name!r}: ROI size must not be negative, got {size}")
+    orient = np.asarray(m.get("orientation", np.eye(3).ravel()), dtype=np.float64)
+    if orient.size != 9:
+        raise MarkupsError(f"markup {name!r}: orientation must be 9 numbers (row-major)")
+    orient = orient.reshape(3, 3)
+    if system == "RAS":
+        orient = np.diag([-1.0, -1.0, 1.0]) @ orient
+    return {"roiType": "Box", "center": center, "orientation": [float(v) for v in orient.ravel()], "size": size,
+            "insideOut": False}
+
+
+def _measurements(m: dict, mtype: str, name: str, points: list[list[float]]) -> list[dict]:
+    """The markup's measurements after checking its points: a Line's and a ClosedCurve's length (enabled, so that
+    Slicer shows it beside the markup), none for points and ROIs."""
+    if mtype == "Fiducial" and not points:
+        raise MarkupsError(f"markup {name!r}: a Fiducial needs at least one point")
+    if mtype == "Line" and len(points) != 2:
+        raise MarkupsError(f"markup {name!r}: a Line needs exactly 2 points, got {len(points)}")
+    if mtype == "ClosedCurve" and len(points) < 3:
+        raise MarkupsError(f"markup {name!r}: a ClosedCurve needs at least 3 points, got {len(points)}")
+    if mtype not in ("Line", "ClosedCurve"):
+        return []
+    return [{"name": "length", "enabled": True, **_length_measurement(m, points), "printFormat": "%-#4.4g%s"}]
 
 
 def _markup_to_slicer(m: dict, k: int) -> dict:
     if not isinstance(m, dict):
         raise MarkupsError(f"markup #{k}: expected a dict, got {type(m).__name__}")
     mtype = m.get("type")
-    if mtype not in ("Fiducial", "Line", "ROI"):
-        raise MarkupsError(f"markup #{k}: type must be Fiducial, Line or ROI, got {mtype!r}")
+    if mtype not in _PREFIX:
+        raise MarkupsError(f"markup #{k}: type must be Fiducial, Line, ClosedCurve or ROI, got {mtype!r}")
     name = str(m.get("name") or mtype)
     system = str(m.get("coordinate_system") or ("RAS" if "points_ras" in m else "LPS")).upper()
     if system not in ("LPS", "RAS"):
@@ -65,43 +111,18 @@ def _markup_to_slicer(m: dict, k: int) -> dict:
     raw = m.get("points_ras" if system == "RAS" else "points_lps", m.get("points", []))
     points = [conv(_vec3(v, f"markup {name!r} point {i}")) for i, v in enumerate(raw or [])]
     labels = list(m.get("point_labels") or [])
-    prefix = {"Fiducial": "F", "Line": "L", "ROI": "R"}[mtype]
     out: dict[str, Any] = {
         "type": mtype, "name": name, "coordinateSystem": "LPS", "coordinateUnits": "mm",
-        "locked": False, "fixedNumberOfControlPoints": mtype != "Fiducial",
+        "locked": False, "fixedNumberOfControlPoints": mtype in ("Line", "ROI"),
         "labelFormat": "%N-%d",
     }
-    measurements: list[dict] = []
-    if mtype == "Fiducial":
-        if not points:
-            raise MarkupsError(f"markup {name!r}: a Fiducial needs at least one point")
-    elif mtype == "Line":
-        if len(points) != 2:
-            raise MarkupsError(f"markup {name!r}: a Line needs exactly 2 points, got "
-                               f"{len(points)}")
-        measurements.append({"name": "length", "enabled": True, **_line_measurement(m, points),
-                             "printFormat": "%-#4.4g%s"})
-    else:
-        center_raw = m.get(f"center_{system.lower()}", m.get("center"))
-        if center_raw is None or m.get("size") is None:
-            raise MarkupsError(f"markup {name!r}: an ROI needs 'center' and 'size'")
-        center = conv(_vec3(center_raw, f"markup {name!r} center"))
-        size = _vec3(m["size"], f"markup {name!r} size")
-        if any(s < 0 for s in size):
-            raise MarkupsError(f"markup {name!r}: ROI size must not be negative, got {size}")
-        orient = np.asarray(m.get("orientation", np.eye(3).ravel()), dtype=np.float64)
-        if orient.size != 9:
-            raise MarkupsError(f"markup {name!r}: orientation must be 9 numbers (row-major)")
-        orient = orient.reshape(3, 3)
-        if system == "RAS":
-            orient = np.diag([-1.0, -1.0, 1.0]) @ orient
-        out.update({"roiType": "Box", "center": center,
-                    "orientation": [float(v) for v in orient.ravel()], "size": size,
-                    "insideOut": False})
-        points = [center]
+    measurements = _measurements(m, mtype, name, points)
+    if mtype == "ROI":
+        out.update(_roi_fields(m, name, system, conv))
+        points = [out["center"]]
     out["lastUsedControlPointNumber"] = len(points)
     out["controlPoints"] = [
-        _control_point(i, str(labels[i]) if i < len(labels) else f"{prefix}-{i + 1}", pos)
+        _control_point(i, str(labels[i]) if i < len(labels) else f"{_PREFIX[mtype]}-{i + 1}", pos)
         for i, pos in enumerate(points)]
     out["measurements"] = measurements
     if m.get("description"):
@@ -114,8 +135,9 @@ def _markup_to_slicer(m: dict, k: int) -> dict:
 
 def write_markups_json(markups: list[dict], path: str | os.PathLike, empty_name: str = "no results") -> Path:
     """Write Slicer markups (.mrk.json, LPS); see `_markup_to_slicer` for the dict keys:
-    type, name, points_lps | points_ras (or coordinate_system + points), ROI center/size and
-    optional orientation (row-major, columns = box axes), point_labels, description, color.
+    type (Fiducial, Line, ClosedCurve, ROI), name, points_lps | points_ras (or coordinate_system +
+    points), length and length_unit (a Line's or ClosedCurve's), ROI center/size and optional
+    orientation (row-major, columns = box axes), point_labels, description, color.
 
     Nothing to write becomes one point list without points named ``empty_name``: Slicer cannot load a
     file whose markups list is empty (measured with slicer-core: "Failed to get markup 0"), and a client
@@ -140,6 +162,17 @@ def read_markups_json(path: str | os.PathLike) -> list[dict]:
     except (OSError, ValueError) as exc:
         raise MarkupsError(f"{path}: cannot read markups JSON: {exc}") from exc
     return parse_markups(doc, str(path))
+
+
+def _stated_length(m: dict, lps: list[list[float]]) -> dict:
+    """A read Line's or ClosedCurve's length: ``length_px`` where the file states UMind's length on an uncalibrated
+    image, else ``length_mm``, the stated value or, without one, its points' polyline (closed for a curve)."""
+    stated = next((ms for ms in m.get("measurements", [])
+                   if isinstance(ms, dict) and ms.get("name") == "length" and "value" in ms), None)
+    if stated is not None and stated.get("units") == "px":
+        return {"length_px": float(stated["value"])}
+    return {"length_mm": float(stated["value"]) if stated is not None else
+            _polyline_mm(lps, m.get("type") == "ClosedCurve")}
 
 
 def parse_markups(doc: Any, path: str = "markups") -> list[dict]:
@@ -169,14 +202,8 @@ def parse_markups(doc: Any, path: str = "markups") -> list[dict]:
         }
         if m.get("description"):
             item["description"] = m["description"]
-        if item["type"] == "Line" and len(lps) == 2:
-            stated = next((ms for ms in m.get("measurements", [])
-                           if isinstance(ms, dict) and ms.get("name") == "length" and "value" in ms), None)
-            if stated is not None and stated.get("units") == "px":  # UMind's length on an uncalibrated image
-                item["length_px"] = float(stated["value"])
-            else:
-                item["length_mm"] = float(stated["value"]) if stated is not None else \
-                    float(np.linalg.norm(np.subtract(lps[1], lps[0])))
+        if (item["type"] == "Line" and len(lps) == 2) or (item["type"] == "ClosedCurve" and len(lps) >= 3):
+            item.update(_stated_length(m, lps))
         if item["type"] == "ROI" and "center" in m:
             c = to_lps(_vec3(m["center"], f"{path}: markup #{k} center"))
             try:

@@ -13,7 +13,8 @@ are in, `outputs.geometry_info`):
   geometry as ITK reads it),
   as the client's `result_extension` asks or the input's family (`imageio.label_map_suffix`: PNG only for
   PNG/JPEG), with `label_names` {name: value} in the JSON, as the stock Slicer extension reads it;
-- "markups": a Slicer .mrk.json (ROIs for boxes, fiducials for points, lines for measurements), which the
+- "markups": a Slicer .mrk.json (ROIs for boxes, fiducials for points, lines for measurements, a closed curve for a
+  head circumference's ellipse; each length also in the reply's `measurements`), which the
   stock extension loads as markups (nothing found: one empty point list, which Slicer loads); optionally a
   label map instead (`label_map: true`), with the markups in the JSON;
 
@@ -35,6 +36,7 @@ from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 from umind_core.findings import answer_finding
 from umind_core.frames import parse_frames
 from umind_core.imageio import Geometry, Study, frame_spacing, label_map_suffix, line_length, read_study
+from umind_core.landmarks import ellipse_perimeter
 from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geometry_info, write_viewer_files
 from umind_core.predictor import Job
 from umind_core.results import Result
@@ -255,8 +257,8 @@ class UMindInferTask(InferTask):
         return path, names
 
     def _markups(self, study: Study, runs, geometry: Geometry) -> tuple[list[dict], list[dict]]:
-        """Markups in the files' ``geometry``; each line's length (`imageio.line_length`) in the calibrated
-        spacing, mm where there is one, else px: the length the results and the answer state."""
+        """Markups in the files' ``geometry`` (`outputs.frame_markups`: a line as a Line, a head circumference's
+        ellipse as a ClosedCurve) and each object's measurement (`_measurement`)."""
         spacing = frame_spacing(study.geometry) if study.geometry.spacing_known else None
         markups, measurements = [], []
         for task, _, results in runs:
@@ -265,16 +267,8 @@ class UMindInferTask(InferTask):
                     continue
                 m["description"] = f"umind {task}"
                 markups.append(m)
-            for r in results:
-                for obj in r.objects:
-                    if obj.line is None:
-                        continue
-                    length = line_length(obj.line, spacing)
-                    item = {"name": obj.label or task, "frame": r.frame_index, "length": length.value,
-                            "unit": length.unit, "length_px": line_length(obj.line, None).value}
-                    if length.mm is not None:
-                        item["length_mm"] = length.mm
-                    measurements.append(item)
+            measurements += [item for r in results for obj in r.objects
+                             if (item := _measurement(obj, task, r.frame_index, spacing)) is not None]
         return markups, measurements
 
     def _answer(self, runs) -> dict:
@@ -288,6 +282,23 @@ class UMindInferTask(InferTask):
         first = frames[0]
         return {"task": task, "prompt": target, "answer": first["answer"], "class": first["class"],
                 "objects": first["objects"], "frames": frames}
+
+
+def _measurement(obj, task: str, frame: int, spacing) -> dict | None:
+    """An object's measurement for the reply: a line's length (`imageio.line_length`) or an ellipse's perimeter (the
+    head circumference, `landmarks.ellipse_perimeter`) in the calibrated ``spacing``, mm where there is one, else px:
+    the length the results, the answer and the markups state. ``shape`` says which ("line" or "ellipse")."""
+    if obj.line is not None:
+        length, px, shape = line_length(obj.line, spacing), line_length(obj.line, None), "line"
+    elif obj.ellipse is not None:
+        length, px, shape = ellipse_perimeter(obj.ellipse, spacing), ellipse_perimeter(obj.ellipse, None), "ellipse"
+    else:
+        return None
+    item = {"name": obj.label or task, "frame": frame, "shape": shape, "length": length.value, "unit": length.unit,
+            "length_px": px.value}
+    if length.mm is not None:
+        item["length_mm"] = length.mm
+    return item
 
 
 def _named(err, image: object):

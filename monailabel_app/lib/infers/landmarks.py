@@ -1,4 +1,5 @@
-"""umind_landmarks: keypoints (fiducials) and measurement lines (with length in mm when spacing is known)."""
+"""umind_landmarks: keypoints (fiducials), measurement lines and a head circumference's ellipse (a closed curve), each
+length in mm when spacing is known."""
 
 from monailabel.interfaces.tasks.infer_v2 import InferType
 
@@ -11,8 +12,9 @@ class UMindLandmarks(UMindInferTask):
     infer_type = InferType.OTHERS
     umind_tasks = ("keypoints", "measure")
     output = "markups"
-    description_text = ("UMind: landmarks as fiducials and measurements as lines (Slicer markups); the stock "
-                        "MONAILabel extension does not list this type: use the UMind Slicer module")
+    description_text = ("UMind: landmarks as fiducials and measurements as lines or, for a head circumference, a "
+                        "closed curve (Slicer markups); the stock MONAILabel extension does not list this type: use "
+                        "the UMind Slicer module")
     #: `readout`: where lesion calipers, kidney and fetal head landmarks and lengths come from, the first choice (read
     #: off the mask) the default
     default_config = {"task": ["all", "keypoints", "measure"], "prompt": "", "frames": "all",

@@ -17,7 +17,11 @@ import numpy as np
 __all__ = [
     "GeometryError", "as_matrix", "ijk_to_ras_matrix", "ras_to_ijk", "ijk_to_ras",
     "ijk_index", "lps_to_ras", "ras_to_lps", "voxel_spacing", "box_ras_to_ijk_extent",
+    "OUTLINE_POINTS", "ellipse_outline",
 ]
+
+#: points of an ellipse's closed curve (the server's `umind_core.landmarks.OUTLINE_POINTS`)
+OUTLINE_POINTS = 64
 
 
 class GeometryError(ValueError):
@@ -119,3 +123,22 @@ def box_ras_to_ijk_extent(ras_to_ijk_matrix: Any, corners_ras: Sequence[Sequence
                                 f"{'ijk'[axis]}, outside the image 0..{n - 1}")
         out += [a, b]
     return out
+
+
+def ellipse_outline(axes: Sequence[float], n: int = OUTLINE_POINTS) -> list[tuple[float, float]]:
+    """``n`` pixel points (x, y) along the ellipse whose long and short axes are the 8 numbers ``axes`` (a result's
+    ``ellipse``, two lines in pixels), from the long axis's second end at equal steps of its parameter.
+
+    A tested copy of the server's `umind_core.landmarks.ellipse_outline` (umind_core is not installed inside Slicer),
+    so that a head circumference's closed curve goes through the points of the server's markups file. The affine image
+    of a circle in pixels is the ellipse in mm on non-square pixels too."""
+    if len(axes) != 8:
+        raise GeometryError(f"an ellipse is two axis lines (8 numbers), got {len(axes)}")
+    if n < 3:
+        raise GeometryError(f"a closed curve needs at least 3 points, got {n}")
+    long_axis, short_axis = np.asarray(axes[:4], np.float64), np.asarray(axes[4:], np.float64)
+    centre = (long_axis[:2] + long_axis[2:]) / 2
+    u, v = (long_axis[2:] - long_axis[:2]) / 2, (short_axis[2:] - short_axis[:2]) / 2
+    t = 2 * np.pi * np.arange(n) / n
+    pts = centre + np.cos(t)[:, None] * u + np.sin(t)[:, None] * v
+    return [(float(x), float(y)) for x, y in pts]

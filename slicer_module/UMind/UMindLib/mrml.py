@@ -3,8 +3,8 @@
 Every builder takes the scene as an argument, so the same code runs inside Slicer and under
 pytest with the PyPI package slicer-core. Results are placed on the geometry of the volume the
 user ran on: pixel (x, y) of frame k is voxel (x, y, k) of that volume (for a single-frame volume
-or a cine sequence item, k = 0), so segments overlay the image exactly and a line's length in mm
-follows from the volume's spacing, as the server computed it.
+or a cine sequence item, k = 0), so segments overlay the image exactly and a line's length (and a head
+circumference's closed curve's) in mm follows from the volume's spacing, as the server computed it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import slicer
 import vtk
 from vtk.util import numpy_support
 
-from .geometry import as_matrix, ijk_to_ras, voxel_spacing
+from .geometry import as_matrix, ellipse_outline, ijk_to_ras, voxel_spacing
 from .replies import InferReply, ServerResult
 
 __all__ = [
     "MRMLBuildError", "VolumeGeometry", "SEGMENT_COLORS", "ensure_node_classes",
     "volume_geometry", "volume_array", "labels_for_volume", "label_map_to_segmentation",
-    "segment_array", "add_fiducials", "add_lines", "add_rois", "set_answer_text",
+    "segment_array", "add_fiducials", "add_lines", "add_closed_curves", "add_rois", "set_answer_text",
     "markups_dict_to_nodes", "ResultNodes", "build_result_nodes", "frame_slice",
     "sequence_frames", "segmentation_sequence", "IMAGE_ID_ATTRIBUTE", "set_calibrated_spacing",
     "ExamNodes", "build_exam_nodes", "EXAM_VIEW_ATTRIBUTE",
@@ -325,6 +325,30 @@ def add_lines(scene: Any, volume_node: Any, result: ServerResult) -> list[Any]:
     return nodes
 
 
+def add_closed_curves(scene: Any, volume_node: Any, result: ServerResult) -> list[Any]:
+    """Each object's ellipse (a head circumference) -> a closed curve node through `geometry.ellipse_outline`'s
+    points, the points of the server's markups file. Its length measurement is switched on, so that Slicer shows
+    the perimeter beside the curve in mm from the volume's spacing, as it shows a line's length (a closed curve's
+    is off by default); the server's perimeter_mm is kept in the same attribute as a line's length_mm."""
+    geometry = volume_geometry(volume_node)
+    k = frame_slice(geometry, result.frame_index)
+    nodes = []
+    for i, obj in enumerate(result.objects):
+        if obj.ellipse is None:
+            continue
+        node = _new(scene, "vtkMRMLMarkupsClosedCurveNode", _object_name(result, i, obj.label))
+        node.CreateDefaultDisplayNodes()
+        for x, y in ellipse_outline(obj.ellipse):
+            node.AddControlPoint(vtk.vtkVector3d(*_pixel_ras(geometry, x, y, k)))
+        length = node.GetMeasurement("length")
+        if length is not None:
+            length.SetEnabled(True)
+        if "perimeter_mm" in obj.physical:
+            node.SetAttribute(LENGTH_ATTRIBUTE, repr(float(obj.physical["perimeter_mm"])))
+        nodes.append(node)
+    return nodes
+
+
 def add_rois(scene: Any, volume_node: Any, result: ServerResult) -> list[Any]:
     """Each object's box -> an ROI node aligned with the volume's axes, one slice thick."""
     geometry = volume_geometry(volume_node)
@@ -413,12 +437,14 @@ class ResultNodes:
     frame: int | None = None
     fiducials: list[Any] = field(default_factory=list)
     lines: list[Any] = field(default_factory=list)
+    #: closed curves: a head circumference's ellipse
+    curves: list[Any] = field(default_factory=list)
     rois: list[Any] = field(default_factory=list)
     markups: list[Any] = field(default_factory=list)
     text: Any = None
 
     def all_markups(self) -> list[Any]:
-        return self.fiducials + self.lines + self.rois + self.markups
+        return self.fiducials + self.lines + self.curves + self.rois + self.markups
 
 
 def build_result_nodes(scene: Any, volume_node: Any, reply: InferReply, labels: np.ndarray | None,
@@ -438,6 +464,7 @@ def build_result_nodes(scene: Any, volume_node: Any, reply: InferReply, labels: 
         if f is not None:
             out.fiducials.append(f)
         out.lines += add_lines(scene, volume_node, res)
+        out.curves += add_closed_curves(scene, volume_node, res)
         out.rois += add_rois(scene, volume_node, res)
     if not results and reply.markups:
         out.markups = markups_dict_to_nodes(scene, reply.markups)

@@ -123,6 +123,8 @@ class ServerObject:
     physical: dict = field(default_factory=dict)
     #: an examination's object: the 0-based view it is in (its coordinates are that view's pixels); None otherwise
     view: int | None = None
+    #: an ellipse (a head circumference): its long then its short axis, x1, y1, x2, y2 each, in pixels
+    ellipse: tuple[float, ...] | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> "ServerObject":
@@ -139,6 +141,7 @@ class ServerObject:
                    points=[_opt_floats(p, 2, f"{where}.points[{i}]")  # type: ignore[misc]
                            for i, p in enumerate(pts)],
                    line=_opt_floats(d.get("line"), 4, f"{where}.line"),  # type: ignore[arg-type]
+                   ellipse=_opt_floats(d.get("ellipse"), 8, f"{where}.ellipse"),
                    score=None if score is None else float(score),
                    mask=d.get("mask") if isinstance(d.get("mask"), dict) else None,
                    physical=d.get("physical") if isinstance(d.get("physical"), dict) else {})
