@@ -260,6 +260,10 @@ class VersionStore:
             "runs": runs,
             "last_error": next((r.get("error") for r in reversed(runs) if r.get("status") in ("failed", "killed")),
                                None),
+            # why the newest finished run's version is served or not, and by which gate rule (the runs hold all)
+            "last_decision": next(({"version": r.get("version"), "status": r.get("status"), "reason": r.get("reason"),
+                                    "rule": r.get("gate_rule")}
+                                   for r in reversed(runs) if r.get("status") in ("promoted", "rejected")), None),
             "train_progress": self.progress(runs),
             "warnings": warnings,
         }

@@ -28,6 +28,15 @@ paired standard error keeping a single flipped answer from deciding, but never f
 score tolerance (`held_out_tolerance`: one collapsed mask among six passed the uncapped rule). A few images still see
 only large losses: the recipe, not the gate, has to make the small ones rare.
 
+The gate protects the team's data first. A version that is clearly better on the held-out labels (a task
+improved beyond the tolerance and beyond `noise_z` paired standard errors, with `held_out_min_samples` scored
+samples: `clear_gains`) has the synthetic regression suite judged within a stated budget (conf
+`synthetic_budget_score`, `synthetic_budget_error`; `budget_tolerance`) instead of the tolerance, still against
+the start, so the synthetic sites can lose at most one budget over any number of rounds. A version no better on
+the team's scans keeps the tolerance everywhere, and any loss on the held-out labels still rejects. Measured
+before this rule: 20 real fetal-head corrections lifted their held-out labels 0.43 -> 0.69 mIoU and detection F1
+0.40 -> 1.00, and the version was rejected for the synthetic suite's -0.037 mIoU and keypoints 1.4% -> 2.0%.
+
 A change is also weighed against the noise of the set it was measured on. Both versions answer the same
 samples, so the paired standard error of the change is sd(after_i - before_i) / sqrt(n) (`paired_se`). On the
 loop benchmark's 150-image suite it is 0.008 for caliper error (74 samples, start 0.094: the 5% tolerance is
@@ -45,7 +54,7 @@ import math
 from dataclasses import dataclass, replace
 
 __all__ = ["GATE_METRICS", "PER_SAMPLE", "Tolerance", "compare", "decide", "format_table", "held_out_tolerance",
-           "paired_se", "per_sample_values"]
+           "paired_se", "per_sample_values", "clear_gains", "budget_tolerance"]
 
 #: summary key of the per-sample values (task -> one value per sample, in the set's order; None = unscored)
 PER_SAMPLE = "per_sample"
@@ -162,6 +171,26 @@ def compare(before: dict, after: dict, tol: Tolerance, start: dict | None = None
             row["start"] = round(float(anchor), 4)
         rows.append(row)
     return rows
+
+
+def clear_gains(rows: list[dict], tol: Tolerance) -> list[dict]:
+    """The rows of a table (the held-out labels, compared with `tol`) whose task got clearly better: beyond the
+    tolerance in the better direction and beyond `noise_z` paired standard errors, on enough samples to gate."""
+    out = []
+    for row in rows:
+        if not row.get("gates", True):
+            continue
+        b, a, se = row["before"], row["after"], row.get("se")
+        better = a - b if row["kind"] == "score" else b - a
+        margin = tol.score if row["kind"] == "score" else abs(b) * tol.error
+        if better > margin and (se is None or not tol.noise_z or better > tol.noise_z * se):
+            out.append(row)
+    return out
+
+
+def budget_tolerance(tol: Tolerance, score_budget: float, error_budget: float) -> Tolerance:
+    """`tol` with the synthetic suite's budget in place of its tolerance (the noise rule unchanged)."""
+    return replace(tol, score=max(tol.score, score_budget), error=max(tol.error, error_budget))
 
 
 def decide(tables: dict[str, list[dict]], tol: Tolerance) -> tuple[bool, str]:
