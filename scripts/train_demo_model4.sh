@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Demo model 4, one stage per call: the data once, then training that resumes from the newest checkpoint in the
+# stage's folder. Continues demo model 3's weights (same 256 px input, same LLM and decoder).
+#   scripts/train_demo_model4.sh WORK STAGE [MAX_STEPS]
+# Data: HC18 and BUSI from ../shared/data (UMIND_REAL_DATA overrides), imported as released and split by subject
+# once (seed 0, 20% of subjects held out; the held-out split is never mixed in: `umind mix` refuses it), beside
+# synthetic rehearsal of the four sites (varied look, augmented, seeds 200000.., never used by an evaluation).
+# Stage 1 starts from the bundled demo model 3; stage N from WORK/stage<N-1>/final (or FROM=<folder>).
+set -euo pipefail
+work=${1:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
+stage=${2:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
+steps=${3:-1500}
+here=$(cd "$(dirname "$0")/.." && pwd)
+umind="$here/.venv/bin/umind"
+data=${UMIND_REAL_DATA:-$here/../shared/data}
+mkdir -p "$work"
+if [ ! -f "$work/hc18/manifest.jsonl" ]; then
+  "$umind" import hc18 "$data/hc18" --out "$work/hc18" --split test=0.2 --split-seed 0
+fi
+if [ ! -f "$work/busi/manifest.jsonl" ]; then
+  "$umind" import busi "$data/busi" --out "$work/busi" --split test=0.2 --split-seed 0
+fi
+if [ ! -f "$work/synth/manifest.jsonl" ]; then
+  "$umind" synth --out "$work/synth" -n 1500 --seed0 200000 --size 256 --appearance varied --augment 0.3 \
+    --refusal-rate 0.5 --sites breast,thyroid,kidney,fetal_head
+fi
+if [ ! -f "$work/train/manifest.jsonl" ]; then
+  "$umind" mix --out "$work/train/manifest.jsonl" hc18="$work/hc18/train.jsonl" busi="$work/busi/train.jsonl" \
+    synth="$work/synth/manifest.jsonl"
+fi
+case "$stage" in
+  1) from=${FROM:-$here/umind_core/demo_model}; lr=${LR:-3e-4} ;;
+  *) from=${FROM:-$work/stage$((stage - 1))/final}; lr=${LR:-2e-4} ;;
+esac
+exec "$umind" train --manifest "$work/train/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
+  --batch-size 8 --val-fraction 0.02 --lr "$lr" --warmup-ratio 0.03 --epochs 20 --max-steps "$steps" \
+  --save-every 100 --eval-every 300 --keep-checkpoints 2 --log-every 20 --no-progress

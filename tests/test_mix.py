@@ -1,0 +1,40 @@
+"""`umind mix`: parts rebased into one training manifest, ids kept apart, held-out records refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from umind_core.data.manifest import read_manifest, write_synthetic_dataset
+from umind_core.data.mix import mix_manifests
+
+
+def _part(tmp_path, name, n, seed0, split=None):
+    folder = tmp_path / name
+    write_synthetic_dataset(folder, n, seed0=seed0, size=64)
+    path = folder / "manifest.jsonl"
+    if split:
+        records = read_manifest(path)
+        for r in records:
+            r.extra["split"] = split
+        from umind_core.data.manifest import write_manifest
+
+        write_manifest(records, path)
+    return path
+
+
+def test_parts_are_rebased_and_prefixed(tmp_path):
+    a, b = _part(tmp_path, "a", 2, 0), _part(tmp_path, "b", 3, 0)  # the same ids in both parts
+    out = tmp_path / "mixed" / "train" / "manifest.jsonl"
+    assert mix_manifests([("real", a), ("synth", b)], out) == {"real": 2, "synth": 3}
+    records = read_manifest(out)
+    assert len({r.id for r in records}) == 5 and all(r.id.split("-")[0] in ("real", "synth") for r in records)
+    for r in records:
+        assert r.image_path.is_file() and not r.image.startswith("/")
+        assert r.load_image().shape[:2] == (64, 64)
+
+
+def test_a_part_holding_held_out_records_is_refused(tmp_path):
+    test = _part(tmp_path, "t", 2, 0, split="test")
+    with pytest.raises(ValueError, match="held-out"):
+        mix_manifests([("real", test)], tmp_path / "m" / "manifest.jsonl")
+    assert not (tmp_path / "m" / "manifest.jsonl").exists()
