@@ -559,6 +559,33 @@ def send(server, case: Case) -> requests.Response:
                             files=files, headers=case.headers, timeout=120)
 
 
+def proc_kb(pid: int, key: str) -> int:
+    """A /proc/PID/status value in kB (VmRSS, VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def reset_peak(pid: int) -> int:
+    """Reset the process's high-water mark to its RSS now (Linux clear_refs 5); that RSS in kB."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return proc_kb(pid, "VmRSS")
+
+
+def server_pid(srv) -> int:
+    """The serving Python of the started process group (the largest one)."""
+    import subprocess
+
+    out = subprocess.run(["pgrep", "-g", str(os.getpgid(srv.proc.pid))], capture_output=True, text=True).stdout
+    pids = [int(p) for p in out.split()]
+    return max(pids, key=lambda p: proc_kb(p, "VmRSS")) if pids else srv.proc.pid
+
+
+#: issue 49: no request of at most 5 MB may cost the server more than this above its RSS at rest
+MAX_PEAK_KB = 200 * 1024
+
+
 def counter(server) -> int:
     return int(server.get_json("/info/")["umind"]["trigger"]["since_last_run"])
 
@@ -568,6 +595,7 @@ def server(tmp_path_factory):
     srv = start(tmp_path_factory.mktemp("corpus"))
     srv.before = snapshot(srv.root)
     srv.versions = (srv.studies / ".umind" / "versions.json")
+    srv.pid = server_pid(srv)
     yield srv
     srv.stop()
 
@@ -585,7 +613,10 @@ def test_case(server, index):
     case = cases(server.root)[index]
     versions_before = server.versions.read_bytes() if server.versions.exists() else None
     count_before = counter(server)
+    rest = reset_peak(server.pid)
     resp = send(server, case)
+    peak = proc_kb(server.pid, "VmHWM") - rest
+    assert peak < MAX_PEAK_KB, f"{case.name}: the server's peak memory rose {peak / 1024:.0f} MB"
     assert resp.status_code == case.expect, f"{case.name}: {resp.status_code} {resp.text[:300]}"
     if case.expect >= 400 and case.method not in ("HEAD", "OPTIONS"):
         detail = resp.json()["detail"]
