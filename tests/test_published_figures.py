@@ -613,3 +613,22 @@ def test_capacity_probe_row_is_the_benchmark():
     assert (f"validation loss {runs['base']['val_loss_first']:.4f} -> {runs['base']['val_loss_last']:.4f}" in row
             and f"validation loss -> {runs['deep']['val_loss_last']:.4f}" in row)
 
+
+
+def test_real_heldout_and_wall_cost_rows_are_their_result_files():
+    """The real held-out row and the security corpus cost row of benchmarks/README.md against their result files."""
+    import json
+
+    text = BENCHMARKS.read_text(encoding="utf-8")
+    real = json.loads((RESULTS / "real_heldout_demo3.json").read_text())
+    row = next(ln for ln in text.splitlines() if "demo model 3 on the held-out part of the real data" in ln)
+    h, b = real["hc18"], real["busi"]
+    assert f"Dice {h['dice_mean']:.3f} [{h['dice_ci95'][0]:.3f}, {h['dice_ci95'][1]:.3f}]" in row
+    assert f"{h['empty_masks']} of {h['images']} masks empty" in row
+    assert f"{h['hc_mad_mm']:.1f} mm" in row and f"three classes {b['three_class_accuracy']:.3f}" in row
+    assert f"benign vs malignant {b['benign_vs_malignant']:.3f}" in row and f"{b['majority_baseline']:.3f}" in row
+    cost = json.loads((RESULTS / "wall_cost.json").read_text())
+    row = next(ln for ln in text.splitlines() if "what each row of the security corpus" in ln)
+    assert f"({len(cost['rows'])} requests" in row
+    assert f"at most {cost['max_peak_above_before_mb']:.0f} MB above" in row
+    assert f"slowest {cost['info_ms_max']:.1f} ms" in row and f"median {cost['info_ms_median']:.1f} ms" in row
