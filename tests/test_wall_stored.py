@@ -248,3 +248,38 @@ def _parser(func):
     p.add_argument("command")
     p.set_defaults(func=func)
     return p
+
+
+def test_a_build_that_will_not_end_is_cut_off_with_the_commands_own_status(tmp_path):
+    """A build still running after BUILD_STOP_S: the process exits with the command's status (0 here), at once."""
+    import subprocess
+
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import sys, threading, time, argparse
+sys.path.insert(0, {str(ROOT)!r})
+from umind_core import cli
+from umind_core.modeling.step_builder import BackgroundBuilder
+cli.BUILD_STOP_S = 0.5
+class Owner:
+    def idle_seconds(self):
+        return 1e9
+owner, started = Owner(), threading.Event()
+def slow(weights, args, key):
+    started.set()
+    time.sleep(30)
+builder = BackgroundBuilder(slow, owner)
+def command(args):
+    builder.request((1, 64, "f32", "cpu"), None, ())
+    started.wait(10)
+    print("work done", flush=True)
+    return 0
+p = argparse.ArgumentParser(); p.add_argument("command"); p.set_defaults(func=command)
+cli.build_parser = lambda: p
+sys.exit(cli.main(["x"]))
+""")
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "work done" in done.stdout and "stopped a background decode build" in done.stderr
+    assert time.monotonic() - t0 < 20
