@@ -5,7 +5,8 @@
 # Data: HC18 and BUSI from ../shared/data (UMIND_REAL_DATA overrides), imported as released and split by subject
 # once (seed 0, 20% of subjects held out; the held-out split is never mixed in: `umind mix` refuses it), beside
 # synthetic rehearsal of the four sites (varied look, augmented, seeds 200000.., never used by an evaluation).
-# Stage 1 starts from the bundled demo model 3; stage N from WORK/stage<N-1>/final (or FROM=<folder>).
+# Stage 1 starts from the bundled demo model 3; stage N from WORK/stage<N-1>/final (or FROM=<folder>); LR overrides
+# the stage's learning rate.
 set -euo pipefail
 work=${1:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
 stage=${2:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
@@ -24,14 +25,16 @@ if [ ! -f "$work/synth/manifest.jsonl" ]; then
   "$umind" synth --out "$work/synth" -n 1500 --seed0 200000 --size 256 --appearance varied --augment 0.3 \
     --refusal-rate 0.5 --sites breast,thyroid,kidney,fetal_head
 fi
-if [ ! -f "$work/train/manifest.jsonl" ]; then
-  "$umind" mix --out "$work/train/manifest.jsonl" hc18="$work/hc18/train.jsonl" busi="$work/busi/train.jsonl" \
-    synth="$work/synth/manifest.jsonl"
+# HC18_COPIES / BUSI_COPIES repeat a real part (its copies stay in one group); 1 and 1 make WORK/train
+mix=train; [ "${HC18_COPIES:-1}${BUSI_COPIES:-1}" = 11 ] || mix="train_h${HC18_COPIES:-1}_b${BUSI_COPIES:-1}"
+if [ ! -f "$work/$mix/manifest.jsonl" ]; then
+  "$umind" mix --out "$work/$mix/manifest.jsonl" hc18="$work/hc18/train.jsonl*${HC18_COPIES:-1}" \
+    busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}" synth="$work/synth/manifest.jsonl"
 fi
 case "$stage" in
   1) from=${FROM:-$here/umind_core/demo_model}; lr=${LR:-3e-4} ;;
   *) from=${FROM:-$work/stage$((stage - 1))/final}; lr=${LR:-2e-4} ;;
 esac
-exec "$umind" train --manifest "$work/train/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
+exec "$umind" train --manifest "$work/$mix/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
   --batch-size 8 --val-fraction 0.02 --lr "$lr" --warmup-ratio 0.03 --epochs 20 --max-steps "$steps" \
   --save-every 100 --eval-every 300 --keep-checkpoints 2 --log-every 20 --no-progress

@@ -38,3 +38,17 @@ def test_a_part_holding_held_out_records_is_refused(tmp_path):
     with pytest.raises(ValueError, match="held-out"):
         mix_manifests([("real", test)], tmp_path / "m" / "manifest.jsonl")
     assert not (tmp_path / "m" / "manifest.jsonl").exists()
+
+
+def test_copies_repeat_a_part_in_one_group_each(tmp_path):
+    from umind_core.data.split import GROUP_KEY
+
+    a = _part(tmp_path, "a", 2, 0)
+    out = tmp_path / "m" / "manifest.jsonl"
+    assert mix_manifests([("real", a, 3), ("synth", _part(tmp_path, "b", 1, 5))], out) == {"real": 6, "synth": 1}
+    records = read_manifest(out)
+    groups = {}
+    for r in records[:6]:
+        groups.setdefault(r.extra[GROUP_KEY], []).append(r.id)
+    assert len(groups) == 2 and all(len(v) == 3 for v in groups.values())
+    assert GROUP_KEY not in records[-1].extra  # a part taken once keeps its records as they were

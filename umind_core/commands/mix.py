@@ -14,8 +14,9 @@ HELP = "mix manifests (real imports, synthetic rehearsal) into one training mani
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("parts", nargs="+", metavar="PREFIX=MANIFEST",
-                        help="a part: its id prefix and its manifest (e.g. hc18=imports/hc18/train.jsonl)")
+    parser.add_argument("parts", nargs="+", metavar="PREFIX=MANIFEST[*COPIES]",
+                        help="a part: its id prefix and its manifest (e.g. hc18=imports/hc18/train.jsonl), and how "
+                             "many times its records go in (busi=busi/train.jsonl*3; copies keep one group)")
     parser.add_argument("--out", required=True, help="the mixed manifest to write (its folder is created)")
 
 
@@ -25,9 +26,10 @@ def run(args) -> int:
     parts = []
     for text in args.parts:
         prefix, sep, path = text.partition("=")
-        if not sep or not prefix or not path:
-            raise ValueError(f"a part is PREFIX=MANIFEST, got {text!r}")
-        parts.append((prefix, path))
+        path, star, copies = path.rpartition("*") if "*" in path else (path, "", "1")
+        if not sep or not prefix or not path or not copies.isdigit():
+            raise ValueError(f"a part is PREFIX=MANIFEST[*COPIES], got {text!r}")
+        parts.append((prefix, path, int(copies)))
     counts = mix_manifests(parts, args.out)
     print(f"umind mix: {sum(counts.values())} records -> {args.out} "
           f"({', '.join(f'{k} {v}' for k, v in counts.items())})")

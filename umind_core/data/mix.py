@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .manifest import read_manifest, rebase, write_manifest
+from .split import GROUP_KEY
 
 __all__ = ["mix_manifests", "HELD_OUT_SPLITS"]
 
@@ -21,25 +22,35 @@ __all__ = ["mix_manifests", "HELD_OUT_SPLITS"]
 HELD_OUT_SPLITS = ("test",)
 
 
-def mix_manifests(parts: Sequence[tuple[str, str | os.PathLike]], out: str | os.PathLike) -> dict[str, int]:
-    """Write `out` (a manifest path) from `parts`, (prefix, manifest path) pairs; records per prefix.
+def mix_manifests(parts: Sequence[tuple[str, str | os.PathLike] | tuple[str, str | os.PathLike, int]],
+                  out: str | os.PathLike) -> dict[str, int]:
+    """Write `out` (a manifest path) from `parts`, (prefix, manifest path[, copies]) tuples; records per prefix.
 
-    ValueError when a part holds a held-out record or two parts share a prefix."""
+    A part given `copies` > 1 is repeated that many times (ids `<prefix>-<id>-c<k>` after the first), every copy
+    in the original's group (`split.GROUP_KEY`, the record's id when it has none), so the trainer's own
+    validation split never puts one copy in training and another in validation.
+    ValueError when a part holds a held-out record, two parts share a prefix or copies is below 1."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    prefixes = [p for p, _ in parts]
+    prefixes = [part[0] for part in parts]
     if len(set(prefixes)) != len(prefixes):
         raise ValueError(f"mix: prefixes must differ, got {prefixes}")
     records, counts = [], {}
-    for prefix, path in parts:
-        part = read_manifest(path)
-        held = [r.id for r in part if str(getattr(r, "extra", {}).get("split", "")) in HELD_OUT_SPLITS]
+    for prefix, path, *rest in parts:
+        copies = int(rest[0]) if rest else 1
+        if copies < 1:
+            raise ValueError(f"mix: {prefix} copies must be at least 1, got {copies}")
+        held = [r.id for r in read_manifest(path) if str(r.extra.get("split", "")) in HELD_OUT_SPLITS]
         if held:
             raise ValueError(f"mix: {path} holds {len(held)} held-out record(s) (split test), e.g. {held[0]!r}")
-        for rec in part:
-            rebase(rec, out.parent)
-            rec.id = f"{prefix}-{rec.id}" if prefix else rec.id
-            records.append(rec)
-        counts[prefix] = len(part)
+        for k in range(copies):
+            for rec in read_manifest(path):  # a fresh read per copy: records are changed in place below
+                rebase(rec, out.parent)
+                group = rec.extra.get(GROUP_KEY) or rec.id
+                rec.id = f"{prefix}-{rec.id}" + (f"-c{k}" if k else "")
+                if copies > 1:
+                    rec.extra[GROUP_KEY] = f"{prefix}-{group}"
+                records.append(rec)
+        counts[prefix] = len(records) - sum(counts.values())
     write_manifest(records, out)
     return counts
