@@ -115,7 +115,15 @@ def busi(predictor, manifest: Path) -> dict:
             "three_class_accuracy": acc(pairs), "majority_baseline": round(truth.count(majority) / len(truth), 4),
             "benign_vs_malignant": acc(lesion),
             "lesion_vs_normal": acc([(t == "normal", s == "normal") for t, s in pairs]),
-            "unanswered": sum(s is None for s in said)}
+            "unanswered": sum(s is None for s in said),
+            "confusion": _confusion(pairs)}
+
+
+def _confusion(pairs) -> dict:
+    """truth -> what was said -> count (None: the answer named no class)."""
+    said = sorted({s for _, s in pairs}, key=str)
+    return {t: {str(s): sum(1 for tt, ss in pairs if (tt, ss) == (t, s)) for s in said}
+            for t in sorted({t for t, _ in pairs})}
 
 
 def main(argv=None) -> int:

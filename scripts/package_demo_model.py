@@ -26,7 +26,8 @@ CARD = "MODEL_CARD.md"
 def main(source: str) -> None:
     model = UMindVL.from_pretrained(source, dtype=torch.bfloat16)
     model.config.description = (
-        "UMind demo model: the small Qwen3-VL config trained from scratch on synthetic ultrasound. "
+        "UMind demo model: the small Qwen3-VL config trained on synthetic ultrasound and two public research "
+        "data sets (HC18, BUSI). "
         "A demonstration, not a clinical model. See MODEL_CARD.md."
     )
     card = (DEMO_MODEL_DIR / CARD).read_text() if (DEMO_MODEL_DIR / CARD).is_file() else None

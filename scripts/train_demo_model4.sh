@@ -25,11 +25,20 @@ if [ ! -f "$work/synth/manifest.jsonl" ]; then
   "$umind" synth --out "$work/synth" -n 1500 --seed0 200000 --size 256 --appearance varied --augment 0.3 \
     --refusal-rate 0.5 --sites breast,thyroid,kidney,fetal_head
 fi
-# HC18_COPIES / BUSI_COPIES repeat a real part (its copies stay in one group); 1 and 1 make WORK/train
-mix=train; [ "${HC18_COPIES:-1}${BUSI_COPIES:-1}" = 11 ] || mix="train_h${HC18_COPIES:-1}_b${BUSI_COPIES:-1}"
+# MORE_SYNTH=N adds N further synthetic images (seeds 201500..; WORK/synth_more<N>) for more rehearsal;
+# HC18_COPIES / BUSI_COPIES repeat a real part (its copies stay in one group); the defaults make WORK/train
+more=${MORE_SYNTH:-0}; extra=()
+mix=train; [ "${HC18_COPIES:-1}${BUSI_COPIES:-1}${more}" = 110 ] || mix="train_h${HC18_COPIES:-1}_b${BUSI_COPIES:-1}_s${more}"
+if [ "$more" -gt 0 ]; then
+  if [ ! -f "$work/synth_more$more/manifest.jsonl" ]; then
+    "$umind" synth --out "$work/synth_more$more" -n "$more" --seed0 201500 --size 256 --appearance varied \
+      --augment 0.3 --refusal-rate 0.5 --sites breast,thyroid,kidney,fetal_head
+  fi
+  extra=(more="$work/synth_more$more/manifest.jsonl")
+fi
 if [ ! -f "$work/$mix/manifest.jsonl" ]; then
   "$umind" mix --out "$work/$mix/manifest.jsonl" hc18="$work/hc18/train.jsonl*${HC18_COPIES:-1}" \
-    busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}" synth="$work/synth/manifest.jsonl"
+    busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}" synth="$work/synth/manifest.jsonl" "${extra[@]}"
 fi
 case "$stage" in
   1) from=${FROM:-$here/umind_core/demo_model}; lr=${LR:-3e-4} ;;
