@@ -298,3 +298,44 @@ def nrrd_cine(path: Path, t: int = 4, y: int = 16, x: int = 20) -> tuple[Path, n
                                                                [np.nan] * 3]),
                                  "space origin": [1.0, 2.0, 3.0]}, index_order="C")
     return path, data
+
+
+def dicom_deflated(path: Path, arr: np.ndarray, pixel_bytes: bytes | None = None) -> Path:
+    """A Deflated Explicit VR Little Endian file, its data set deflated by hand (`pixel_bytes` may lie about the
+    size Rows x Columns declare: a decompression bomb)."""
+    import zlib
+
+    from pydicom.filebase import DicomBytesIO
+    from pydicom.filewriter import write_dataset, write_file_meta_info
+    from pydicom.uid import DeflatedExplicitVRLittleEndian
+
+    ds = _dataset(path, US_IMAGE_STORAGE, DeflatedExplicitVRLittleEndian)
+    _set_pixels(ds, arr, "MONOCHROME2")
+    if pixel_bytes is not None:
+        ds.PixelData = pixel_bytes
+    body = DicomBytesIO()
+    body.is_little_endian, body.is_implicit_VR = True, False
+    write_dataset(body, ds)
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    packed = deflater.compress(body.getvalue()) + deflater.flush()
+    meta = DicomBytesIO()
+    meta.is_little_endian, meta.is_implicit_VR = True, False
+    write_file_meta_info(meta, ds.file_meta)
+    path.write_bytes(b"\0" * 128 + b"DICM" + meta.getvalue() + packed)
+    return path
+
+
+def dicom_jpeg_frame_larger_than_declared(path: Path, side: int = 3000, declared: int = 64) -> Path:
+    """A JPEG Baseline DICOM whose one frame is side x side pixels while Rows x Columns say declared x declared."""
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGBaseline8Bit
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((side, side), np.uint8)).save(buf, format="JPEG", quality=50)
+    ds = _dataset(path, US_IMAGE_STORAGE, JPEGBaseline8Bit)
+    _set_pixels(ds, np.zeros((declared, declared), np.uint8), "MONOCHROME2")
+    ds.PixelData = encapsulate([buf.getvalue()])
+    ds["PixelData"].is_undefined_length = True
+    ds["PixelData"].VR = "OB"
+    ds.save_as(str(path), write_like_original=False)
+    return path

@@ -352,29 +352,18 @@ def _logs_clean(resp, server):
 
 @functools.lru_cache(maxsize=None)  # cases() is rebuilt for every row
 def _deflate_bomb() -> bytes:
-    from test_study_files import _deflated
+    from fixtures_imaging import dicom_deflated
 
     with tempfile.TemporaryDirectory() as d:
-        return _deflated(Path(d) / "b.dcm", np.zeros((64, 64), np.uint8), bytes(200 * 1024 * 1024)).read_bytes()
+        return dicom_deflated(Path(d) / "b.dcm", np.zeros((64, 64), np.uint8), bytes(200 * 1024 * 1024)).read_bytes()
 
 
 @functools.lru_cache(maxsize=None)
 def _oversized_jpeg_frame() -> bytes:
-    from fixtures_imaging import _dataset, _set_pixels
-    from pydicom.encaps import encapsulate
-    from pydicom.uid import JPEGBaseline8Bit
+    from fixtures_imaging import dicom_jpeg_frame_larger_than_declared
 
-    buf = io.BytesIO()
-    Image.fromarray(np.zeros((3000, 3000), np.uint8)).save(buf, format="JPEG", quality=50)
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "j.dcm"
-        ds = _dataset(path, "1.2.840.10008.5.1.4.1.1.6.1", JPEGBaseline8Bit)
-        _set_pixels(ds, np.zeros((64, 64), np.uint8), "MONOCHROME2")
-        ds.PixelData = encapsulate([buf.getvalue()])
-        ds["PixelData"].is_undefined_length = True
-        ds["PixelData"].VR = "OB"
-        ds.save_as(str(path), write_like_original=False)
-        return path.read_bytes()
+        return dicom_jpeg_frame_larger_than_declared(Path(d) / "j.dcm").read_bytes()
 
 
 def _with_zip(data: bytes) -> bytes:

@@ -7,10 +7,8 @@ of the outside bytes, and that deflated DICOM and oversized JPEG frames are refu
 
 from __future__ import annotations
 
-import io
 import sys
 import tracemalloc
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures_imaging import _dataset, _set_pixels, dicom_mono, ramp  # noqa: E402
+from fixtures_imaging import (dicom_deflated, dicom_jpeg_frame_larger_than_declared, dicom_mono,  # noqa: E402
+                              ramp)
 
 from umind_core.imageio import ImageReadError, read_header, read_label_map, read_study  # noqa: E402
 from umind_core.imageio.geometry import Geometry, line_length  # noqa: E402
@@ -95,37 +94,15 @@ def test_self_contained_nrrd_and_nifti_still_read(tmp_path):
 # ---- DICOM: deflate and JPEG frames bounded by the header --------------------------------------------------
 
 
-def _deflated(path: Path, arr: np.ndarray, pixel_bytes: bytes | None = None) -> Path:
-    """A Deflated Explicit VR Little Endian file, its data set deflated by hand (pixel data may lie)."""
-    from pydicom.filebase import DicomBytesIO
-    from pydicom.filewriter import write_dataset, write_file_meta_info
-    from pydicom.uid import DeflatedExplicitVRLittleEndian
-
-    ds = _dataset(path, "1.2.840.10008.5.1.4.1.1.6.1", DeflatedExplicitVRLittleEndian)
-    _set_pixels(ds, arr, "MONOCHROME2")
-    if pixel_bytes is not None:
-        ds.PixelData = pixel_bytes
-    body = DicomBytesIO()
-    body.is_little_endian, body.is_implicit_VR = True, False
-    write_dataset(body, ds)
-    deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-    packed = deflater.compress(body.getvalue()) + deflater.flush()
-    meta = DicomBytesIO()
-    meta.is_little_endian, meta.is_implicit_VR = True, False
-    write_file_meta_info(meta, ds.file_meta)
-    path.write_bytes(b"\0" * 128 + b"DICM" + meta.getvalue() + packed)
-    return path
-
-
 def test_a_deflated_dicom_reads_like_the_plain_one(tmp_path):
     arr = ramp()
-    study = read_study(_deflated(tmp_path / "d.dcm", arr))
+    study = read_study(dicom_deflated(tmp_path / "d.dcm", arr))
     assert np.array_equal(study.frames[0].pixels[..., 0], arr)
     assert read_header(tmp_path / "d.dcm")[0] == (1,) + arr.shape
 
 
 def test_a_deflate_bomb_is_refused_while_it_inflates(tmp_path):
-    bomb = _deflated(tmp_path / "bomb.dcm", np.zeros((64, 64), np.uint8), pixel_bytes=bytes(200 * 1024 * 1024))
+    bomb = dicom_deflated(tmp_path / "bomb.dcm", np.zeros((64, 64), np.uint8), pixel_bytes=bytes(200 * 1024 * 1024))
     assert bomb.stat().st_size < 1_000_000  # 200 MB of pixels in a file this small
     tracemalloc.start()
     try:
@@ -139,19 +116,7 @@ def test_a_deflate_bomb_is_refused_while_it_inflates(tmp_path):
 
 
 def test_a_jpeg_frame_larger_than_the_data_set_declares_is_refused_before_decoding(tmp_path):
-    from PIL import Image
-    from pydicom.encaps import encapsulate
-    from pydicom.uid import JPEGBaseline8Bit
-
-    buf = io.BytesIO()
-    Image.fromarray(np.zeros((3000, 3000), np.uint8)).save(buf, format="JPEG", quality=50)
-    path = tmp_path / "big_frame.dcm"
-    ds = _dataset(path, "1.2.840.10008.5.1.4.1.1.6.1", JPEGBaseline8Bit)
-    _set_pixels(ds, np.zeros((64, 64), np.uint8), "MONOCHROME2")
-    ds.PixelData = encapsulate([buf.getvalue()])
-    ds["PixelData"].is_undefined_length = True
-    ds["PixelData"].VR = "OB"
-    ds.save_as(str(path), write_like_original=False)
+    path = dicom_jpeg_frame_larger_than_declared(tmp_path / "big_frame.dcm")
     tracemalloc.start()
     try:
         with pytest.raises(ImageReadError, match="3000 x 3000"):

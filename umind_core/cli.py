@@ -67,3 +67,7 @@ def _stop_background_work(command: str, code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -145,7 +145,11 @@ def _read_pil(p: Path, fmt: str, axis: int | None):
     name = str(p)
     if axis not in (None, 0):
         raise ImageReadError(f"{name}: axis={axis} given for a 2D image")
-    with Image.open(p) as im:
+    try:
+        opened = Image.open(p)
+    except Image.DecompressionBombError as exc:  # Pillow's own words: the header's pixel count, no file content
+        raise ImageReadError(f"{name}: image too large ({exc})") from None
+    with opened as im:
         _check_size(name, im.size)
         im.load()
         mode = im.mode
