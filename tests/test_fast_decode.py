@@ -297,7 +297,9 @@ def test_demo_model_drafted_answers_equal_eager():
     calls = [("segment", "lesion"), ("detect", "lesion"), ("diagnose", None), ("report", None)]
     eager, _ = _drafted_answers(model, "eager", images, calls)
     fast, kept = _drafted_answers(model, "static", images, calls)
-    assert kept >= 20, kept
+    # drafts must really be taken (how many depends on the model's answers: demo model 3 kept 20 or more here,
+    # demo model 4 keeps 12), and every answer must still equal the eager one
+    assert kept >= 10, kept
     for e, f in zip(eager, fast):
         _assert_same(e, f)
 
