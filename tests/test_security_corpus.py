@@ -403,9 +403,9 @@ def file_cases(root: Path) -> list[Case]:
         C("jpeg frame larger than declared", "POST", seg, 400, ("3000 x 3000",),
           files={"file": ("j.dcm", _oversized_jpeg_frame())}),
         C("nifti with a zip after its data", "PUT", "/datastore/image", 400, ("after the end",), {"image": "nz"},
-          files={"file": ("x.nii", _with_zip(nifti_plain()))}),
+          files={"file": ("x.nii", _with_zip(plain_volume(".nii")))}),
         C("nrrd with a zip after its data", "PUT", "/datastore/image", 400, ("after the end",), {"image": "rz"},
-          files={"file": ("x.nrrd", _with_zip(nrrd_plain()))}),
+          files={"file": ("x.nrrd", _with_zip(plain_volume(".nrrd")))}),
         C("label info 500 deep", "PUT", "/datastore/label", 400, ("nested",), {"image": "img0", "tag": "final"},
           params=_nested(500), files={"label": ("label.png", LABEL)}),
         C("label info 30 deep", "PUT", "/datastore/label", 400, ("nested 29",), {"image": "img0", "tag": "final"},
@@ -451,21 +451,12 @@ def up_png() -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def nifti_plain() -> bytes:
+def plain_volume(suffix: str) -> bytes:
+    """A small image written by SimpleITK under `suffix` (".nii", ".nrrd"): nothing after its data."""
     import SimpleITK as sitk
 
     with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "x.nii")
-        sitk.WriteImage(sitk.GetImageFromArray(np.zeros((32, 32), np.uint8)), p)
-        return Path(p).read_bytes()
-
-
-@functools.lru_cache(maxsize=None)
-def nrrd_plain() -> bytes:
-    import SimpleITK as sitk
-
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "x.nrrd")
+        p = os.path.join(d, "x" + suffix)
         sitk.WriteImage(sitk.GetImageFromArray(np.zeros((32, 32), np.uint8)), p)
         return Path(p).read_bytes()
 

@@ -97,13 +97,14 @@ def _integer_pixels(path: str, fmt: str) -> None:
         return
     import SimpleITK as sitk
 
-    reader = sitk.ImageFileReader()
-    reader.SetFileName(path)
+    from umind_core.imageio import sitk_reader
+
+    reader = sitk_reader(path, fmt)  # pinned to the format's ImageIO, as every study read is (imageio.opening)
     reader.ReadImageInformation()
     if reader.GetNumberOfComponents() != 1:
         raise UploadError(f"a label map must have one component per voxel, got {reader.GetNumberOfComponents()}")
     if "float" in sitk.GetPixelIDValueAsString(reader.GetPixelIDValue()).lower():
-        arr = sitk.GetArrayFromImage(sitk.ReadImage(path))  # a copy: a view would outlive its image
+        arr = sitk.GetArrayFromImage(reader.Execute())  # a copy: a view would outlive its image
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise UploadError("label values must be integers (the upload holds fractional values)")
 
