@@ -91,7 +91,7 @@ def test_commands_one_to_four_import_train_and_evaluate(user):
                               env=user["env"], capture_output=True, text=True, timeout=1200, check=False)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     work = user["work"]
-    train = [json.loads(line) for line in (work / "data/thyroid/manifest.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for line in (work / "data/thyroid/train.jsonl").read_text().splitlines()]
     assert len(train) == 6 and all(r["annotations"]["objects"] for r in train)
     final = work / "runs/thyroid/final"
     assert (final / "umind_config.json").is_file() and any(final.rglob("adapter_model.safetensors"))

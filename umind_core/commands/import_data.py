@@ -23,6 +23,7 @@ Formats (one reader each in umind_core/importers/):
 
 Output layout (--out DIR, a new folder):
   DIR/manifest.jsonl      every record, test split included; each keeps its source split in the key "split"
+                          (`umind train` leaves test-split records out of any manifest, with a line saying so)
   DIR/<split>.jsonl       one manifest per split where the source has splits (nnunet: train, test;
                           ultrabench: train, validation / train_val, test; csv: its split column),
                           same relative paths: train with `umind train --manifest DIR/train.jsonl`

@@ -1,7 +1,9 @@
 """Fine-tune a UMind model on a manifest: LoRA by default, every weight with --full (a model trained from scratch).
 
 The manifest is checked first (`umind check`, umind_core/data/check.py): bad records are listed and skipped, empty
-masks become negatives and named label maps are split; with --strict any problem stops the run (exit 1). A UMind
+masks become negatives and named label maps are split; with --strict any problem stops the run (exit 1). Records of
+a test split (``split: test``, HC18's ``test_set``; `data.split.is_test_split`) are then left out with one line
+saying how many: an import's manifest.jsonl holds every split, and a test case must never be trained on. A UMind
 folder without an adapter (a fully trained model such as the demo) gets a fresh LoRA adapter, as the server's
 retraining does; --full trains every weight instead.
 
@@ -100,18 +102,26 @@ def _checked_manifest(manifest: Path, out: Path, strict: bool) -> Path | None:
     --strict met a problem. Under `accelerate launch` only the first process prints; every process writes the
     same checked manifest, atomically.
     """
-    from ..data.check import check_manifest, report_lines, training_manifest
+    from ..data.check import check_manifest, leave_out_test_split, report_lines, training_manifest
 
     result = check_manifest(manifest)
-    if int(os.environ.get("RANK", "0")) == 0:
+    main = int(os.environ.get("RANK", "0")) == 0
+    if main:
         for line in report_lines(result, manifest):
             print(f"umind train: {line}", file=sys.stderr)
     if strict and result.errors:
         print(f"umind train: --strict: {len(result.errors)} problems in {manifest}; nothing trained",
               file=sys.stderr)
         return None
+    left = leave_out_test_split(result)
+    n_test = sum(left.values())
+    if n_test and main:
+        splits = ", ".join(f"{n} of split {name!r}" for name, n in left.items())
+        print(f"umind train: left out {n_test} test record(s) of {manifest} ({splits}): a test case is never "
+              "trained on (an import's DIR/train.jsonl holds the training split alone)", file=sys.stderr)
     if not result.kept:
-        raise TrainingError(f"no record of {manifest} passed the check; nothing to train on")
+        why = f" ({n_test} of them are test cases)" if n_test else ""
+        raise TrainingError(f"no record of {manifest} is left to train on after the check{why}")
     return training_manifest(result, out)
 
 

@@ -57,7 +57,7 @@ from .manifest import (MAX_EXAM_VIEWS, AnyRecord, ExamRecord, ManifestError, Man
                        is_exam, rebase, record_from_json, site_conflict, write_manifest)
 
 __all__ = ["Problem", "CheckedRecord", "CheckResult", "check_manifest", "check_line", "report_lines",
-           "training_manifest", "CHECKED_NAME"]
+           "training_manifest", "leave_out_test_split", "CHECKED_NAME"]
 
 #: the file `training_manifest` writes in the output folder, with split masks under ``checked_masks/``
 CHECKED_NAME = "checked_manifest.jsonl"
@@ -516,6 +516,20 @@ def report_lines(result: CheckResult, manifest: str | os.PathLike | None = None)
 
 
 # --------------------------------------------------------------------------------------------- training
+
+def leave_out_test_split(result: CheckResult) -> dict[str, int]:
+    """Take the records of a test split (`data.split.is_test_split`: nnU-Net's imagesTs/labelsTs, UltraBench's
+    test.json, HC18's test_set) out of ``result.kept``, so `training_manifest` never writes them; returns how many
+    per split name.
+
+    An import's DIR/manifest.jsonl holds every split, and a user (or a guide) may pass it to `umind train`: the
+    check keeps them (they are valid records, `umind eval` scores on them), training alone leaves them out."""
+    from .split import is_test_split, record_split
+
+    left = Counter(record_split(c.record) for c in result.kept if is_test_split(c.record))
+    result.kept = [c for c in result.kept if not is_test_split(c.record)]
+    return dict(left.most_common())
+
 
 def training_manifest(result: CheckResult, out_dir: str | os.PathLike) -> Path:
     """The manifest to train on: the checked one when every record passed unchanged, else

@@ -8,6 +8,12 @@ trains. `salt` gives an independent split of the same ids (the app's per-seed he
 `group_split` applies the same rule to groups: records of one group (HC18's subject ``NNN``, whose up to four images
 are near-duplicates) go to one side together, so no subject is both trained on and held out. A record without a
 group is a group of its own and lands where `hash_split` would put it.
+
+`is_test_split` is the one rule for the other kind of held-out record: a record whose extra key ``split`` names a
+test split (nnU-Net's imagesTs/labelsTs and UltraBench's test.json give "test", HC18's test_set/ "test_set",
+``umind import --split test=0.2`` "test"). Every import keeps them in DIR/manifest.jsonl beside the training cases so
+that one file lists the whole source; `umind train` leaves them out of any manifest it is given, so a test case is
+never trained on whichever file a user passes.
 """
 
 from __future__ import annotations
@@ -15,10 +21,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-__all__ = ["GROUP_KEY", "unit_hash", "hash_split", "group_split", "record_groups"]
+__all__ = ["GROUP_KEY", "SPLIT_KEY", "TEST_SPLITS", "unit_hash", "hash_split", "group_split", "record_groups",
+           "is_test_split", "record_split"]
 
 #: the manifest record's extra key naming its group (HC18: the subject NNN), written by the importers
 GROUP_KEY = "group"
+#: the record's extra key naming the split its source put it in, written by the importers
+SPLIT_KEY = "split"
+#: split names (compared lower-case) that hold a source's test cases: never trained on
+TEST_SPLITS: frozenset[str] = frozenset({"test", "test_set", "testing"})
 
 
 def unit_hash(record_id: str, salt: str = "umind-split") -> float:
@@ -65,3 +76,15 @@ def record_groups(records: Sequence) -> list[str | None]:
         group = getattr(rec, "extra", {}).get(GROUP_KEY)
         out.append(group if isinstance(group, str) and group else None)
     return out
+
+
+def record_split(record) -> str | None:
+    """The record's split (its extra key SPLIT_KEY) as written, None where it names none."""
+    split = getattr(record, "extra", {}).get(SPLIT_KEY)
+    return split if isinstance(split, str) and split else None
+
+
+def is_test_split(record) -> bool:
+    """True when the record's split is a test split (TEST_SPLITS, any case): training must leave it out."""
+    split = record_split(record)
+    return split is not None and split.strip().lower() in TEST_SPLITS

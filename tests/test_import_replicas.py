@@ -1,0 +1,113 @@
+"""Issue 51: datasets in as their tools export them, nothing lost and no test case trained on.
+
+Each test builds (or reads, tests/fixtures/replicas) a small replica of a real export layout and counts what goes in
+and what comes out: records, objects, masks, findings and the lines that name what was left out. Images are numpy
+noise, a few KB; no real dataset file is committed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from umind_core.cli import main as cli_main
+from umind_core.data.manifest import read_manifest
+from umind_core.data.split import is_test_split
+from umind_core.importers import import_dataset
+
+REPLICAS = Path(__file__).resolve().parent / "fixtures" / "replicas"
+
+
+def _png(path: Path, arr: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(arr).save(path)
+    return path
+
+
+def _speckle(h: int, w: int, seed: int, channels: int = 0) -> np.ndarray:
+    shape = (h, w, channels) if channels else (h, w)
+    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "import_report.json").read_text())
+
+
+# ------------------------------------------------------------------------------------ test split never trained
+
+def _nnunet_with_test_labels(root: Path) -> Path:
+    """nnU-Net v2 raw, PNG: 3 training cases, 2 test cases with labelsTs (a nodule each), 1 test case without."""
+    d = root / "Dataset010_Nodule"
+    (d / "imagesTr").mkdir(parents=True)
+    (d / "dataset.json").write_text(json.dumps({"labels": {"background": 0, "thyroid_nodule": 1},
+                                                "file_ending": ".png", "channel_names": {"0": "US"},
+                                                "numTraining": 3}))
+    lab = np.zeros((32, 32), np.uint8)
+    lab[8:16, 10:20] = 1
+    for i, case in enumerate(["tr1", "tr2", "tr3"]):
+        _png(d / "imagesTr" / f"{case}_0000.png", _speckle(32, 32, i))
+        _png(d / "labelsTr" / f"{case}.png", lab)
+    for i, case in enumerate(["ts1", "ts2", "ts3"]):
+        _png(d / "imagesTs" / f"{case}_0000.png", _speckle(32, 32, 10 + i))
+        if case != "ts3":
+            _png(d / "labelsTs" / f"{case}.png", lab)
+    return d
+
+
+@dataclass
+class _Summary:
+    steps: int = 0
+
+
+def test_train_leaves_test_split_records_out_of_any_manifest(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "imp"
+    summary = import_dataset("nnunet", _nnunet_with_test_labels(tmp_path), out, progress=False)
+    assert summary.per_split == {"train": 3, "test": 3}
+    every = read_manifest(out / "manifest.jsonl")
+    assert sum(is_test_split(r) for r in every) == 3 and sum(bool(r.annotations.objects) for r in every) == 5
+
+    seen: list[Path] = []
+
+    def fake_train(model, manifest, config, tasks=None):  # what the trainer would read, without training
+        seen.append(Path(manifest))
+        return _Summary()
+
+    import umind_core.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "train", fake_train)
+    code = cli_main(["train", "--manifest", str(out / "manifest.jsonl"), "--out", str(tmp_path / "run"),
+                     "--size", "tiny", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0
+    (trained,) = seen
+    records = read_manifest(trained)
+    assert sorted(r.id for r in records) == ["tr1", "tr2", "tr3"]
+    left = [line for line in err.splitlines() if "left out" in line]
+    # ts3 has no label: the check skips it (nothing to learn); ts1 and ts2 are labelled test cases
+    assert len(left) == 1 and "left out 2 test record(s)" in left[0] and "2 of split 'test'" in left[0], err
+    assert "never trained on" in left[0]
+
+    # the training split alone: nothing to leave out, no line
+    seen.clear()
+    assert cli_main(["train", "--manifest", str(out / "train.jsonl"), "--out", str(tmp_path / "run2"),
+                     "--size", "tiny", "--no-progress"]) == 0
+    assert "left out" not in capsys.readouterr().err
+    assert sorted(r.id for r in read_manifest(seen[0])) == ["tr1", "tr2", "tr3"]
+
+    # a manifest of test cases only is one line and exit 2, never a run on them
+    assert cli_main(["train", "--manifest", str(out / "test.jsonl"), "--out", str(tmp_path / "run3"),
+                     "--size", "tiny", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "2 of them are test cases" in err and "Traceback" not in err and len(seen) == 1
+
+
+@pytest.mark.parametrize("split,test", [("test", True), ("test_set", True), ("Test", True), ("testing", True),
+                                        ("train", False), ("validation", False), ("train_val", False), (None, False)])
+def test_test_split_names(split, test):
+    rec = type("R", (), {"extra": {} if split is None else {"split": split}})()
+    assert is_test_split(rec) is test
