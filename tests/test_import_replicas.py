@@ -111,3 +111,44 @@ def test_train_leaves_test_split_records_out_of_any_manifest(tmp_path, capsys, m
 def test_test_split_names(split, test):
     rec = type("R", (), {"extra": {} if split is None else {"split": split}})()
     assert is_test_split(rec) is test
+
+
+# ------------------------------------------------------------------------------------ CVAT brush masks
+
+def test_cvat_brush_masks_are_objects(tmp_path):
+    src = REPLICAS / "cvat_coco"
+    doc = json.loads((src / "annotations" / "instances_default.json").read_text())
+    brush = [a for a in doc["annotations"] if a["iscrowd"] == 1 and isinstance(a["segmentation"], dict)]
+    assert len(brush) == 4  # the replica: four nodules drawn with CVAT's brush
+    out = tmp_path / "imp"
+    summary = import_dataset("coco", src / "annotations" / "instances_default.json", out,
+                             images=src / "images" / "default", progress=False)
+    assert summary.imported == 3
+    report = _report(out)
+    assert report["dropped"] == {} and report["skipped"] == []
+    recs = {r.id: r for r in read_manifest(out / "manifest.jsonl")}
+    labels = {rid: sorted(o.label for o in r.annotations.objects) for rid, r in recs.items()}
+    assert labels == {"nodule_001": ["thyroid nodule"] * 2, "nodule_002": ["thyroid", "thyroid nodule",
+                                                                            "thyroid nodule"], "normal_003": []}
+    nodules = [(o, m) for r in recs.values() for o, m in zip(r.annotations.objects, r.load_masks())
+               if o.label == "thyroid nodule"]
+    assert len(nodules) == 4 and all(m is not None for _o, m in nodules)
+    assert sorted(int(m.sum()) for _o, m in nodules) == sorted(int(a["area"]) for a in brush)  # every pixel in
+    segment = [c for r in recs.values() for c in r.conversations if c.task == "segment"]
+    assert sum(len(c.mask_objects) for c in segment) >= 4
+
+
+def test_coco_crowd_drawn_as_polygons_is_still_left_out_with_a_line(tmp_path):
+    src = REPLICAS / "cvat_coco"
+    doc = json.loads((src / "annotations" / "instances_default.json").read_text())
+    doc["annotations"].append({"id": 99, "image_id": 3, "category_id": 1, "iscrowd": 1, "bbox": [0, 0, 10, 10],
+                               "segmentation": [[0, 0, 10, 0, 10, 10, 0, 10]]})
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "imp"
+    summary = import_dataset("coco", path, out, images=src / "images" / "default", progress=False)
+    assert sum(summary.log.dropped.values()) == 1
+    assert any("crowd" in line for line in summary.lines("coco"))
+    recs = {r.id: r for r in read_manifest(out / "manifest.jsonl")}
+    assert recs["normal_003"].annotations.objects == []
+    assert sum(len(r.annotations.objects) for r in recs.values()) == 5

@@ -238,7 +238,7 @@ def _coco(tmp_path: Path):
     for i, name in enumerate(["a.png", "b.png", "c.png", "d.png"]):
         _png(imgs / name, _speckle(64, 64, i))
     poly = [12.3, 5.7, 40.2, 12.1, 35.8, 40.5, 8.1, 30.2]
-    e1, e2, crowd = _ellipse(64, 64, 30, 20, 9, 14), _ellipse(64, 64, 45, 48, 8, 6), _rect(64, 64, (0, 6, 0, 64))
+    e1, e2 = _ellipse(64, 64, 30, 20, 9, 14), _ellipse(64, 64, 45, 48, 8, 6)
     xs, ys = poly[0::2], poly[1::2]
     doc = {
         "images": [{"id": 1, "file_name": "a.png", "width": 64, "height": 64},
@@ -256,7 +256,7 @@ def _coco(tmp_path: Path):
             {"id": 13, "image_id": 2, "category_id": 2, "iscrowd": 0, "bbox": [42, 37, 13, 17],
              "segmentation": {"size": [64, 64], "counts": _rle_counts(e2)}},
             {"id": 14, "image_id": 2, "category_id": 1, "iscrowd": 1, "bbox": [0, 0, 64, 6],
-             "segmentation": {"size": [64, 64], "counts": _rle_counts(crowd)}},
+             "segmentation": [[0, 0, 64, 0, 64, 6, 0, 6]]},  # a crowd drawn as polygons: left out
             {"id": 15, "image_id": 1, "category_id": 99, "iscrowd": 0, "bbox": [1, 1, 3, 3]},
             {"id": 16, "image_id": 77, "category_id": 1, "iscrowd": 0, "bbox": [1, 1, 3, 3]},
         ]}
@@ -296,7 +296,8 @@ def test_coco_boxes_polygons_rle_crowd_and_skips(tmp_path):
     assert summary.imported == 3 and summary.split_manifests == {}
     assert _reasons(out) == {"image file missing": 1, "image size differs from the COCO entry": 1,
                              "annotation with an unknown category id": 1, "annotation for an unknown image id": 1}
-    assert _dropped(out) == {"crowd region (iscrowd: not an object)": 1}
+    assert _dropped(out) == {"crowd region without an RLE mask (iscrowd 1 with polygons or no segmentation: not one "
+                             "object)": 1}
     recs = _by_id(out / "manifest.jsonl")
     assert sorted(recs) == ["a", "b", "c"]
     assert recs["c"].annotations.objects == []

@@ -4,7 +4,8 @@ Formats (one reader each in umind_core/importers/):
   nnunet      an nnU-Net v2 raw dataset folder: dataset.json, imagesTr/<case>_0000<ending>, labelsTr/, imagesTs/
               (2D PNG, NIfTI, NRRD). imagesTs cases without labels become unlabelled records of split "test".
   coco        a COCO JSON file (bbox, polygon and RLE segmentations, categories); --images DIR holds the files
-              (default: the JSON's folder). Crowd regions (iscrowd) are not objects: left out and counted.
+              (default: the JSON's folder). An RLE mask with iscrowd 1 (how CVAT exports every mask) is one
+              object; iscrowd 1 with polygons or no segmentation is a crowd: left out and counted.
   ultrabench  a folder written by the ultrabench package, <name>_v<version>/{train,validation,test}.json (or
               train_val.json); *_mask keys become objects named after the key, scan_mask the scan area,
               pathology the finding, other class fields (view, quality, ...) go to the record's "labels".

@@ -12,8 +12,13 @@ out, 1 (labelled, occluded) and 2 (visible) are kept. Their values are taken as 
 convention, as detectron2 reads COCO keypoints (it adds 0.5 to reach its continuous frame). An annotation with
 keypoints alone (no box, no mask) is an object of its keypoints.
 
-Crowd regions (``iscrowd`` 1) are not objects: they mark a group nobody outlined one by one, so they are left out
-of the record and counted in the summary; the image and its other objects are kept. An image without annotations
+``iscrowd`` 1 with an RLE mask is one object with that mask: CVAT writes every mask (brush, magic wand, a mask
+drawn by any tool) that way, because its COCO exporter (Datumaro's) sets ``iscrowd`` to "this instance is an RLE
+mask", and in the tools that export ultrasound labels an RLE is how a hand-drawn region is stored, not a group. The
+MS-COCO sense of a crowd (a group nobody outlined one by one) cannot be told from such a mask by the file alone; a
+mask of a whole group would be read as one region of its category, never dropped silently. ``iscrowd`` 1 with
+polygons or without a segmentation keeps the MS-COCO reading: not an object, left out of the record and counted in
+the summary (the image and its other objects are kept). An image without annotations
 is a negative (a record with no objects). Annotations naming an unknown image or category, and images whose file
 is missing or whose size differs from the JSON, are skipped with a reason.
 """
@@ -184,8 +189,9 @@ def _record(ctx: ImportContext, img: dict, anns: list[dict], cats: dict, images_
                          f"{name}: file {placed.width}x{placed.height}, JSON {img.get('width')}x{img.get('height')}")
     objects = []
     for ann in anns:
-        if ann.get("iscrowd"):
-            ctx.log.drop("crowd region (iscrowd: not an object)")
+        if ann.get("iscrowd") and not isinstance(ann.get("segmentation"), dict):
+            ctx.log.drop("crowd region without an RLE mask (iscrowd 1 with polygons or no segmentation: not one "
+                         "object)")
             continue
         obj = ctx.attempt(f"annotation {ann.get('id')} of {name}", _object, ctx, ann, cats[ann["category_id"]],
                           rid, len(objects), placed.width, placed.height)
