@@ -152,3 +152,81 @@ def test_coco_crowd_drawn_as_polygons_is_still_left_out_with_a_line(tmp_path):
     recs = {r.id: r for r in read_manifest(out / "manifest.jsonl")}
     assert recs["normal_003"].annotations.objects == []
     assert sum(len(r.annotations.objects) for r in recs.values()) == 5
+
+
+# ------------------------------------------------------------------------------------ CSV mask columns
+
+def _csv_replica(root: Path, header: str, rows: list[str]) -> Path:
+    """A CSV beside 3 images and their 0/255 masks (one nodule each; img2's mask holds two blobs)."""
+    for i in range(3):
+        _png(root / "img" / f"img{i}.png", _speckle(32, 40, i))
+        m = np.zeros((32, 40), np.uint8)
+        m[5:12, 6:14] = 255
+        if i == 2:
+            m[20:26, 25:33] = 255
+        _png(root / "mask" / f"img{i}_mask.png", m)
+    (root / "labels.csv").write_text("\n".join([header, *rows]) + "\n")
+    return root / "labels.csv"
+
+
+def test_csv_mask_columns_become_objects_with_their_masks(tmp_path, capsys):
+    csv = _csv_replica(tmp_path / "src", "image,finding,mask,mask_label,cyst_mask",
+                       ["img/img0.png,benign,mask/img0_mask.png,thyroid nodule,",
+                        "img/img1.png,benign,mask/img1_mask.png,thyroid nodule,mask/img0_mask.png",
+                        "img/img2.png,malignant,mask/img2_mask.png,thyroid nodule,",
+                        "img/img2.png,malignant,mask/nothere.png,thyroid nodule,"])
+    out = tmp_path / "imp"
+    summary = import_dataset("csv", csv, out, progress=False)
+    assert summary.imported == 3
+    assert _report(out)["skipped_by_reason"] == {"image listed twice": 1}
+    recs = {r.id: r for r in read_manifest(out / "manifest.jsonl")}
+    labels = {rid: [o.label for o in r.annotations.objects] for rid, r in recs.items()}
+    # 4 mask cells in (img2's mask holds two nodules: a lesion kind, one object per blob) -> 5 objects, 5 masks
+    assert labels == {"img0": ["thyroid nodule"], "img1": ["thyroid nodule", "cyst"],
+                      "img2": ["thyroid nodule", "thyroid nodule"]}
+    masks = [m for r in recs.values() for m in r.load_masks()]
+    assert len(masks) == 5 and all(m is not None and m.any() for m in masks)
+    assert all("mask" not in (r.extra.get("labels") or {}) for r in recs.values())
+    assert cli_main(["check", str(out / "manifest.jsonl")]) == 0
+    assert "3 kept, 0 skipped" in capsys.readouterr().out
+
+    # a mask file missing: its row is skipped naming the file, never a record without its mask
+    csv.write_text("image,mask,mask_label\nimg/img0.png,mask/nothere.png,thyroid nodule\n"
+                   "img/img1.png,mask/img1_mask.png,thyroid nodule\n")
+    summary = import_dataset("csv", csv, tmp_path / "imp2", progress=False)
+    (skip,) = summary.log.skipped
+    assert summary.imported == 1 and skip["reason"] == "mask or label file missing" and "nothere.png" in skip["detail"]
+
+
+def test_csv_mask_without_its_name_is_refused_in_one_line(tmp_path, capsys):
+    csv = _csv_replica(tmp_path / "src", "image,finding,mask", ["img/img0.png,benign,mask/img0_mask.png"])
+    code = cli_main(["import", "csv", str(csv), "--out", str(tmp_path / "imp"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "'mask' needs the object's name" in err[0] and "mask_label" in err[0]
+    assert not (tmp_path / "imp" / "manifest.jsonl").exists()
+
+
+def test_check_counts_a_mask_kept_as_a_label(tmp_path, capsys):
+    """An import made before the mask columns were read kept the path in labels: check says it is not trained on."""
+    _png(tmp_path / "a.png", _speckle(16, 16, 0))
+    line = {"id": "a", "image": "a.png", "annotations": {"diagnosis": "benign"}, "labels": {"mask": "m/a.png"}}
+    (tmp_path / "m.jsonl").write_text(json.dumps(line) + "\n")
+    assert cli_main(["check", str(tmp_path / "m.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "labels.mask: note: mask file 'm/a.png' kept as a label is never trained on" in out
+    assert "kept, but not trained on (mask as a label): 1" in out
+
+
+def test_csv_merge_adds_mask_objects_to_the_import(tmp_path):
+    src = tmp_path / "src"
+    csv = _csv_replica(src, "image,finding", ["img/img0.png,benign"])
+    first = tmp_path / "first"
+    import_dataset("csv", csv, first, progress=False)
+    csv.write_text("image,nodule_mask\nimg0.png,mask/img0_mask.png\n")
+    out = tmp_path / "merged"
+    import_dataset("csv", csv, out, merge=first, progress=False)
+    (rec,) = read_manifest(out / "manifest.jsonl")
+    (obj,) = rec.annotations.objects
+    assert obj.label == "nodule" and rec.annotations.diagnosis == "benign"
+    (mask,) = rec.load_masks()
+    assert int(mask.sum()) == 7 * 8

@@ -44,6 +44,8 @@ CSV columns (header row, case-insensitive; blank cells are "not given"):
   site, report, split     record site, report text, split
   spacing                 mm per pixel (both axes), or spacing_x and spacing_y
   <name>_mm | <name> mm   a measurement in millimetres, e.g. kidney_length_mm -> "kidney length mm"
+  <label>_mask            a mask file (0/1 or 0/255) -> an object of that label with its mask, e.g. nodule_mask
+  mask, mask_label        the same with the label in its own column ('mask' alone is refused: it names nothing)
   anything else           kept verbatim in the record's "labels"
 
 Label maps split by value; lesion kinds (names with lesion, nodule, mass, cyst, tumour) give one object per

@@ -26,7 +26,9 @@ Rules (the reason in brackets groups skipped records in the summary):
   refused, because guessing a name would teach a wrong word. A value missing from ``label_names`` is refused too,
   and so is a box, keypoint, line or diagnosis on a label map object (it cannot say which class it belongs to)
   [label map];
-- a record with no annotation, site or conversation has nothing to learn [nothing to learn].
+- a record with no annotation, site or conversation has nothing to learn [nothing to learn];
+- a mask path kept in the extra ``labels`` (``mask``, ``<label>_mask``) is a note: it is never trained on, so the
+  summary counts it instead of reading as if every annotation were kept [mask as a label].
 - an examination (a line with ``images``, `manifest.ExamRecord`) gets every rule above per view, each problem's
   field naming the view (``images[1].annotations.objects[0].mask``); besides, it holds at least one view and at
   most `MAX_EXAM_VIEWS` [exam], its views show one site [exam], its exam-level ``annotations`` hold only
@@ -44,6 +46,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -179,6 +182,7 @@ def check_line(raw: bytes, lineno: int, root: Path, seen: dict[str, int]) -> tup
         return None, problems
     problems += _duplicate_id(record.id, lineno, seen)
     problems += finding_problems(record, lineno) + conversation_problems(record, lineno)
+    problems += label_mask_problems(record, lineno)
     image_problems, size = file_problems(record, lineno)
     problems += image_problems
     checked = CheckedRecord(lineno, record)
@@ -238,6 +242,18 @@ def finding_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
     pairs += [(f"annotations.objects[{i}].diagnosis", o.diagnosis) for i, o in enumerate(ann.objects)]
     return [Problem(lineno, where, f"unknown finding {value!r} (a diagnosis is one of {', '.join(FINDINGS)})",
                     "unknown finding") for where, value in pairs if value is not None and normal_finding(value) is None]
+
+
+def label_mask_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
+    """A mask path kept in the record's extra ``labels`` (``mask``, ``nodule_mask``: an older CSV import kept a mask
+    column there) is never trained on: a note per key, so the summary does not read as if every annotation were
+    kept. The record itself is kept for what else it holds."""
+    labels = record.extra.get("labels")
+    if not isinstance(labels, dict):
+        return []
+    return [Problem(lineno, f"labels.{k}", f"mask file {v!r} kept as a label is never trained on; make it an object "
+                    "with its mask (re-import: `umind import --help`, csv mask columns)", "mask as a label", note=True)
+            for k, v in labels.items() if isinstance(v, str) and re.search(r"(^|[ _])mask$", str(k), re.I)]
 
 
 def _text(content: Any) -> str:
@@ -512,6 +528,8 @@ def report_lines(result: CheckResult, manifest: str | os.PathLike | None = None)
     lines.append(f"{name}: {result.checked} records checked, {len(result.kept)} kept, {skipped} skipped"
                  + (f", {len(result.notes)} note{'s' * (len(result.notes) != 1)}" if result.notes else ""))
     lines += [f"  skipped, {reason}: {n}" for reason, n in result.skipped_by_reason().items()]
+    lines += [f"  kept, but not trained on ({reason}): {n}"
+              for reason, n in Counter(p.reason for p in result.notes).most_common()]
     return lines
 
 

@@ -27,7 +27,8 @@ from ..masks import is_lesion_kind, mask_box, mask_pieces
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
-           "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split"]
+           "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split", "foreground",
+           "read_label_png"]
 
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -332,6 +333,17 @@ def read_label_png(path: Path, shape: tuple[int, int]) -> np.ndarray:
     if arr.shape != tuple(shape):
         raise RowSkipped("mask size differs from the image", f"{path}: {arr.shape[::-1]} vs {tuple(shape)[::-1]}")
     return arr
+
+
+def foreground(arr: np.ndarray, path: Path | str) -> np.ndarray:
+    """A mask file of one object (0 = background) as a bool mask: 0/1, 0/255 (how most tools and BUSI-derived sets
+    save a mask) or any one other value are the same object. Several non-zero values are a label map, whose values
+    need names: RowSkipped naming the file and its values, never one merged object."""
+    values = [int(v) for v in np.unique(arr) if v != 0]
+    if len(values) > 1:
+        shown = ", ".join(str(v) for v in values[:6]) + (", ..." if len(values) > 6 else "")
+        raise RowSkipped("mask file with several values (a label map, not one object)", f"{path}: values {shown}")
+    return np.asarray(arr) != 0
 
 
 # ------------------------------------------------------------------------------------------- writing

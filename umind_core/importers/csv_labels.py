@@ -9,9 +9,14 @@ Columns (header row; names are case-insensitive, blank cells mean "not given"):
 - ``spacing`` (one value for both axes) or ``spacing_x`` and ``spacing_y``: mm per pixel.
 - measurement columns: any name ending in ``_mm``, `` mm`` or ``(mm)``, a number in millimetres, e.g.
   ``kidney_length_mm`` -> measurement "kidney length mm".
+- mask columns: ``<label>_mask`` (e.g. ``nodule_mask``) holds the path of one object's mask file, which becomes an
+  object of that label with its mask and box; ``mask`` is the same with the label in a ``mask_label`` column. A mask
+  file is one object (0 = background; 0/1 and 0/255 alike, `common.foreground`); a lesion kind gives one object per
+  blob, as label maps do, and an empty mask is a negative (no object). A ``mask`` column without ``mask_label`` is
+  refused (the file would not say what it shows, and a path kept as a label is never trained on).
 - any other column is kept verbatim in ``labels``.
-A row with an unreadable number, a non-positive spacing, a missing image or (with --merge) no or several matching
-records is skipped with its reason. Merged fields replace the record's old values; records without a row keep
+A row with an unreadable number, a non-positive spacing, a missing image or mask, a mask of another size than its
+image or (with --merge) no or several matching records is skipped with its reason. Merged fields replace the record's old values; records without a row keep
 theirs; the conversations of every record are rebuilt.
 """
 
@@ -19,17 +24,21 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 from pathlib import Path
 
 from ..data.manifest import Annotations, ManifestRecord, read_manifest
-from .common import ImportContext, RowSkipped, SourceError, label_name, valid_split
+from .common import (ImportContext, RowSkipped, SourceError, foreground, label_name, mask_pieces, read_label_png,
+                     valid_split)
 
 DESCRIPTION = "CSV of per-image labels (image, finding, view, *_mm, spacing), alone or with --merge DIR"
 
 _MM = re.compile(r"(?:[ _]mm|\s*\(mm\))$", re.IGNORECASE)
 _SUFFIXES = (".nii.gz", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".nii", ".nrrd", ".nhdr", ".dcm")
-_KNOWN = {"image", "finding", "diagnosis", "view", "site", "report", "split", "spacing", "spacing_x", "spacing_y"}
+_KNOWN = {"image", "finding", "diagnosis", "view", "site", "report", "split", "spacing", "spacing_x", "spacing_y",
+          "mask", "mask_label"}
+_MASK_COL = re.compile(r"^(?P<label>.+?)[ _]mask$", re.IGNORECASE)
 
 
 def _rows(source: Path) -> list[dict]:
@@ -41,6 +50,9 @@ def _rows(source: Path) -> list[dict]:
             header = [(h or "").strip().lower() for h in (reader.fieldnames or [])]
             if "image" not in header:
                 raise SourceError(f"{source}: no 'image' column (header: {', '.join(header) or 'none'})")
+            if "mask" in header and "mask_label" not in header:
+                raise SourceError(f"{source}: column 'mask' needs the object's name: add a 'mask_label' column, or "
+                                  "name the column after it ('<label>_mask', e.g. nodule_mask)")
             return [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items() if k is not None}
                     for row in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -78,12 +90,35 @@ def _parse(row: dict) -> dict:
                     for col in row if _MM.search(col) and row[col]}
     if row.get("split") and not valid_split(row["split"]):
         raise RowSkipped("split must be a plain name (letters, digits, - and _; not 'manifest')", row["split"])
-    labels = {k: v for k, v in row.items() if v and k not in _KNOWN and not _MM.search(k)}
+    masks = [(row.get("mask_label") or "", row["mask"])] if row.get("mask") else []
+    masks += [(m.group("label"), row[col]) for col in row if row[col] and (m := _MASK_COL.match(col))]
+    for label, path in masks:
+        if not label_name(label):
+            raise RowSkipped("mask without a mask_label", path)
+    labels = {k: v for k, v in row.items() if v and k not in _KNOWN and not _MM.search(k) and not _MASK_COL.match(k)}
     if row.get("view"):
         labels["view"] = row["view"]
     return {"diagnosis": row.get("finding") or row.get("diagnosis") or None, "report": row.get("report") or None,
             "measurements": measurements, "spacing": _spacing(row), "site": row.get("site") or None,
-            "split": row.get("split") or None, "labels": labels}
+            "split": row.get("split") or None, "labels": labels,
+            "masks": [(label_name(label), path) for label, path in masks]}
+
+
+def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> list:
+    """The row's mask columns as (label, mask) pieces at the record's image size (lesion kinds one per blob; an empty
+    mask none); RowSkipped before anything is written when a mask is missing, unreadable, of another size or a
+    label map."""
+    if not fields["masks"]:
+        return []
+    from PIL import Image
+
+    with Image.open(rec.image_path) as im:
+        shape = (im.size[1], im.size[0])
+    pieces = []
+    for label, rel in fields["masks"]:
+        path = (folder / rel).resolve()
+        pieces += [(label, m) for m in mask_pieces(foreground(read_label_png(path, shape), rel), label)]
+    return pieces
 
 
 def _apply(fields: dict, rec: ManifestRecord) -> None:
@@ -113,7 +148,9 @@ def _standalone(ctx: ImportContext, row: dict, folder: Path, seen: set) -> Manif
     rec = ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                          annotations=Annotations(), extra={"source": {"format": "csv", "path": row["image"]}},
                          root=ctx.out)
+    pieces = _mask_pieces(fields, rec, folder)
     _apply(fields, rec)
+    rec.annotations.objects += ctx.mask_objects(pieces, rid)
     return rec
 
 
@@ -144,7 +181,8 @@ def _index(records: list[ManifestRecord]) -> dict[str, set[int]]:
     return index
 
 
-def _merge_row(row: dict, records: list[ManifestRecord], index: dict, used: set) -> None:
+def _merge_row(ctx: ImportContext, row: dict, records: list[ManifestRecord], index: dict, used: set,
+               folder: Path) -> None:
     if not row.get("image"):
         raise RowSkipped("no image path")
     fields = _parse(row)
@@ -156,8 +194,16 @@ def _merge_row(row: dict, records: list[ManifestRecord], index: dict, used: set)
             (i,) = hits
             if i in used:
                 raise RowSkipped("image listed twice", row["image"])
+            rec = records[i]
+            pieces = _mask_pieces(fields, rec, folder)
             used.add(i)
-            _apply(fields, records[i])
+            _apply(fields, rec)
+            start = len(rec.annotations.objects)
+            for obj in ctx.mask_objects(pieces, rec.id, start=start):
+                # written under the output folder; the record's paths are relative to the merged import until
+                # `finish` rebases them
+                obj.mask = Path(os.path.relpath(ctx.out.resolve() / obj.mask, Path(rec.root).resolve())).as_posix()
+                rec.annotations.objects.append(obj)
             return
     raise RowSkipped("no record with this image name in the merged import", row["image"])
 
@@ -177,6 +223,8 @@ def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
         raise SourceError(f"{merge}: no manifest.jsonl to merge into (import the images first)")
     records = read_manifest(manifest)
     index, used = _index(records), set()
+    folder = Path(ctx.options.get("images") or source.parent)
     for i, row in enumerate(rows):
-        ctx.attempt(f"row {i + 2} {row.get('image', '')}".strip(), _merge_row, row, records, index, used)
+        ctx.attempt(f"row {i + 2} {row.get('image', '')}".strip(), _merge_row, ctx, row, records, index, used,
+                    folder)
     return records
