@@ -230,3 +230,46 @@ def test_csv_merge_adds_mask_objects_to_the_import(tmp_path):
     assert obj.label == "nodule" and rec.annotations.diagnosis == "benign"
     (mask,) = rec.load_masks()
     assert int(mask.sum()) == 7 * 8
+
+
+# ------------------------------------------------------------------------------------ 0/255 masks
+
+def _nnunet_255(root: Path, labels: dict, rgb_masks: bool) -> Path:
+    """nnU-Net v2 PNG as BUSI-derived sets ship it: RGB images (channel_names R, G, B, one file per case) and 0/255
+    masks (grey, or RGB with equal channels); case c3's mask is empty (a normal image)."""
+    d = root / "Dataset020_BreastUS"
+    (d / "imagesTr").mkdir(parents=True)
+    (d / "dataset.json").write_text(json.dumps({"labels": labels, "file_ending": ".png",
+                                                "channel_names": {"0": "R", "1": "G", "2": "B"}, "numTraining": 4}))
+    for i in range(4):
+        _png(d / "imagesTr" / f"c{i}_0000.png", _speckle(24, 32, i, channels=3))
+        m = np.zeros((24, 32), np.uint8)
+        if i != 3:
+            m[4:10, 5:12 + i] = 255
+        _png(d / "labelsTr" / f"c{i}.png", np.repeat(m[..., None], 3, axis=2) if rgb_masks else m)
+    return d
+
+
+@pytest.mark.parametrize("rgb_masks", [False, True])
+def test_nnunet_0_255_masks_read_as_the_one_named_label(tmp_path, capsys, rgb_masks):
+    src = _nnunet_255(tmp_path, {"background": 0, "breast_lesion": 1}, rgb_masks)
+    out = tmp_path / "imp"
+    summary = import_dataset("nnunet", src, out, site="breast", progress=False)
+    assert summary.imported == 4
+    report = _report(out)
+    assert report["dropped"] == {} and report["skipped"] == []  # no "255 has no name", no phantom channels
+    recs = {r.id: r for r in read_manifest(out / "train.jsonl")}
+    objects = {rid: [(o.label, int(m.sum())) for o, m in zip(r.annotations.objects, r.load_masks())]
+               for rid, r in recs.items()}
+    assert objects == {"c0": [("breast lesion", 42)], "c1": [("breast lesion", 48)], "c2": [("breast lesion", 54)],
+                       "c3": []}
+    assert cli_main(["check", str(out / "train.jsonl")]) == 0
+    assert "4 records checked, 4 kept, 0 skipped" in capsys.readouterr().out
+
+
+def test_nnunet_255_with_several_labels_stays_unnamed_and_counted(tmp_path):
+    src = _nnunet_255(tmp_path, {"background": 0, "benign": 1, "malignant": 2}, False)
+    (src / "imagesTr" / "c0_0001.png").write_bytes((src / "imagesTr" / "c0_0000.png").read_bytes())
+    summary = import_dataset("nnunet", src, tmp_path / "imp", progress=False)
+    assert dict(summary.log.dropped) == {"label value 255 has no name": 3,
+                                         "image channel other than 0000 (the model reads one image)": 1}

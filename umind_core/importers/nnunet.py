@@ -12,11 +12,17 @@ Edge cases, decided here so a user can predict the manifest:
 - imagesTs cases without labels are imported as unlabelled records of split ``test`` (no objects, so no
   segmentation conversations), so a model can be run on them; cases of imagesTr without a label file, label files
   without an image and 3D volumes of several slices are skipped with a reason.
-- Only channel 0000 is imported (the model reads one image); other channels are counted as left out.
+- Masks saved as 0/255 (how BUSI-derived sets are often shipped, grey or RGB with equal channels): when
+  dataset.json names one foreground label of one value and a map holds no value but 0 and 255, 255 is that label
+  (`_one_label_255`), so the cases are not emptied as "value 255 has no name". With several labels 255 stays unnamed
+  and is counted, since it cannot say which label it is.
+- Only channel 0000 is imported (the model reads one image); channel files 0001.. that exist are counted as left
+  out (an RGB PNG dataset lists "R", "G", "B" in channel_names but ships one file per case: nothing is left out).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +79,14 @@ def _cases(folder: Path, ending: str) -> dict[str, Path]:
             if p.is_file() and p.name.endswith(tail) and len(p.name) > len(tail)}
 
 
+def _other_channels(folder: Path, ending: str) -> int:
+    """How many channel files other than 0000 (``<case>_0001<ending>``...) an images folder holds."""
+    if not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.iterdir() if p.is_file() and p.name.endswith(ending)
+               and re.fullmatch(r".+_(?!0000)\d{4}", p.name[: -len(ending)]))
+
+
 def _label_map(path: Path, placed) -> np.ndarray:
     """The case's label map at the image's (H, W): through imageio for NIfTI/NRRD (same axis order as the
     image's PNG), through Pillow for 2D image formats."""
@@ -89,6 +103,18 @@ def _label_map(path: Path, placed) -> np.ndarray:
     return stack[0]
 
 
+def _one_label_255(lm: np.ndarray, names: dict, ignore: set[int]) -> np.ndarray:
+    """A 0/255 map of a dataset.json with one foreground label of one value, that label's value in place of 255;
+    any other map unchanged (several labels, regions, or values besides 0 and 255 say nothing about 255)."""
+    if len(names) != 1 or 255 in ignore:
+        return lm
+    (key,) = names
+    if isinstance(key, tuple) or key == 255:
+        return lm
+    present = {int(v) for v in np.unique(lm)} - {0}
+    return np.where(lm == 255, key, lm) if present == {255} else lm
+
+
 def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, split: str,
             names: tuple[dict, set[int]], source: Path) -> ManifestRecord:
     rid = ctx.new_id(case)
@@ -100,6 +126,7 @@ def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, spli
             if not np.array_equal(lm, np.round(lm)):
                 raise RowSkipped("label map with non-integer values", str(label))
             lm = lm.astype(np.int64)
+        lm = _one_label_255(lm, *names)
         objects = ctx.mask_objects(split_label_map(lm, names[0], ctx.log, ignore=names[1]), rid)
     src = {"format": "nnunet", "path": image.relative_to(source).as_posix()}
     if label is not None:
@@ -129,9 +156,9 @@ def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
             for orphan in sorted(label_dir.glob(f"*{ending}")):
                 if orphan.name[: -len(ending)] not in cases:
                     ctx.log.skip(orphan.relative_to(source).as_posix(), f"label file without an image in {images}")
-    channels = spec.get("channel_names") or spec.get("modality") or {}
-    if isinstance(channels, dict) and len(channels) > 1:
-        ctx.log.drop("image channel other than 0000 (the model reads one image)", (len(channels) - 1) * len(jobs))
+    others = sum(_other_channels(source / folder, ending) for folder in ("imagesTr", "imagesTs"))
+    if others:
+        ctx.log.drop("image channel other than 0000 (the model reads one image)", others)
     records = []
     for case, image, label, split in ctx.bar(jobs, "nnunet"):
         rec = ctx.attempt(image.relative_to(source).as_posix(), _record, ctx, case, image, label, split, names,
