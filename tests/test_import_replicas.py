@@ -273,3 +273,63 @@ def test_nnunet_255_with_several_labels_stays_unnamed_and_counted(tmp_path):
     summary = import_dataset("nnunet", src, tmp_path / "imp", progress=False)
     assert dict(summary.log.dropped) == {"label value 255 has no name": 3,
                                          "image channel other than 0000 (the model reads one image)": 1}
+
+
+# ------------------------------------------------------------------------------------ findings as categories
+
+def _roboflow_findings(root: Path) -> Path:
+    """A Roboflow COCO export of a breast set (train/_annotations.coco.json beside the images): the dataset's own
+    category 0 and the classes benign, Malignant, normal; 4 images, 5 annotations."""
+    folder = root / "train"
+    names = ["b1_jpg.rf.1.png", "m1_jpg.rf.2.png", "n1_jpg.rf.3.png", "bm_jpg.rf.4.png"]
+    for i, n in enumerate(names):
+        _png(folder / n, _speckle(32, 32, 40 + i, channels=3))
+    cats = [{"id": 0, "name": "breast-tumors", "supercategory": "none"},
+            {"id": 1, "name": "benign", "supercategory": "breast-tumors"},
+            {"id": 2, "name": "Malignant", "supercategory": "breast-tumors"},
+            {"id": 3, "name": "normal", "supercategory": "breast-tumors"}]
+    poly = [[6.0, 6.0, 20.0, 6.0, 20.0, 18.0, 6.0, 18.0]]
+    anns = [{"id": 0, "image_id": 0, "category_id": 1, "bbox": [6, 6, 14, 12], "area": 168, "segmentation": poly,
+             "iscrowd": 0},
+            {"id": 1, "image_id": 1, "category_id": 2, "bbox": [6, 6, 14, 12], "area": 168, "segmentation": poly,
+             "iscrowd": 0},
+            {"id": 2, "image_id": 2, "category_id": 3, "bbox": [0, 0, 32, 32], "area": 1024, "segmentation": [],
+             "iscrowd": 0},
+            {"id": 3, "image_id": 3, "category_id": 1, "bbox": [2, 2, 6, 6], "area": 36, "segmentation": [],
+             "iscrowd": 0},
+            {"id": 4, "image_id": 3, "category_id": 2, "bbox": [20, 20, 8, 8], "area": 64, "segmentation": [],
+             "iscrowd": 0}]
+    doc = {"info": {"description": "Exported from roboflow.com"}, "categories": cats, "annotations": anns,
+           "images": [{"id": i, "license": 1, "file_name": n, "height": 32, "width": 32} for i, n in enumerate(names)]}
+    path = folder / "_annotations.coco.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_coco_finding_categories_become_diagnoses_with_lesion_objects(tmp_path):
+    out = tmp_path / "imp"
+    summary = import_dataset("coco", _roboflow_findings(tmp_path), out, site="breast", progress=False)
+    assert summary.imported == 4 and summary.log.skipped == []
+    assert dict(summary.log.dropped) == {
+        "box or mask of a 'normal' category (kept as the image's finding: no lesion to draw)": 1}
+    recs = {r.id.split("_")[0]: r for r in read_manifest(out / "manifest.jsonl")}
+    got = {k: (r.annotations.diagnosis, [(o.label, o.diagnosis) for o in r.annotations.objects])
+           for k, r in recs.items()}
+    assert got == {"b1": ("benign", [("breast lesion", "benign")]),
+                   "m1": ("malignant", [("breast lesion", "malignant")]),
+                   "n1": ("normal", []),
+                   "bm": ("malignant", [("breast lesion", "benign"), ("breast lesion", "malignant")])}
+    diagnose = {k: [c for c in r.conversations if c.task == "diagnose"] for k, r in recs.items()}
+    assert all(len(v) == 1 for v in diagnose.values())  # four diagnoses to train and score
+    labels = {o.label for r in recs.values() for o in r.annotations.objects}
+    assert labels == {"breast lesion"}  # no object called "benign" or "malignant"
+
+
+@pytest.mark.parametrize("name,finding", [("benign", "benign"), ("Malignant", "malignant"), ("benign_tumour", "benign"),
+                                          ("malignant lesion", "malignant"), ("cancer", "malignant"),
+                                          ("healthy", "normal"), ("thyroid nodule", None), ("nodule", None),
+                                          ("carotid artery", None), ("lesion", None)])
+def test_finding_words(name, finding):
+    from umind_core.findings import finding_word
+
+    assert finding_word(name) == finding

@@ -8,11 +8,16 @@ to the Slicer box would be skipped by the trainer without a word), so they live 
 The Slicer module cannot import umind_core inside Slicer: its copy (``UMindLib/contract.py``) and the finding
 box of ``UMind.ui`` are held to `FINDINGS` by tests/test_one_owner.py, as is the wire contract of the app
 (``monailabel_app/lib/wire.py``), which re-exports this list.
+
+The words datasets use for the classes (a COCO category "malignant", a folder "benign", "cancer") live here too
+(`FINDING_WORDS`, read through `finding_word`): an importer that meets one makes it the record's diagnosis with a
+lesion object, instead of an object called "benign" that teaches the word as a thing to draw.
 """
 
 from __future__ import annotations
 
-__all__ = ["FINDINGS", "SCORED_FINDINGS", "normal_finding", "answer_finding"]
+__all__ = ["FINDINGS", "SCORED_FINDINGS", "FINDING_WORDS", "normal_finding", "answer_finding", "finding_word",
+           "gravest"]
 
 #: what the finding of an image may be, in the order the Slicer module offers them
 FINDINGS: tuple[str, ...] = ("normal", "benign", "malignant")
@@ -21,6 +26,37 @@ FINDINGS: tuple[str, ...] = ("normal", "benign", "malignant")
 SCORED_FINDINGS: tuple[str, ...] = ("benign", "malignant")
 #: the order `answer_finding` looks for the classes in: the gravest first, so "malignant, not benign" is malignant
 _BY_GRAVITY: tuple[str, ...] = ("malignant", "benign", "normal")
+
+
+#: what datasets call the classes (a COCO category, a class folder): a word, or a word and a lesion noun, names the
+#: finding and not an object to draw. "malignant nodule" is malignant; a plain "nodule" names no finding.
+FINDING_WORDS: dict[str, str] = {
+    "normal": "normal", "healthy": "normal", "no lesion": "normal", "no finding": "normal",
+    "benign": "benign", "benignant": "benign", "non malignant": "benign", "nonmalignant": "benign",
+    "malignant": "malignant", "malignancy": "malignant", "malign": "malignant", "cancer": "malignant",
+    "cancerous": "malignant", "carcinoma": "malignant",
+}
+#: nouns that may follow a finding word in a class name ("benign lesion", "malignant tumour")
+_LESION_NOUNS = ("lesion", "lesions", "tumor", "tumour", "tumors", "tumours", "nodule", "nodules", "mass", "masses",
+                 "case", "cases", "image", "images")
+
+
+def finding_word(name: object) -> str | None:
+    """The finding a dataset's class name stands for ("Malignant", "benign_tumour", "healthy", "cancer"), in
+    FINDINGS' spelling, or None when the name is an object ("thyroid nodule", "carotid artery")."""
+    if not isinstance(name, str):
+        return None
+    words = name.replace("_", " ").replace("-", " ").lower().split()
+    if len(words) > 1 and words[-1] in _LESION_NOUNS:
+        words = words[:-1]
+    return FINDING_WORDS.get(" ".join(words))
+
+
+def gravest(findings) -> str | None:
+    """The gravest of several findings (malignant, then benign, then normal): an image's finding from its lesions'
+    (one malignant lesion makes a malignant image); None when none is a class."""
+    spelt = {normal_finding(f) for f in findings}
+    return next((c for c in _BY_GRAVITY if c in spelt), None)
 
 
 def normal_finding(value: object) -> str | None:

@@ -27,11 +27,12 @@ import numpy as np
 
 from ..data.manifest import Annotations, ManifestRecord
 from ..findings import normal_finding
-from .common import ImportContext, RowSkipped, SourceError, read_label_png
+from .common import ImportContext, RowSkipped, SourceError, lesion_label, read_label_png
 
 DESCRIPTION = "BUSI folder (benign/, malignant/, normal/ with 'benign (N).png' and optional '_mask.png' files)"
 
-SITE, LABEL = "breast", "breast lesion"
+SITE = "breast"
+LABEL = lesion_label(SITE)
 CLASSES = ("benign", "malignant", "normal")
 LESION_MASKS = ("apart", "merged")
 _MASK = re.compile(r"^(?P<image>.+)_mask(?:_(?P<k>\d+))?\.png$", re.IGNORECASE)

@@ -19,7 +19,14 @@ MS-COCO sense of a crowd (a group nobody outlined one by one) cannot be told fro
 mask of a whole group would be read as one region of its category, never dropped silently. ``iscrowd`` 1 with
 polygons or without a segmentation keeps the MS-COCO reading: not an object, left out of the record and counted in
 the summary (the image and its other objects are kept). An image without annotations
-is a negative (a record with no objects). Annotations naming an unknown image or category, and images whose file
+is a negative (a record with no objects).
+
+Categories that are findings (`findings.finding_word`: "benign", "malignant", "normal" and their synonyms, as
+Roboflow's and Kaggle's breast and thyroid sets name their classes) are not objects to draw: an annotation of a
+benign or malignant category becomes a lesion object (`common.lesion_label`: "<--site> lesion", "lesion" without
+--site) carrying that finding, and the record's diagnosis is the gravest finding of its annotations, so diagnose is
+trained and scored. A "normal" annotation has no lesion to draw: it makes the record's finding normal and its box
+is counted as left out. Annotations naming an unknown image or category, and images whose file
 is missing or whose size differs from the JSON, are skipped with a reason.
 """
 
@@ -31,9 +38,10 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..masks import mask_box
 from ..data.manifest import Annotations, Keypoint, ManifestObject, ManifestRecord
-from .common import ImportContext, RowSkipped, SourceError, label_name, load_json
+from ..findings import finding_word, gravest
+from ..masks import mask_box
+from .common import ImportContext, RowSkipped, SourceError, label_name, lesion_label, load_json
 
 DESCRIPTION = "COCO JSON (images, annotations with bbox / polygons / RLE / keypoints, categories) with --images DIR"
 
@@ -187,18 +195,28 @@ def _record(ctx: ImportContext, img: dict, anns: list[dict], cats: dict, images_
     if (img.get("width"), img.get("height")) not in ((None, None), (placed.width, placed.height)):
         raise RowSkipped("image size differs from the COCO entry",
                          f"{name}: file {placed.width}x{placed.height}, JSON {img.get('width')}x{img.get('height')}")
-    objects = []
+    objects, findings = [], []
     for ann in anns:
         if ann.get("iscrowd") and not isinstance(ann.get("segmentation"), dict):
             ctx.log.drop("crowd region without an RLE mask (iscrowd 1 with polygons or no segmentation: not one "
                          "object)")
             continue
-        obj = ctx.attempt(f"annotation {ann.get('id')} of {name}", _object, ctx, ann, cats[ann["category_id"]],
+        category = cats[ann["category_id"]]
+        finding = finding_word(category[0])
+        if finding == "normal":
+            findings.append(finding)
+            ctx.log.drop("box or mask of a 'normal' category (kept as the image's finding: no lesion to draw)")
+            continue
+        if finding is not None:
+            category = (lesion_label(ctx.site), category[1])
+        obj = ctx.attempt(f"annotation {ann.get('id')} of {name}", _object, ctx, ann, category,
                           rid, len(objects), placed.width, placed.height)
         if obj is not None:
+            obj.diagnosis = finding
+            findings += [finding] if finding else []
             objects.append(obj)
     return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
-                          annotations=Annotations(objects=objects),
+                          annotations=Annotations(objects=objects, diagnosis=gravest(findings)),
                           extra={"source": {"format": "coco", "path": name, "image_id": img.get("id")}},
                           root=ctx.out)
 

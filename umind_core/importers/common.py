@@ -28,7 +28,7 @@ from ..masks import is_lesion_kind, mask_box, mask_pieces
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
            "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split", "foreground",
-           "read_label_png"]
+           "read_label_png", "lesion_label"]
 
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -112,6 +112,13 @@ class ImportSummary:
 def label_name(raw: Any) -> str:
     """A label as prompts say it: underscores to spaces, runs of space collapsed (case kept)."""
     return " ".join(str(raw).replace("_", " ").split())
+
+
+def lesion_label(site: str | None) -> str:
+    """The object a finding class (`findings.finding_word`) is drawn as: "<site> lesion" ("breast lesion"), or
+    "lesion" where the import names no site."""
+    site = label_name(site or "")
+    return f"{site} lesion" if site else "lesion"
 
 
 def split_label_map(label_map: np.ndarray, names: Mapping[Any, str], log: ImportLog | None = None,
