@@ -333,3 +333,71 @@ def test_finding_words(name, finding):
     from umind_core.findings import finding_word
 
     assert finding_word(name) == finding
+
+
+# ------------------------------------------------------------------------------------ MetaImage, skip paths, report
+
+def test_nnunet_metaimage_cases_import_with_spacing_and_an_external_data_file_is_named(tmp_path):
+    """nnU-Net v2 with file_ending .mha (CAMUS-like: LV 1, myocardium 2, LA 3), one case whose .mhd names a .raw."""
+    import SimpleITK as sitk
+
+    d = tmp_path / "Dataset030_Camus"
+    (d / "imagesTr").mkdir(parents=True)
+    (d / "labelsTr").mkdir()
+    (d / "dataset.json").write_text(json.dumps({"labels": {"background": 0, "LV": 1, "MYO": 2, "LA": 3},
+                                                "file_ending": ".mha", "channel_names": {"0": "US"}}))
+    lab = np.zeros((36, 28), np.uint8)
+    lab[4:14, 8:20], lab[14:18, 8:20], lab[20:30, 10:18] = 1, 2, 3
+    for case in ("p1", "p2"):
+        img = sitk.GetImageFromArray(_speckle(36, 28, 3))
+        img.SetSpacing((0.31, 0.154))
+        sitk.WriteImage(img, str(d / "imagesTr" / f"{case}_0000.mha"))
+        lm = sitk.GetImageFromArray(lab)
+        lm.SetSpacing((0.31, 0.154))
+        sitk.WriteImage(lm, str(d / "labelsTr" / f"{case}.mha"))
+    detached = d / "imagesTr" / "p3_0000.mha"
+    detached.write_text("ObjectType = Image\nNDims = 2\nDimSize = 28 36\nElementType = MET_UCHAR\n"
+                        "ElementDataFile = p3_0000.raw\n")
+    (d / "imagesTr" / "p3_0000.raw").write_bytes(bytes(28 * 36))
+    (d / "labelsTr" / "p3.mha").write_bytes((d / "labelsTr" / "p1.mha").read_bytes())
+    out = tmp_path / "imp"
+    summary = import_dataset("nnunet", d, out, progress=False)
+    assert summary.imported == 2
+    (skip,) = summary.log.skipped
+    assert skip["item"] == "imagesTr/p3_0000.mha" and skip["reason"] == "unreadable file"
+    assert "separate data file" in skip["detail"]
+    line = next(x for x in summary.lines("nnunet") if "unreadable file" in x)
+    assert "imagesTr/p3_0000.mha" in line  # the count names its path
+    recs = read_manifest(out / "train.jsonl")
+    assert [r.spacing for r in recs] == [pytest.approx((0.31, 0.154))] * 2
+    assert [[o.label for o in r.annotations.objects] for r in recs] == [["LV", "MYO", "LA"]] * 2
+
+
+def test_every_skip_reason_names_its_first_paths_and_a_failed_import_writes_its_report(tmp_path, capsys):
+    imgs = tmp_path / "imgs"
+    _png(imgs / "present.png", _speckle(16, 16, 0))
+    missing = [f"scan_{i}.png" for i in range(8)]
+    doc = {"categories": [{"id": 1, "name": "nodule"}], "annotations": [],
+           "images": [{"id": i, "file_name": n, "width": 16, "height": 16} for i, n in enumerate(missing)]
+           + [{"id": 99, "file_name": "present.png", "width": 16, "height": 16}]}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    out = tmp_path / "imp"
+    assert cli_main(["import", "coco", str(tmp_path / "a.json"), "--images", str(imgs), "--out", str(out),
+                     "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if "image file missing" in x)
+    assert "8  image file missing (e.g. scan_0.png, scan_1.png, scan_2.png, ...)" in line
+    assert str(out / "import_report.json") in text
+    assert len(_report(out)["skipped"]) == 8
+
+    doc["images"] = doc["images"][:8]  # nothing comes in: one line, exit 2, and the report is written
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    out2 = tmp_path / "imp2"
+    assert cli_main(["import", "coco", str(tmp_path / "b.json"), "--images", str(imgs), "--out", str(out2),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing imported (8 image file missing: scan_0.png, scan_1.png, scan_2.png, ...)" in \
+        err[0] and "import_report.json" in err[0]
+    report = _report(out2)
+    assert report["imported"] == 0 and [s["item"] for s in report["skipped"]] == missing
+    assert not (out2 / "manifest.jsonl").exists()

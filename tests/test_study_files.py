@@ -144,3 +144,47 @@ def test_pixel_spacing_that_is_not_a_usable_length_is_unknown(tmp_path, spacing)
 def test_a_good_spacing_is_still_read(tmp_path):
     study = read_study(dicom_mono(tmp_path / "s.dcm", pixel_spacing=(0.2, 0.3)))
     assert study.geometry.spacing_known and study.frames[0].spacing == (0.3, 0.2)
+
+
+# ---- MetaImage: read where NIfTI is, only with its data in the same file ------------------------------------
+
+
+@pytest.mark.parametrize("value", ["{outside}", "LIST\n{outside}", "secret%01d.txt 1 2 1", "../outside/secret.txt"])
+def test_a_metaimage_naming_its_data_elsewhere_is_refused_without_quoting_it(tmp_path, outside, value):
+    for suffix in (".mha", ".mhd"):
+        p = tmp_path / f"study{suffix}"
+        p.write_text("ObjectType = Image\nNDims = 2\nDimSize = 8 8\nElementType = MET_UCHAR\n"
+                     f"ElementDataFile = {value.format(outside=outside)}\n")
+        _refused(p, "separate data file")
+        g = Geometry(kind="2d", shape=(8, 8), spacing=(1.0, 1.0), origin=(0.0, 0.0), direction=(1, 0, 0, 1))
+        with pytest.raises(ImageReadError):
+            read_label_map(p, g)
+
+
+def test_a_metaimage_without_its_data_line_or_posing_is_refused(tmp_path, outside):
+    p = tmp_path / "nodata.mha"
+    p.write_text("ObjectType = Image\nNDims = 2\nDimSize = 8 8\n")
+    _refused(p, "no ElementDataFile")
+    png = tmp_path / "png.mha"
+    from PIL import Image
+
+    Image.fromarray(ramp()).save(png, format="PNG")
+    _refused(png, "content is png")
+
+
+def test_self_contained_metaimage_reads_with_its_spacing(tmp_path):
+    import SimpleITK as sitk
+
+    arr = ramp()
+    for name in ("ok.mha", "ok_local.mhd"):
+        img = sitk.GetImageFromArray(arr)
+        img.SetSpacing((0.3, 0.45))
+        if name.endswith(".mhd"):  # ITK writes a .mhd with a .raw beside it; one file with LOCAL is the same image
+            sitk.WriteImage(img, str(tmp_path / "tmp.mha"))
+            (tmp_path / name).write_bytes((tmp_path / "tmp.mha").read_bytes())
+        else:
+            sitk.WriteImage(img, str(tmp_path / name), True)  # compressed data, still LOCAL
+        study = read_study(tmp_path / name)
+        assert np.array_equal(study.frames[0].pixels[..., 0] > 0, arr > 0)
+        assert study.frames[0].spacing == pytest.approx((0.3, 0.45))
+        assert read_header(tmp_path / name)[0] == arr.shape

@@ -2,7 +2,8 @@
 
 Formats (one reader each in umind_core/importers/):
   nnunet      an nnU-Net v2 raw dataset folder: dataset.json, imagesTr/<case>_0000<ending>, labelsTr/, imagesTs/
-              (2D PNG, NIfTI, NRRD). imagesTs cases without labels become unlabelled records of split "test".
+              (2D PNG, NIfTI, NRRD, MetaImage .mha/.mhd with its data in the file). imagesTs cases without labels
+              become unlabelled records of split "test". 0/255 masks are the one label dataset.json names.
   coco        a COCO JSON file (bbox, polygon and RLE segmentations, categories); --images DIR holds the files
               (default: the JSON's folder). An RLE mask with iscrowd 1 (how CVAT exports every mask) is one
               object; iscrowd 1 with polygons or no segmentation is a crowd: left out and counted.
@@ -30,7 +31,8 @@ Output layout (--out DIR, a new folder):
                           same relative paths: train with `umind train --manifest DIR/train.jsonl`
   DIR/images/, DIR/masks/ images hard-linked (copied across file systems; NIfTI/NRRD/DICOM converted to PNG)
                           and one 0/255 PNG per object mask
-  DIR/import_report.json  every skipped row with its reason, records and groups per split
+  DIR/import_report.json  every skipped row with its reason, records and groups per split; written when nothing
+                          could be imported too (the summary names each reason's first paths)
 
 Splits by group (--split NAME=FRACTION, e.g. --split test=0.2): that fraction of the groups the source leaves
 unsplit goes to DIR/NAME.jsonl, the rest to DIR/train.jsonl, whole groups to one side (HC18: a subject's images;

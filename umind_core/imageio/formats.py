@@ -28,12 +28,13 @@ from .errors import ImageReadError
 __all__ = ["SUPPORTED_SUFFIXES", "CONTENT_FORMATS", "detect_format", "sniff_format", "read_header"]
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd",
+    ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd", ".mha", ".mhd",
 )
-# .nhdr (a detached NRRD header) is named here only so that its refusal (`opening`) can say what it is
+# .nhdr (a detached NRRD header) is named here only so that its refusal (`opening`) can say what it is; a MetaImage
+# (.mha, or .mhd: nnU-Net and CAMUS use them) is read only with its data in the same file (ElementDataFile = LOCAL)
 _FORMAT_BY_SUFFIX = {
     ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".dcm": "dicom", ".dicom": "dicom",
-    ".nii": "nifti", ".nii.gz": "nifti", ".nrrd": "nrrd", ".nhdr": "nrrd",
+    ".nii": "nifti", ".nii.gz": "nifti", ".nrrd": "nrrd", ".nhdr": "nrrd", ".mha": "metaimage", ".mhd": "metaimage",
 }
 #: what `sniff_format` may answer (a gzip NIfTI is told apart from a plain one: it is stored as .nii.gz)
 CONTENT_FORMATS: tuple[str, ...] = ("png", "jpeg", "dicom", "nifti", "nifti-gz", "nrrd")
@@ -49,7 +50,8 @@ def _dicom_preamble(head: bytes) -> bool:
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """'png', 'jpeg', 'dicom', 'nifti' or 'nrrd' as the readers will decode the file: by its name; a file without
+    """'png', 'jpeg', 'dicom', 'nifti', 'nrrd' or 'metaimage' as the readers will decode the file: by its name; a
+    file without
     a suffix is DICOM when it carries the DICM preamble (clinics export them so). ImageReadError otherwise."""
     p = Path(path)
     low = p.name.lower()

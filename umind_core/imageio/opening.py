@@ -9,7 +9,9 @@ the outside bytes became the study's pixels. So, at the one place a study is ope
 * the bytes must be the format the name says (`sniff_format` agrees with `detect_format`), so a MetaImage or
   Analyze header cannot pose as a `.nrrd` or `.nii`;
 * a NRRD header may not name a data file and a `.nhdr` (a detached header) is refused; a NIfTI must be a single
-  file (`n+1` / `n+2` magic);
+  file (`n+1` / `n+2` magic); a MetaImage (`.mha`, `.mhd`) must be a text header whose `ElementDataFile` is
+  `LOCAL` (its data follows the header in the same file): a file name, a `LIST` or a numbered pattern is refused
+  as NRRD's `data file` is, and so is a header that does not end in `ElementDataFile` within `MHA_HEADER_MAX`;
 * SimpleITK is told which ImageIO to use (`sitk_reader`), so it never picks another one by probing;
 * no decoder's text is passed on: `decoder_failure` words a refusal from the exception's type alone.
 """
@@ -23,14 +25,16 @@ from pathlib import Path
 from .errors import ImageReadError
 from .formats import detect_format, sniff_format
 
-__all__ = ["checked_format", "sitk_reader", "decoder_failure", "NRRD_HEADER_MAX"]
+__all__ = ["checked_format", "sitk_reader", "decoder_failure", "NRRD_HEADER_MAX", "MHA_HEADER_MAX"]
 
 #: the longest NRRD header read while looking for its end (real headers are a few hundred bytes)
 NRRD_HEADER_MAX = 65_536
 #: NRRD fields that point at data outside the file (the spec spells it "data file"; ITK also takes "datafile")
 _NRRD_ELSEWHERE = {"datafile", "data file"}
 _NIFTI_SINGLE = (b"n+1\x00", b"n+2\x00")
-_SITK_IO = {"nrrd": "NrrdImageIO", "nifti": "NiftiImageIO"}
+_SITK_IO = {"nrrd": "NrrdImageIO", "nifti": "NiftiImageIO", "metaimage": "MetaImageIO"}
+#: the longest MetaImage header read while looking for its ElementDataFile line (real headers are a few hundred bytes)
+MHA_HEADER_MAX = 65_536
 #: what sniff_format answers for each format detect_format names
 _CONTENT_OF = {"png": ("png",), "jpeg": ("jpeg",), "dicom": ("dicom",), "nifti": ("nifti", "nifti-gz"),
                "nrrd": ("nrrd",)}
@@ -50,7 +54,32 @@ def checked_format(path: str | os.PathLike) -> str:
         _check_nrrd(p)
     elif fmt == "nifti":
         _check_nifti(p)
+    elif fmt == "metaimage":
+        _check_metaimage(p)
     return fmt
+
+
+def _check_metaimage(p: Path) -> None:
+    """A MetaImage is ``Key = Value`` text lines ending with ``ElementDataFile``; only LOCAL (data after the header,
+    in this file) is read. ITK would follow any other value: a path, ``LIST`` and the files after it, or a
+    ``name%03d.raw 1 9 1`` pattern."""
+    content = sniff_format(p)
+    if content is not None:
+        raise ImageReadError(f"{p}: the file is named metaimage but its content is {content}")
+    with open(p, "rb") as fh:
+        head = fh.read(MHA_HEADER_MAX + 1)
+    for raw in head.split(b"\n")[:-1]:
+        key, sep, value = raw.rstrip(b"\r").partition(b"=")
+        if not sep:
+            if raw.strip():
+                raise ImageReadError(f"{p}: not a MetaImage header (a line that is not 'Key = Value')")
+            continue
+        if key.strip().lower() == b"elementdatafile":
+            if value.strip().upper() != b"LOCAL":
+                raise ImageReadError(f"{p}: the MetaImage header names a separate data file (ElementDataFile is not "
+                                     "LOCAL); only self-contained .mha/.mhd files (data after the header) are read")
+            return
+    raise ImageReadError(f"{p}: MetaImage header has no ElementDataFile line within {MHA_HEADER_MAX:,} bytes")
 
 
 def _check_nrrd(p: Path) -> None:

@@ -46,7 +46,7 @@ def read_study(path: str | os.PathLike, axis: int | None = None,
         raise ImageReadError(f"{name}: file is empty")
     fmt = checked_format(p)
     readers = {"png": _read_pil, "jpeg": _read_pil, "dicom": _read_dicom,
-               "nifti": _read_sitk, "nrrd": _read_sitk}
+               "nifti": _read_sitk, "nrrd": _read_sitk, "metaimage": _read_sitk}
     try:
         stack, geometry, spacing2d, scan_mask, meta = readers[fmt](p, fmt, axis)
     except ImageReadError:

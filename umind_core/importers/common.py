@@ -38,6 +38,8 @@ _ID_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _SPLIT = re.compile(r"^(?!manifest$)[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 #: The side `assign_split` puts the rest on.
 TRAIN = "train"
+#: the import's report, beside its manifests
+REPORT = "import_report.json"
 
 
 def valid_split(name: str) -> bool:
@@ -63,6 +65,9 @@ class RowSkipped(Exception):
 
 # ------------------------------------------------------------------------------------------------ the log
 
+#: how many skipped items a summary line names per reason (the report lists them all)
+EXAMPLES = 3
+
 @dataclass
 class ImportLog:
     """Skipped rows (item, reason, detail) and dropped parts (reason counts), so a user sees what was left out
@@ -78,6 +83,18 @@ class ImportLog:
 
     def skip_counts(self) -> Counter:
         return Counter(s["reason"] for s in self.skipped)
+
+    def examples(self, reason: str, n: int = EXAMPLES) -> list[str]:
+        """The first `n` items skipped for `reason` (paths, rows, annotations), so a count says where to look."""
+        return [s["item"] for s in self.skipped if s["reason"] == reason][:n]
+
+    def reason_lines(self) -> list[str]:
+        """One line per skip reason, most frequent first: its count, and its first items (with "..." for more)."""
+        out = []
+        for reason, n in self.skip_counts().most_common():
+            shown = ", ".join(self.examples(reason))
+            out.append(f"{n} {reason}: {shown}{', ...' if n > EXAMPLES else ''}")
+        return out
 
 
 @dataclass
@@ -100,7 +117,10 @@ class ImportSummary:
             out.append(f"groups (subjects) per split: {groups}")
         counts = self.log.skip_counts()
         out.append(f"skipped {sum(counts.values())}" + (":" if counts else ""))
-        out += [f"  {n:5d}  {reason}" for reason, n in counts.most_common()]
+        out += [f"  {n:5d}  {reason} (e.g. {', '.join(self.log.examples(reason))}"
+                f"{', ...' if n > EXAMPLES else ''})" for reason, n in counts.most_common()]
+        if counts:
+            out.append(f"every skipped item with its reason: {self.manifest.parent / REPORT}")
         if self.log.dropped:
             out.append(f"left out of imported records {sum(self.log.dropped.values())}:")
             out += [f"  {n:5d}  {reason}" for reason, n in self.log.dropped.most_common()]
@@ -388,9 +408,10 @@ def finish(ctx: ImportContext, records: list[ManifestRecord], conversations: boo
     relative paths. Conversations come from the one builder (`attach_conversations`); the import report
     (DIR/import_report.json) lists every skipped row with its reason."""
     if not records:
-        counts = ctx.log.skip_counts()
-        why = "; ".join(f"{n} {r}" for r, n in counts.most_common()) or "the source holds no images"
-        raise ImportFailure(f"nothing imported ({why})")
+        why = "; ".join(ctx.log.reason_lines()) or "the source holds no images"
+        report = _write_report(ctx, {"manifest": None, "splits": {}, "imported": 0, "per_split": {},
+                                     "groups_per_split": {}})
+        raise ImportFailure(f"nothing imported ({why}); report: {report}")
     ctx.out.mkdir(parents=True, exist_ok=True)
     for rec in records:
         if rec.root is not None:
@@ -416,9 +437,17 @@ def finish(ctx: ImportContext, records: list[ManifestRecord], conversations: boo
         _check_written(path)
     summary = ImportSummary(manifest, split_paths, n, {k: len(v) for k, v in by_split.items()}, ctx.log,
                             _groups_per_split(by_split))
-    report = {"manifest": manifest.name, "splits": {k: p.name for k, p in split_paths.items()},
-              "imported": n, "per_split": summary.per_split, "groups_per_split": summary.groups_per_split,
-              "skipped": ctx.log.skipped,
-              "skipped_by_reason": dict(ctx.log.skip_counts()), "dropped": dict(ctx.log.dropped)}
-    write_text(ctx.out / "import_report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    _write_report(ctx, {"manifest": manifest.name, "splits": {k: p.name for k, p in split_paths.items()},
+                        "imported": n, "per_split": summary.per_split, "groups_per_split": summary.groups_per_split})
     return summary
+
+
+def _write_report(ctx: ImportContext, head: dict) -> Path:
+    """DIR/import_report.json: what was written (`head`), every skipped item with its reason and detail, and the
+    parts left out of imported records. Written for a failed import too, so the user can see every skipped path."""
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    report = {**head, "skipped": ctx.log.skipped, "skipped_by_reason": dict(ctx.log.skip_counts()),
+              "dropped": dict(ctx.log.dropped)}
+    path = ctx.out / REPORT
+    write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return path

@@ -35,7 +35,8 @@ from .common import (ImportContext, RowSkipped, SourceError, foreground, label_n
 DESCRIPTION = "CSV of per-image labels (image, finding, view, *_mm, spacing), alone or with --merge DIR"
 
 _MM = re.compile(r"(?:[ _]mm|\s*\(mm\))$", re.IGNORECASE)
-_SUFFIXES = (".nii.gz", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".nii", ".nrrd", ".nhdr", ".dcm")
+_SUFFIXES = (".nii.gz", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".nii", ".nrrd", ".nhdr", ".dcm", ".mha",
+             ".mhd")
 _KNOWN = {"image", "finding", "diagnosis", "view", "site", "report", "split", "spacing", "spacing_x", "spacing_y",
           "mask", "mask_label"}
 _MASK_COL = re.compile(r"^(?P<label>.+?)[ _]mask$", re.IGNORECASE)

@@ -2,7 +2,9 @@
 
 Layout read: ``dataset.json`` (``labels`` {name: value or [values]}, ``file_ending``, ``channel_names``),
 ``imagesTr/<case>_0000<ending>`` with ``labelsTr/<case><ending>``, and ``imagesTs/<case>_0000<ending>`` (with
-``labelsTs/`` when a dataset ships test labels). 2D PNG, NIfTI and NRRD (a NIfTI/NRRD of one slice counts as 2D).
+``labelsTs/`` when a dataset ships test labels). 2D PNG, NIfTI, NRRD and MetaImage (``.mha``, or ``.mhd`` with
+``ElementDataFile = LOCAL``: `imageio.opening` refuses a header that names its data elsewhere; a NIfTI/NRRD/MetaImage
+of one slice counts as 2D).
 
 Edge cases, decided here so a user can predict the manifest:
 - Label values become label names (underscores read as spaces); a list value is an nnU-Net region (the union of
