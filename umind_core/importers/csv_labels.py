@@ -16,8 +16,9 @@ Columns (header row; names are case-insensitive, blank cells mean "not given"):
   refused (the file would not say what it shows, and a path kept as a label is never trained on).
 - any other column is kept verbatim in ``labels``.
 A row with an unreadable number, a non-positive spacing, a missing image or mask, a mask of another size than its
-image or (with --merge) no or several matching records is skipped with its reason. Merged fields replace the record's old values; records without a row keep
-theirs; the conversations of every record are rebuilt.
+image or (with --merge) no or several matching records is skipped with its reason. Merged fields replace the
+record's old values (mask columns add objects); records without a row keep theirs; the conversations of every record
+are rebuilt.
 """
 
 from __future__ import annotations
