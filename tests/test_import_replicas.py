@@ -170,8 +170,8 @@ def _csv_replica(root: Path, header: str, rows: list[str]) -> Path:
 
 
 def test_csv_mask_columns_become_objects_with_their_masks(tmp_path, capsys):
-    csv = _csv_replica(tmp_path / "src", "image,finding,mask,mask_label,cyst_mask",
-                       ["img/img0.png,benign,mask/img0_mask.png,thyroid nodule,",
+    csv = _csv_replica(tmp_path / "src", "image,finding,mask,mask_label,cyst_mask,scan_mask",
+                       ["img/img0.png,benign,mask/img0_mask.png,thyroid nodule,,mask/img1_mask.png",
                         "img/img1.png,benign,mask/img1_mask.png,thyroid nodule,mask/img0_mask.png",
                         "img/img2.png,malignant,mask/img2_mask.png,thyroid nodule,",
                         "img/img2.png,malignant,mask/nothere.png,thyroid nodule,"])
@@ -186,7 +186,8 @@ def test_csv_mask_columns_become_objects_with_their_masks(tmp_path, capsys):
                       "img2": ["thyroid nodule", "thyroid nodule"]}
     masks = [m for r in recs.values() for m in r.load_masks()]
     assert len(masks) == 5 and all(m is not None and m.any() for m in masks)
-    assert all("mask" not in (r.extra.get("labels") or {}) for r in recs.values())
+    assert all(not r.extra.get("labels") for r in recs.values())  # no mask path left in labels
+    assert recs["img0"].scan_mask is not None and int(recs["img0"].load_scan_mask().sum()) == 7 * 8
     assert cli_main(["check", str(out / "manifest.jsonl")]) == 0
     assert "3 kept, 0 skipped" in capsys.readouterr().out
 

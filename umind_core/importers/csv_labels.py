@@ -13,7 +13,8 @@ Columns (header row; names are case-insensitive, blank cells mean "not given"):
   object of that label with its mask and box; ``mask`` is the same with the label in a ``mask_label`` column. A mask
   file is one object (0 = background; 0/1 and 0/255 alike, `common.foreground`); a lesion kind gives one object per
   blob, as label maps do, and an empty mask is a negative (no object). A ``mask`` column without ``mask_label`` is
-  refused (the file would not say what it shows, and a path kept as a label is never trained on).
+  refused (the file would not say what it shows, and a path kept as a label is never trained on). ``scan_mask`` is
+  the scanned region, the record's ``scan_mask`` (not an object).
 - any other column is kept verbatim in ``labels``.
 A row with an unreadable number, a non-positive spacing, a missing image or mask, a mask of another size than its
 image or (with --merge) no or several matching records is skipped with its reason. Merged fields replace the
@@ -29,6 +30,8 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
 from ..data.manifest import Annotations, ManifestRecord, read_manifest
 from .common import (ImportContext, RowSkipped, SourceError, foreground, label_name, mask_pieces, read_label_png,
                      valid_split)
@@ -39,7 +42,7 @@ _MM = re.compile(r"(?:[ _]mm|\s*\(mm\))$", re.IGNORECASE)
 _SUFFIXES = (".nii.gz", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".nii", ".nrrd", ".nhdr", ".dcm", ".mha",
              ".mhd")
 _KNOWN = {"image", "finding", "diagnosis", "view", "site", "report", "split", "spacing", "spacing_x", "spacing_y",
-          "mask", "mask_label"}
+          "mask", "mask_label", "scan_mask"}
 _MASK_COL = re.compile(r"^(?P<label>.+?)[ _]mask$", re.IGNORECASE)
 
 
@@ -93,7 +96,8 @@ def _parse(row: dict) -> dict:
     if row.get("split") and not valid_split(row["split"]):
         raise RowSkipped("split must be a plain name (letters, digits, - and _; not 'manifest')", row["split"])
     masks = [(row.get("mask_label") or "", row["mask"])] if row.get("mask") else []
-    masks += [(m.group("label"), row[col]) for col in row if row[col] and (m := _MASK_COL.match(col))]
+    masks += [(m.group("label"), row[col]) for col in row
+              if row[col] and col != "scan_mask" and (m := _MASK_COL.match(col))]
     for label, path in masks:
         if not label_name(label):
             raise RowSkipped("mask without a mask_label", path)
@@ -103,15 +107,15 @@ def _parse(row: dict) -> dict:
     return {"diagnosis": row.get("finding") or row.get("diagnosis") or None, "report": row.get("report") or None,
             "measurements": measurements, "spacing": _spacing(row), "site": row.get("site") or None,
             "split": row.get("split") or None, "labels": labels,
-            "masks": [(label_name(label), path) for label, path in masks]}
+            "masks": [(label_name(label), path) for label, path in masks], "scan_mask": row.get("scan_mask") or None}
 
 
-def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> list:
+def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> tuple[list, np.ndarray | None]:
     """The row's mask columns as (label, mask) pieces at the record's image size (lesion kinds one per blob; an empty
-    mask none); RowSkipped before anything is written when a mask is missing, unreadable, of another size or a
-    label map."""
-    if not fields["masks"]:
-        return []
+    mask none), and its scan mask; RowSkipped before anything is written when a mask is missing, unreadable, of
+    another size or a label map."""
+    if not fields["masks"] and not fields["scan_mask"]:
+        return [], None
     from PIL import Image
 
     with Image.open(rec.image_path) as im:
@@ -120,7 +124,22 @@ def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> list:
     for label, rel in fields["masks"]:
         path = (folder / rel).resolve()
         pieces += [(label, m) for m in mask_pieces(foreground(read_label_png(path, shape), rel), label)]
-    return pieces
+    scan = fields["scan_mask"]
+    return pieces, None if scan is None else foreground(read_label_png((folder / scan).resolve(), shape), scan)
+
+
+def _add_masks(ctx: ImportContext, rec: ManifestRecord, pieces: list, scan: np.ndarray | None) -> None:
+    """Write the pieces as objects of the record (after its own) and the scan mask as its scan_mask. The files go
+    under the output folder; their paths are made relative to the record's root (a merged import's folder until
+    `finish` rebases them)."""
+    def rel(path: str) -> str:
+        return Path(os.path.relpath(ctx.out.resolve() / path, Path(rec.root).resolve())).as_posix()
+
+    for obj in ctx.mask_objects(pieces, rec.id, start=len(rec.annotations.objects)):
+        obj.mask = rel(obj.mask)
+        rec.annotations.objects.append(obj)
+    if scan is not None:
+        rec.scan_mask = rel(ctx.write_mask(scan, rec.id, "scan"))
 
 
 def _apply(fields: dict, rec: ManifestRecord) -> None:
@@ -150,9 +169,9 @@ def _standalone(ctx: ImportContext, row: dict, folder: Path, seen: set) -> Manif
     rec = ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                          annotations=Annotations(), extra={"source": {"format": "csv", "path": row["image"]}},
                          root=ctx.out)
-    pieces = _mask_pieces(fields, rec, folder)
+    pieces, scan = _mask_pieces(fields, rec, folder)
     _apply(fields, rec)
-    rec.annotations.objects += ctx.mask_objects(pieces, rid)
+    _add_masks(ctx, rec, pieces, scan)
     return rec
 
 
@@ -197,15 +216,10 @@ def _merge_row(ctx: ImportContext, row: dict, records: list[ManifestRecord], ind
             if i in used:
                 raise RowSkipped("image listed twice", row["image"])
             rec = records[i]
-            pieces = _mask_pieces(fields, rec, folder)
+            pieces, scan = _mask_pieces(fields, rec, folder)
             used.add(i)
             _apply(fields, rec)
-            start = len(rec.annotations.objects)
-            for obj in ctx.mask_objects(pieces, rec.id, start=start):
-                # written under the output folder; the record's paths are relative to the merged import until
-                # `finish` rebases them
-                obj.mask = Path(os.path.relpath(ctx.out.resolve() / obj.mask, Path(rec.root).resolve())).as_posix()
-                rec.annotations.objects.append(obj)
+            _add_masks(ctx, rec, pieces, scan)
             return
     raise RowSkipped("no record with this image name in the merged import", row["image"])
 
