@@ -18,16 +18,18 @@ mask", and in the tools that export ultrasound labels an RLE is how a hand-drawn
 MS-COCO sense of a crowd (a group nobody outlined one by one) cannot be told from such a mask by the file alone; a
 mask of a whole group would be read as one region of its category, never dropped silently. ``iscrowd`` 1 with
 polygons or without a segmentation keeps the MS-COCO reading: not an object, left out of the record and counted in
-the summary (the image and its other objects are kept). An image without annotations
-is a negative (a record with no objects).
+the summary (the image and its other objects are kept). An image without annotations is a negative (a record with
+no objects).
 
 Categories that are findings (`findings.finding_word`: "benign", "malignant", "normal" and their synonyms, as
 Roboflow's and Kaggle's breast and thyroid sets name their classes) are not objects to draw: an annotation of a
 benign or malignant category becomes a lesion object (`common.lesion_label`: "<--site> lesion", "lesion" without
 --site) carrying that finding, and the record's diagnosis is the gravest finding of its annotations, so diagnose is
 trained and scored. A "normal" annotation has no lesion to draw: it makes the record's finding normal and its box
-is counted as left out. Annotations naming an unknown image or category, and images whose file
-is missing or whose size differs from the JSON, are skipped with a reason.
+is counted as left out.
+
+Annotations naming an unknown image or category, and images whose file is missing or whose size differs from the
+JSON, are skipped with a reason.
 """
 
 from __future__ import annotations
