@@ -22,6 +22,15 @@ Formats (one reader each in umind_core/importers/):
   busi        BUSI's benign/, malignant/, normal/ folders ("benign (N).png"): the folder is the finding; the
               original release's "benign (N)_mask.png", "_mask_1.png".. are "breast lesion" objects (one per
               file, or --lesion-masks merged: one per image); normal images have no lesion. Masks are optional.
+  folders     the general case of busi: images with mask files by name, NAME.png + NAME_mask.png (+ _mask_1..: one
+              object per file; --mask-suffix changes _mask), or images/NAME.* + masks/NAME.* (one file per image;
+              lesion kinds one object per blob), in DIR or in its class folders. Masks 0/1 or 0/255 are one label:
+              --label, else the class folder's name, else DIR's; a class folder that is a finding (benign,
+              malignant, normal and synonyms) is the diagnosis, with "<site> lesion" objects (--site).
+  camus       CAMUS: patientNNNN/patientNNNN_{2CH,4CH}_{ED,ES}.nii.gz (.nii, .mha, .mhd) with _gt label maps, values
+              1-3 = left ventricle, myocardium, left atrium; site heart; the patient is the group; view, phase
+              and Info_*.cfg image quality in "labels"; images under testing/ are split test; cine sequences are
+              counted, not imported.
 
 Output layout (--out DIR, a new folder):
   DIR/manifest.jsonl      every record, test split included; each keeps its source split in the key "split"
@@ -62,8 +71,9 @@ import argparse
 import sys
 
 NAME = "import"
-HELP = "import a dataset (nnU-Net v2, COCO, UltraBench, CSV labels, Slicer exports, HC18, BUSI) as a manifest"
-_FORMATS = ("nnunet", "coco", "ultrabench", "csv", "slicer", "hc18", "busi")
+HELP = ("import a dataset (nnU-Net v2, COCO, UltraBench, CSV labels, Slicer exports, HC18, BUSI, image/mask folders, "
+        "CAMUS) as a manifest")
+_FORMATS = ("nnunet", "coco", "ultrabench", "csv", "slicer", "hc18", "busi", "folders", "camus")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-seed", type=int, default=0, help="seed of --split (default: 0)")
     parser.add_argument("--lesion-masks", choices=("apart", "merged"),
                         help="busi: one lesion object per mask file (apart, the default) or per image (merged)")
+    parser.add_argument("--label", help="folders: the label of the masks (default: the class folder's or DIR's name)")
+    parser.add_argument("--mask-suffix", help="folders: what follows an image's name in its mask's (default: _mask)")
     parser.add_argument("--no-conversations", action="store_true", help="write the annotations only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -92,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     summary = import_dataset(args.format, args.source, args.out, images=args.images, merge=args.merge,
                              site=args.site, conversations=not args.no_conversations, tasks=tasks, seed=args.seed,
                              progress=not args.no_progress and sys.stderr.isatty(), split=args.split,
-                             split_seed=args.split_seed, lesion_masks=args.lesion_masks)
+                             split_seed=args.split_seed, lesion_masks=args.lesion_masks, label=args.label,
+                             mask_suffix=args.mask_suffix)
     print("\n".join(summary.lines(args.format)))
     return 0

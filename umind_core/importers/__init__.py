@@ -28,6 +28,8 @@ FORMATS: dict[str, str] = {
     "slicer": "umind_core.importers.slicer",
     "hc18": "umind_core.importers.hc18",
     "busi": "umind_core.importers.busi",
+    "folders": "umind_core.importers.folders",
+    "camus": "umind_core.importers.camus",
 }
 
 
@@ -53,13 +55,15 @@ def import_dataset(fmt: str, source: str | Path, out: str | Path, *, images: str
                    merge: str | Path | None = None, site: str | None = None, conversations: bool = True,
                    tasks: Sequence[str] | None = None, seed: int = 0, progress: bool = True,
                    split: str | None = None, split_seed: int = 0,
-                   lesion_masks: str | None = None) -> ImportSummary:
+                   lesion_masks: str | None = None, label: str | None = None,
+                   mask_suffix: str | None = None) -> ImportSummary:
     """Read SOURCE in FORMAT and write the import into OUT (layout: `common.finish`).
 
     `split` ``NAME=FRACTION`` puts that fraction of the groups the source leaves unsplit into split NAME and the
     rest into "train" (`common.assign_split`, seeded by `split_seed`); `lesion_masks` is the busi reader's
-    "apart" (default) or "merged". SourceError for a source that cannot be read at all, ImportFailure when nothing
-    can be written; bad rows are skipped and listed in the summary's log instead.
+    "apart" (default) or "merged"; `label` and `mask_suffix` are the folders reader's (the masks' label, the text
+    between an image's name and its mask's). SourceError for a source that cannot be read at all, ImportFailure
+    when nothing can be written; bad rows are skipped and listed in the summary's log instead.
     """
     from .common import assign_split, finish, parse_split
 
@@ -70,12 +74,15 @@ def import_dataset(fmt: str, source: str | Path, out: str | Path, *, images: str
         raise ValueError("--merge applies to the csv format only")
     if lesion_masks is not None and fmt != "busi":
         raise ValueError("--lesion-masks applies to the busi format only")
+    if (label is not None or mask_suffix is not None) and fmt != "folders":
+        raise ValueError("--label and --mask-suffix apply to the folders format only")
     held_out = None if split is None else parse_split(split)
     if not source.exists():
         raise SourceError(f"{source}: no such file or folder")
     _check_out(out, merge_dir)
     ctx = ImportContext(out=out, progress=progress, site=site,
-                        options={"images": images, "merge": merge_dir, "lesion_masks": lesion_masks})
+                        options={"images": images, "merge": merge_dir, "lesion_masks": lesion_masks,
+                                 "label": label, "mask_suffix": mask_suffix})
     records = mod.read(source, ctx)
     if held_out is not None and records:
         assign_split(records, *held_out, seed=split_seed)

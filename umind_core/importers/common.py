@@ -28,7 +28,7 @@ from ..masks import is_lesion_kind, mask_box, mask_pieces
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
            "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split", "foreground",
-           "read_label_png", "lesion_label"]
+           "read_label_png", "lesion_label", "label_map_at"]
 
 #: Image files linked or copied as they are (Pillow reads them, so the manifest can); others are converted.
 PIL_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -360,6 +360,28 @@ def read_label_png(path: Path, shape: tuple[int, int]) -> np.ndarray:
     if arr.shape != tuple(shape):
         raise RowSkipped("mask size differs from the image", f"{path}: {arr.shape[::-1]} vs {tuple(shape)[::-1]}")
     return arr
+
+
+def label_map_at(path: Path, placed: "Placed") -> np.ndarray:
+    """A label map at its image's (H, W), integers: through imageio for NIfTI/NRRD/MetaImage (the same axis order as
+    the image's PNG, `imageio.read_label_map`), through Pillow for 2D image formats. A map of another size, or of
+    non-integer values, is RowSkipped naming the file."""
+    if placed.geometry is None:
+        lm = read_label_png(path, (placed.height, placed.width))
+    else:
+        if not path.is_file():
+            raise RowSkipped("mask or label file missing", str(path))
+        from ..imageio import ImageReadError, read_label_map
+
+        try:
+            lm = read_label_map(path, placed.geometry)[0]
+        except ImageReadError as exc:
+            raise RowSkipped("mask size differs from the image", str(exc)) from None
+    if not np.issubdtype(lm.dtype, np.integer):
+        if not np.array_equal(lm, np.round(lm)):
+            raise RowSkipped("label map with non-integer values", str(path))
+        lm = lm.astype(np.int64)
+    return lm
 
 
 def foreground(arr: np.ndarray, path: Path | str) -> np.ndarray:

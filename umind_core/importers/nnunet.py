@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.manifest import Annotations, ManifestRecord
-from .common import (ImportContext, RowSkipped, SourceError, label_name, load_json, read_label_png,
-                     split_label_map)
+from .common import ImportContext, SourceError, label_map_at, label_name, load_json, split_label_map
 
 DESCRIPTION = "nnU-Net v2 raw dataset folder (dataset.json, imagesTr/, labelsTr/, imagesTs/)"
 
@@ -89,22 +88,6 @@ def _other_channels(folder: Path, ending: str) -> int:
                and re.fullmatch(r".+_(?!0000)\d{4}", p.name[: -len(ending)]))
 
 
-def _label_map(path: Path, placed) -> np.ndarray:
-    """The case's label map at the image's (H, W): through imageio for NIfTI/NRRD (same axis order as the
-    image's PNG), through Pillow for 2D image formats."""
-    if placed.geometry is None:
-        return read_label_png(path, (placed.height, placed.width))
-    if not path.is_file():
-        raise RowSkipped("mask or label file missing", str(path))
-    from ..imageio import ImageReadError, read_label_map
-
-    try:
-        stack = read_label_map(path, placed.geometry)
-    except ImageReadError as exc:
-        raise RowSkipped("mask size differs from the image", str(exc)) from None
-    return stack[0]
-
-
 def _one_label_255(lm: np.ndarray, names: dict, ignore: set[int]) -> np.ndarray:
     """A 0/255 map of a dataset.json with one foreground label of one value, that label's value in place of 255;
     any other map unchanged (several labels, regions, or values besides 0 and 255 say nothing about 255)."""
@@ -123,12 +106,7 @@ def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, spli
     placed = ctx.place_image(image, rid)
     objects = []
     if label is not None:
-        lm = _label_map(label, placed)
-        if not np.issubdtype(lm.dtype, np.integer):
-            if not np.array_equal(lm, np.round(lm)):
-                raise RowSkipped("label map with non-integer values", str(label))
-            lm = lm.astype(np.int64)
-        lm = _one_label_255(lm, *names)
+        lm = _one_label_255(label_map_at(label, placed), *names)
         objects = ctx.mask_objects(split_label_map(lm, names[0], ctx.log, ignore=names[1]), rid)
     src = {"format": "nnunet", "path": image.relative_to(source).as_posix()}
     if label is not None:

@@ -1,0 +1,156 @@
+"""Issue 51: BUSI as released, images/ + masks/ pairs and CAMUS (NIfTI and MetaImage) in one `umind import` command
+each, read from the committed numpy-made replicas (tests/fixtures/replicas/make_replicas.py). Each test counts the
+images, objects and masks that go in against what comes out, and the lines that name what was left out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from umind_core.cli import main as cli_main
+from umind_core.data.manifest import read_manifest
+from umind_core.importers import import_dataset
+
+REPLICAS = Path(__file__).resolve().parent / "fixtures" / "replicas"
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "import_report.json").read_text())
+
+
+def _records(out: Path, name: str = "manifest.jsonl") -> dict:
+    return {r.id: r for r in read_manifest(out / name)}
+
+
+@pytest.mark.parametrize("fmt", ["folders", "busi"])
+def test_busi_as_released_in_one_command(tmp_path, capsys, fmt):
+    """4 images, 4 lesion masks with pixels (benign (2) two files), an empty normal mask -> 4 records, 4 lesion
+    objects with the masks' pixel counts, 4 diagnoses, and the one empty file counted; busi and folders agree."""
+    out = tmp_path / "out"
+    extra = ["--site", "breast"] if fmt == "folders" else []
+    assert cli_main(["import", fmt, str(REPLICAS / "busi_release"), "--out", str(out), "--no-progress", *extra]) == 0
+    recs = _records(out)
+    assert sorted(recs) == ["benign-1", "benign-2", "malignant-1", "normal-1"]
+    assert {k: r.annotations.diagnosis for k, r in recs.items()} == {
+        "benign-1": "benign", "benign-2": "benign", "malignant-1": "malignant", "normal-1": "normal"}
+    objects = {k: [(o.label, o.diagnosis) for o in r.annotations.objects] for k, r in recs.items()}
+    assert objects["benign-2"] == [("breast lesion", "benign")] * 2 and objects["normal-1"] == []
+    assert {k: [int(m.sum()) for m in r.load_masks()] for k, r in recs.items()} == {
+        "benign-1": [48], "benign-2": [60, 24], "malignant-1": [192], "normal-1": []}
+    assert sum(len(r.annotations.objects) for r in recs.values()) == 4
+    assert recs["benign-2"].extra["source"]["masks"] == ["benign/benign (2)_mask.png", "benign/benign (2)_mask_1.png"]
+    assert _report(out)["skipped"] == [] and _report(out)["dropped"] == {}
+    assert not any("mask" in r.image for r in recs.values())
+    assert sum(c.task == "diagnose" for r in recs.values() for c in r.conversations) == 4
+
+
+def test_image_mask_pairs_are_one_label_named_by_the_flag(tmp_path, capsys):
+    """3 images, masks 0/255 (two nodules) and 0/1 (one), one image without a mask, one orphan mask -> 2 records with
+    3 'thyroid nodule' objects, and 2 lines naming the image and the orphan."""
+    out = tmp_path / "out"
+    assert cli_main(["import", "folders", str(REPLICAS / "image_mask_pairs"), "--out", str(out), "--no-progress",
+                     "--label", "thyroid nodule", "--site", "thyroid"]) == 0
+    text = capsys.readouterr().out
+    recs = _records(out)
+    assert sorted(recs) == ["case1", "case2"]
+    assert [[o.label for o in r.annotations.objects] for r in recs.values()] == [["thyroid nodule"] * 2,
+                                                                                ["thyroid nodule"]]
+    assert [[int(m.sum()) for m in r.load_masks()] for r in recs.values()] == [[36, 60], [100]]
+    assert all(r.annotations.diagnosis is None for r in recs.values())
+    skipped = {s["item"]: s["reason"] for s in _report(out)["skipped"]}
+    assert skipped == {"thyroid_set/images/case3.png": "image without a mask file (in a folder that is no finding)",
+                       "thyroid_set/masks/orphan.png": "mask file without its image"}
+    assert "images/case3.png" in text and "masks/orphan.png" in text
+
+
+def test_pairs_label_defaults_to_the_folder_and_suffix_option(tmp_path):
+    src = tmp_path / "thyroid_nodule"
+    shutil.copytree(REPLICAS / "image_mask_pairs" / "thyroid_set", src)
+    summary = import_dataset("folders", src, tmp_path / "a", progress=False)
+    labels = {o.label for r in read_manifest(summary.manifest) for o in r.annotations.objects}
+    assert labels == {"thyroid nodule"}  # the folder's name, underscores as spaces
+    # suffix layout with another suffix: NAME.png + NAME_seg.png in one folder
+    flat = tmp_path / "kidney"
+    flat.mkdir()
+    shutil.copy(src / "images" / "case2.png", flat / "k1.png")
+    shutil.copy(src / "masks" / "case2.png", flat / "k1_seg.png")
+    summary = import_dataset("folders", flat, tmp_path / "b", progress=False, mask_suffix="_seg")
+    (rec,) = read_manifest(summary.manifest)
+    assert [o.label for o in rec.annotations.objects] == ["kidney"] and summary.log.skipped == []
+    with pytest.raises(ValueError, match="nothing imported .*image without a mask file"):  # default _mask
+        import_dataset("folders", flat, tmp_path / "c", progress=False)
+    with pytest.raises(ValueError, match="folders format only"):
+        import_dataset("busi", flat, tmp_path / "d", label="x")
+
+
+def test_folders_refuses_a_mask_holding_several_values_naming_it(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    d = tmp_path / "set"
+    shutil.copytree(REPLICAS / "image_mask_pairs" / "thyroid_set", d)
+    lm = np.zeros((24, 32), np.uint8)
+    lm[2:6, 2:6], lm[10:14, 10:14] = 1, 2
+    Image.fromarray(lm).save(d / "masks" / "case2.png")
+    summary = import_dataset("folders", d, tmp_path / "out", progress=False)
+    reasons = {s["item"]: (s["reason"], s["detail"]) for s in summary.log.skipped}
+    reason, detail = reasons["images/case2.png"]
+    assert reason == "mask file with several values (a label map, not one object)" and "values 1, 2" in detail
+
+
+def test_camus_nifti_in_one_command(tmp_path, capsys):
+    """patient0001: 2 views x ED/ES with _gt, 2 half sequences; patient0002: 4CH, ES without _gt, 1 half sequence.
+    In: 6 images, 5 label maps of 3 values each -> 5 records, 15 objects (LV, myocardium, LA), 1 skip naming the
+    image without _gt, 3 sequences counted; the patient is the group."""
+    out = tmp_path / "out"
+    assert cli_main(["import", "camus", str(REPLICAS / "camus_nifti"), "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    recs = _records(out)
+    assert sorted(recs) == ["patient0001_2CH_ED", "patient0001_2CH_ES", "patient0001_4CH_ED",
+                            "patient0001_4CH_ES", "patient0002_4CH_ED"]
+    assert all([o.label for o in r.annotations.objects] == ["left ventricle", "myocardium", "left atrium"]
+               for r in recs.values())
+    assert [int(m.sum()) for m in recs["patient0001_2CH_ED"].load_masks()] == [48, 72, 70]
+    assert {r.site for r in recs.values()} == {"heart"}
+    assert recs["patient0001_2CH_ED"].spacing == pytest.approx((0.308, 0.154))
+    assert {k: r.extra["group"] for k, r in recs.items()}["patient0002_4CH_ED"] == "patient0002"
+    assert recs["patient0001_4CH_ES"].extra["labels"] == {"view": "4CH", "phase": "ES", "quality": "Medium"}
+    rep = _report(out)
+    assert [(s["item"], s["reason"]) for s in rep["skipped"]] == [
+        ("database_nifti/patient0002/patient0002_4CH_ES.nii.gz", "no _gt label map beside the image")]
+    assert rep["dropped"] == {"cine sequence (the ED and ES frames are imported as single images)": 3}
+    assert "patient0002_4CH_ES.nii.gz" in text
+    # --split keeps a patient's images on one side
+    out2 = tmp_path / "split"
+    summary = import_dataset("camus", REPLICAS / "camus_nifti", out2, progress=False, split="test=0.5")
+    assert summary.groups_per_split == {"train": 1, "test": 1}
+
+
+def test_camus_metaimage_testing_folder_is_the_test_split(tmp_path):
+    """training/patient0003 (.mha with _gt) and testing/patient0101 (no _gt): 2 labelled train records with 3
+    objects each, 2 unlabelled test records; test.jsonl holds only the testing folder's."""
+    summary = import_dataset("camus", REPLICAS / "camus_mha", tmp_path / "out", progress=False)
+    assert summary.per_split == {"test": 2} and summary.imported == 4
+    recs = _records(tmp_path / "out")
+    test = [r for r in recs.values() if r.extra.get("split") == "test"]
+    assert sorted(r.id for r in test) == ["patient0101_2CH_ED", "patient0101_2CH_ES"]
+    assert all(not r.annotations.objects and r.extra["labelled"] is False for r in test)
+    labelled = [r for r in recs.values() if r.extra.get("split") != "test"]
+    assert [len(r.annotations.objects) for r in labelled] == [3, 3]
+    assert summary.log.skipped == []
+
+
+def test_camus_mhd_with_a_raw_file_is_refused_naming_it(tmp_path):
+    d = tmp_path / "patient0009"
+    d.mkdir()
+    for name in ("patient0009_2CH_ED.mhd", "patient0009_2CH_ED_gt.mhd"):
+        (d / name).write_text("ObjectType = Image\nNDims = 2\nDimSize = 4 4\nElementType = MET_UCHAR\n"
+                              f"ElementDataFile = {name[:-4]}.raw\n")
+        (d / f"{name[:-4]}.raw").write_bytes(bytes(16))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="nothing imported .*unreadable file: patient0009/patient0009_2CH_ED.mhd"):
+        import_dataset("camus", d, out, progress=False)
+    assert _report(out)["skipped"][0]["item"] == "patient0009/patient0009_2CH_ED.mhd"
