@@ -5,6 +5,7 @@ images, objects and masks that go in against what comes out, and the lines that 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -154,3 +155,52 @@ def test_camus_mhd_with_a_raw_file_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match="nothing imported .*unreadable file: patient0009/patient0009_2CH_ED.mhd"):
         import_dataset("camus", d, out, progress=False)
     assert _report(out)["skipped"][0]["item"] == "patient0009/patient0009_2CH_ED.mhd"
+
+
+# ------------------------------------------------------------------------------------ Slicer's default names
+
+def test_slicer_default_named_exports_belong_to_the_folders_only_image(tmp_path, capsys):
+    """kidney/: Segmentation.seg.nrrd (one segment) + L.mrk.json + F.mrk.json beside scan.nrrd; cyst/: L.mrk.json
+    with a description; pair/: L.mrk.json beside two images. In: 4 images, 1 segment, 4 markups files -> 4 records,
+    the segment as a mask, the line as "kidney length" (8 mm) on the kidney, the points on the kidney, the cyst's line
+    "cyst diameter"; the pair's L skipped naming it. No prompt says "the L"."""
+    out = tmp_path / "out"
+    assert cli_main(["import", "slicer", str(REPLICAS / "slicer_default"), "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    recs = _records(out)
+    assert sorted(recs) == ["a", "b", "scan", "scan-2"]
+    by_path = {r.extra["source"]["path"]: r for r in recs.values()}
+    kidney = by_path["kidney/scan.nrrd"]
+    assert sorted(kidney.extra["source"]["files"]) == ["kidney/F.mrk.json", "kidney/L.mrk.json",
+                                                        "kidney/Segmentation.seg.nrrd"]
+    (obj,) = kidney.annotations.objects
+    assert obj.label == "kidney" and int(kidney.load_masks()[0].sum()) == 200
+    (line,) = obj.lines
+    assert line.name == "kidney length" and line.length_mm == pytest.approx(8.0)
+    assert [k.name for k in obj.keypoints] == ["F-1", "F-2"]
+    (cyst,) = by_path["cyst/scan.nrrd"].annotations.objects
+    assert [ln.name for ln in cyst.lines] == ["cyst diameter"] and cyst.lines[0].length_mm == pytest.approx(5.0)
+    assert by_path["pair/a.nrrd"].annotations.objects == [] == by_path["pair/b.nrrd"].annotations.objects
+    (skip,) = _report(out)["skipped"]
+    assert skip["item"] == "pair/L.mrk.json" and skip["reason"].startswith("Slicer default name in a folder of 2")
+    assert "pair/L.mrk.json" in text
+    prompts = [m["content"] for r in recs.values() for c in r.conversations for m in c.messages if m["role"] == "user"]
+    assert any("kidney length" in p for p in prompts) and not any(re.search(r"\bL\b", p) for p in prompts)
+
+
+@pytest.mark.parametrize("name,default", [("L", True), ("F_1", True), ("Segmentation", True), ("CC_2", True),
+                                          ("kidney length", False), ("Length", False), ("LA", False)])
+def test_slicer_default_names(name, default):
+    from umind_core.importers.slicer import is_default_name
+
+    assert is_default_name(name) is default
+
+
+@pytest.mark.parametrize("site,word", [("kidney", "kidney length"), ("fetal_head", "BPD"), ("thyroid", "line"),
+                                       (None, "line")])
+def test_slicer_default_line_without_a_structure_is_the_sites_measurement(site, word):
+    from umind_core.importers.slicer import _labels
+
+    assert _labels({"type": "Line", "name": ""}, "L", None, site) == (word, word)
+    assert _labels({"type": "Line", "name": "L"}, "", "thyroid nodule", site) == ("thyroid nodule",
+                                                                                   "thyroid nodule length")

@@ -14,7 +14,9 @@ Formats (one reader each in umind_core/importers/):
               import (rows matched by image name; --out DIR updates it in place, another --out gets
               manifests that point back at DIR's images and masks).
   slicer      a folder of Slicer exports: images with <stem>.seg.nrrd and <stem>*.mrk.json beside them
-              (segments -> masks, fiducials -> keypoints, lines -> lines, ROIs -> boxes).
+              (segments -> masks, fiducials -> keypoints, lines -> lines, ROIs -> boxes). Slicer's default names
+              (Segmentation.seg.nrrd, L.mrk.json, F_1.mrk.json..) belong to the folder's only image, and are never a
+              label: a default-named line is its description, the one segment's measurement, or --site's.
   hc18        the HC18 release folder: training_set/NNN_HC.png (NNN_2HC.png.. are subject NNN again) with
               NNN_HC_Annotation.png (the head's ellipse, filled to a "fetal head" mask) and
               training_set_pixel_size_and_HC.csv (spacing; the head circumference as measurement "HC mm");

@@ -19,11 +19,24 @@ or starts with followed by ``_``, ``-``, ``.`` or a space (``case1.seg.nrrd``, `
   curves, planes) too. A markup's label is its ``name`` when the file has one; Slicer itself writes none (it
   names a loaded node after its file), so else the file name after the image's stem and separator
   (``case1_kidney length.mrk.json`` -> "kidney length"), else "landmarks", "line" or "region".
+
+Slicer's default names (`is_default_name`: ``Segmentation``, and the markups nodes ``F``, ``L``, ``R``, ``A``,
+``OC``, ``CC``, ``P``, each also with ``_1``, ``_2``..) name no image and no structure, decided here:
+- Matching: a default-named export (``Segmentation.seg.nrrd``, ``L.mrk.json``) that matches no image by stem belongs
+  to the folder's only image, since saving one image's scene writes exactly that; in a folder of several images it
+  is skipped with a reason naming it (it cannot say whose it is).
+- Labels: a default name is never a label, so a line called "L" never becomes the prompt "Measure the L". A
+  default-named (or unnamed) markup is labelled by the markup's ``description``; else, where the image's
+  segmentation holds one structure, a fiducial list joins that structure and a line is its measurement (the
+  organ's own line of `landmarks.ORGANS`, "kidney" -> "kidney length", else "<structure> length"); else a line is
+  the site's measurement (``--site kidney`` -> "kidney length", ``fetal_head`` -> "BPD"); else "landmarks", "line"
+  or "region".
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +50,26 @@ _IMAGE_SUFFIXES = (".nrrd", ".nhdr", ".nii.gz", ".nii", ".png", ".jpg", ".jpeg",
 _SEP = ("_", "-", ".", " ")
 #: Labels of unnamed markups whose file name adds nothing to the image's (Slicer names nodes after files)
 _DEFAULT_NAMES = {"Fiducial": "landmarks", "Line": "line", "ROI": "region"}
+#: the names Slicer gives a new segmentation and new markups nodes (then "_1", "_2".. for the next ones)
+_SLICER_DEFAULT = re.compile(r"^(segmentation|f|l|r|a|oc|cc|p|markupsfiducial|markupsline|markupsroi)(_\d+)?$",
+                             re.IGNORECASE)
+
+
+def is_default_name(name: object) -> bool:
+    """Whether `name` is one Slicer gives a node by default ("L", "F_1", "Segmentation"): it names nothing."""
+    return isinstance(name, str) and bool(_SLICER_DEFAULT.match(name.strip()))
+
+
+def _line_word(structure: str | None, site: str | None) -> str | None:
+    """What a default-named line measures: the structure's own line (`landmarks.ORGANS`) or "<structure> length";
+    without a structure, the site's organ's line; None when neither says."""
+    from ..landmarks import ORGANS
+
+    if structure:
+        organ = ORGANS.get(structure.lower())
+        return organ.line if organ else f"{structure} length"
+    organ = ORGANS.get(label_name(site or "").lower())
+    return organ.line if organ else None
 
 
 class _OffImage(Exception):
@@ -148,19 +181,38 @@ def _target(objects: list[ManifestObject], label: str) -> ManifestObject:
     return obj
 
 
-def _add_markup(objects: list[ManifestObject], m: dict, ref, w: int, h: int, spacing, file_label: str) -> None:
+def _labels(m: dict, file_label: str, structure: str | None, site: str | None) -> tuple[str, str]:
+    """(the object a markup joins, the markup's own name) by the rules of the module docstring."""
     kind = m.get("type")
-    label = label_name(m.get("name") or file_label or _DEFAULT_NAMES.get(kind, "markup"))
+    named = next((n for n in (m.get("name"), file_label) if n and not is_default_name(n)), None)
+    if named or m.get("description"):
+        label = label_name(named or m["description"])
+        return label, label
+    if kind == "Fiducial" and structure:
+        return structure, structure
+    if kind == "Line":
+        word = _line_word(structure, site)
+        if word:
+            return structure or word, word
+    label = _DEFAULT_NAMES.get(kind, "markup")
+    return label, label
+
+
+def _add_markup(objects: list[ManifestObject], m: dict, ref, w: int, h: int, spacing, file_label: str,
+                site: str | None = None) -> None:
+    kind = m.get("type")
+    structures = list(dict.fromkeys(o.label for o in objects if o.mask is not None))
+    target, label = _labels(m, file_label, structures[0] if len(structures) == 1 else None, site)
     if kind == "Fiducial":
         pts = [_to_pixel(ref, p, w, h) for p in m["points_lps"]]
         names = [str(n) or f"{label}-{i + 1}" for i, n in enumerate(m["point_labels"])]
-        _target(objects, label).keypoints += [Keypoint(n, p) for n, p in zip(names, pts)]
+        _target(objects, target).keypoints += [Keypoint(n, p) for n, p in zip(names, pts)]
     elif kind == "Line":
         if len(m["points_lps"]) != 2:
             raise RowSkipped("line markup without two points")
         (x1, y1), (x2, y2) = (_to_pixel(ref, p, w, h) for p in m["points_lps"])
         xy = (x1, y1, x2, y2)
-        _target(objects, label).lines.append(Line(label, xy, line_length_mm(xy, spacing)))
+        _target(objects, target).lines.append(Line(label, xy, line_length_mm(xy, spacing)))
     elif kind == "ROI" and "center_lps" in m:
         box = _roi_box(ref, m, w, h)
         obj = next((o for o in objects if o.label == label and o.box is None), None)
@@ -181,7 +233,7 @@ def _markups(ctx: ImportContext, path: Path, objects, ref, w: int, h: int, spaci
         raise RowSkipped("unreadable markups", str(exc)) from None
     for m in markups:
         try:
-            _add_markup(objects, m, ref, w, h, spacing, file_label)
+            _add_markup(objects, m, ref, w, h, spacing, file_label, ctx.site)
         except _OffImage:
             ctx.log.drop("markup point off the image")
         except RowSkipped as exc:
@@ -199,7 +251,9 @@ def _record(ctx: ImportContext, image: Path, segs: list[Path], marks: list[Path]
     objects = ctx.mask_objects(pieces, rid)                             # its segments would read as negatives
     stem = _stem(image, _IMAGE_SUFFIXES) or ""
     for mk in marks:
-        _markups(ctx, mk, objects, ref, w, h, placed.spacing, (_stem(mk, (".mrk.json",)) or "")[len(stem) + 1:])
+        mk_stem = _stem(mk, (".mrk.json",)) or ""
+        file_label = mk_stem[len(stem) + 1:] if mk_stem.startswith(stem) else mk_stem  # a default name: "L"
+        _markups(ctx, mk, objects, ref, w, h, placed.spacing, file_label)
     files = [p.relative_to(source).as_posix() for p in [image, *segs, *marks]]
     return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                           annotations=Annotations(objects=objects),
@@ -219,10 +273,15 @@ def _pair(ctx: ImportContext, source: Path) -> dict[Path, tuple[list[Path], list
     for kind, group, suffix in ((0, segs, (".seg.nrrd",)), (1, marks, (".mrk.json",))):
         for f in group:
             stem = _stem(f, suffix)
-            hits = [im for im, s in images.items() if im.parent == f.parent
-                    and (stem == s or (stem.startswith(s) and stem[len(s)] in _SEP))]
+            beside = [im for im in images if im.parent == f.parent]
+            hits = [im for im in beside if stem == images[im]
+                    or (stem.startswith(images[im]) and stem[len(images[im])] in _SEP)]
+            if not hits and is_default_name(stem) and len(beside) == 1:
+                hits = beside  # one image's scene saved with Slicer's default names
             if not hits:
-                ctx.log.skip(f.relative_to(source).as_posix(), "no image with a matching name")
+                why = (f"Slicer default name in a folder of {len(beside)} images (name it after its image)"
+                       if is_default_name(stem) and beside else "no image with a matching name")
+                ctx.log.skip(f.relative_to(source).as_posix(), why)
                 continue
             out[max(hits, key=lambda im: len(images[im]))][kind].append(f)
     return out
