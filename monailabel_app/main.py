@@ -34,6 +34,7 @@ from monailabel.config import settings
 from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.datastore import Datastore, DefaultLabelTag
 from monailabel.tasks.activelearning.first import First
+from umind_core.model_identity import model_name, model_version
 
 from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
 from lib.conf import parse_conf
@@ -206,7 +207,8 @@ class UMindApp(MONAILabelApp):
         meta["umind"] = {
             **self.runtime.versions.summary(),
             # names, never server paths: a client learns which model, not where the server keeps it
-            "model": Path(self.umind_conf.model).name if self.umind_conf.model else "demo",
+            "model": model_name(self.umind_conf.model),  # "thyroid/final", never just "final"
+            "model_version": model_version(self.umind_conf.model),
             "device": self.umind_conf.device,
             "retrain_every": self.umind_conf.retrain_every if self.umind_conf.auto_retrain else 0,
             "trigger": self.trigger.state(),

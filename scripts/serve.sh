@@ -19,6 +19,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --host) HOST="${2:?--host needs an address}"; shift 2 ;;
     --host=*) HOST="${1#--host=}"; shift ;;
+    # a relative model or workdir means the folder where the command was typed, not the checkout we cd into below
+    --conf)
+      if [ $# -ge 3 ] && { [ "$2" = model ] || [ "$2" = workdir ]; } && [ -n "$3" ] && [ "${3#/}" = "$3" ] \
+         && [ "${3#\~}" = "$3" ]; then
+        ARGS+=("$1" "$2" "$PWD/$3"); shift 3
+      else
+        ARGS+=("$1"); shift
+      fi ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
@@ -72,6 +80,8 @@ case "$STUDIES" in
       *) ARGS+=(--conf workdir "${XDG_DATA_HOME:-$HOME/.local/share}/umind/pacs-work") ;;
     esac ;;
 esac
+# a bad --conf (a model folder that is not there) is one line here, not a traceback from MONAI Label's app loader
+python -m monailabel_app.lib.conf "$STUDIES" ${ARGS[@]+"${ARGS[@]}"} || exit 2
 if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi

@@ -126,7 +126,7 @@ def test_command_five_serves_the_fine_tuned_model(user):
         wait_until_up(proc, answers, 300, 0.5, "serve.sh", "server /info",
                       lambda: stop_process_group(proc, 15), tail)
         info = requests.get(url + "/info/", timeout=30).json()
-        assert info["umind"]["model"] == "final"
+        assert info["umind"]["model"] == "thyroid/final" and info["umind"]["model_version"].startswith("saved ")
         resp = requests.post(f"{url}/infer/umind_segment?image=study1&output=json",
                              data={"params": json.dumps({"prompt": "thyroid"})}, timeout=300)
         assert resp.status_code == 200, resp.text

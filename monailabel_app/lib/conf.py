@@ -282,10 +282,13 @@ def _origins(value: object) -> tuple[str, ...]:
 
 
 def parse_conf(conf: dict, studies: str) -> AppConfig:
-    """Turn the raw conf dict into an AppConfig; unknown keys are left for MONAI Label itself."""
+    """Turn the raw conf dict into an AppConfig; unknown keys are left for MONAI Label itself. A relative model or
+    workdir path is resolved against the working directory (scripts/serve.sh makes them absolute before it changes
+    into the checkout, so they mean what they meant where the command was typed)."""
     model = (conf.get("model") or "").strip() or None
-    if model is not None and not Path(model).expanduser().is_dir():
-        raise ConfError(f"model must be a UMind or Qwen3-VL folder, {model!r} is not a directory")
+    if model is not None and not Path(model).expanduser().is_dir():  # relative: against the working directory
+        where = "" if Path(model).expanduser().is_absolute() else f" (from {Path.cwd()})"
+        raise ConfError(f"model must be a UMind or Qwen3-VL folder, {model!r}{where} is not a directory")
     dtype = str(conf.get("dtype", "float32")).strip()
     if dtype not in _DTYPES:
         raise ConfError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
@@ -338,3 +341,30 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
                                 1000.0),
         decode=_choice("decode", conf["decode"], DECODE_MODES) if conf.get("decode") else "",
     )
+
+
+def check_command_line(args: list[str], studies: str) -> str | None:
+    """The one-line error of `monailabel start_server` arguments' ``--conf KEY VALUE`` pairs, None when they parse:
+    scripts/serve.sh runs it before starting the server, whose own failure would be a traceback inside MONAI Label's
+    app loader."""
+    conf, k = {}, 0
+    while k < len(args):
+        if args[k] == "--conf" and k + 2 < len(args):
+            conf[args[k + 1]] = args[k + 2]
+            k += 3
+        else:
+            k += 1
+    try:
+        parse_conf(conf, studies)
+    except ConfError as exc:
+        return f"umind: --conf: {exc}"
+    return None
+
+
+if __name__ == "__main__":  # python -m monailabel_app.lib.conf STUDIES ARGS...: exit 2 with one line on a bad --conf
+    import sys
+
+    line = check_command_line(sys.argv[2:], sys.argv[1]) if len(sys.argv) > 1 else "usage: conf STUDIES ARGS..."
+    if line:
+        print(line, file=sys.stderr)
+    sys.exit(2 if line else 0)
