@@ -37,6 +37,7 @@ from UMindLib import painter as slicer_painter  # noqa: E402
 from UMindLib.requests import TASK_PRESETS  # noqa: E402
 
 from umind_core import findings  # noqa: E402
+from umind_core.evaluation import runner  # noqa: E402
 from umind_core.painter import LabelPainter  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ findings
@@ -65,11 +66,14 @@ def test_the_slicer_finding_box_offers_the_finding_list():
 
 @pytest.mark.parametrize("text,cls", [
     ("Malignant.", "malignant"), ("malignant, not benign", "malignant"), ("Benign. Oval, parallel.", "benign"),
-    ("normal", "normal"),
-    ("Suspicious for malignancy.", None), ("I cannot tell.", None), ("", None),
+    ("normal", "normal"), ("Benign, not malignant.", "benign"), ("No malignancy; benign cyst.", "benign"),
+    ("Non-malignant.", None), ("Not malignant.", None), ("Benignity likely.", "benign"),
+    ("Suspicious for malignancy.", "malignant"), ("I cannot tell.", None), ("", None),
 ])
 def test_the_class_of_a_diagnose_answer(text, cls):
+    """The server and the evaluation read an answer alike (they once disagreed on "Benign, not malignant.")."""
     assert findings.answer_finding(text) == cls
+    assert runner.parse_diagnosis(text) == cls
 
 
 @pytest.mark.parametrize("value,out", [(" Benign ", "benign"), ("MALIGNANT", "malignant"), ("cyst", None),

@@ -16,6 +16,8 @@ lesion object, instead of an object called "benign" that teaches the word as a t
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["FINDINGS", "SCORED_FINDINGS", "FINDING_WORDS", "normal_finding", "answer_finding", "finding_word",
            "gravest"]
 
@@ -67,8 +69,22 @@ def normal_finding(value: object) -> str | None:
     return low if low in FINDINGS else None
 
 
+#: a class word as an answer writes it ("Malignant", "malignancy", "benign"); the word's class is its stem's
+_ANSWER_WORD = re.compile(r"\b(malignan\w*|benign\w*|normal)\b", re.I)
+#: words that negate the class word right after them ("not malignant", "no malignancy", "non-malignant")
+_NEGATIONS = ("not", "no", "non", "without")
+
+
 def answer_finding(text: str) -> str | None:
-    """The class a diagnose answer names (the server's ``class`` of an answer): the gravest class whose word
-    occurs in it, so a hedged "malignant, not benign" is not read as benign; None when it names none."""
-    low = (text or "").lower()
-    return next((c for c in _BY_GRAVITY if c in low), None)
+    """The class a diagnose answer names, the one reading of an answer (the server's ``class``, the evaluation's
+    diagnosis): the first class word that is not negated by the word before it. "Benign, not malignant." is
+    benign, "malignant, not benign" malignant, "Suspicious for malignancy." malignant; "Not malignant." names no
+    class (it does not say which other one), nor does an answer without a class word. The model's own answers
+    start with the class word ("Benign."), which is what training teaches."""
+    for m in _ANSWER_WORD.finditer(text or ""):
+        before = re.findall(r"[a-z]+", text[:m.start()].lower())
+        if before and before[-1] in _NEGATIONS:
+            continue
+        word = m.group(1).lower()
+        return "malignant" if word.startswith("malignan") else "benign" if word.startswith("benign") else word
+    return None

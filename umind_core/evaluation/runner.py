@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import new_temp_dir, replace_dir, write_text
-from ..findings import SCORED_FINDINGS
+from ..findings import SCORED_FINDINGS, answer_finding
 from ..imageio import line_length
 from ..landmarks import RECORD_MEASUREMENTS, ellipse_perimeter
 from . import metrics as M
@@ -99,7 +99,6 @@ REFUSAL_QUESTION = "Where is the {target} in this image?"
 SITE_QUESTION = "What site does this ultrasound image show?"
 #: records whose images are held in memory at once (the single-image and examination scorers alike)
 CHUNK_RECORDS = 64
-_DIAGNOSIS_RE = re.compile(r"\b(malignan\w*|benign|normal)\b", re.I)
 _MM_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*mm\b", re.I)
 
 
@@ -225,12 +224,9 @@ def build_queries(records: Sequence, tasks: Sequence[str] | str | None = None) -
 # ------------------------------------------------------------------------------------------------ scoring
 
 def parse_diagnosis(text: str) -> str | None:
-    """The first class word of an answer ("Benign. Oval ..." -> "benign"); None when it names none."""
-    m = _DIAGNOSIS_RE.search(text or "")
-    if m is None:
-        return None
-    word = m.group(1).lower()
-    return "malignant" if word.startswith("malignan") else word
+    """The class a diagnose answer names: `findings.answer_finding`, the one reading the server shares (two
+    readers once disagreed: "Benign, not malignant." was malignant to the server and benign here)."""
+    return answer_finding(text)
 
 
 def match_keypoints(names: Sequence[str], gt_xy: Sequence[Sequence[float]],
