@@ -46,8 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _model_name(path: str | None) -> str:
     from .. import demo
 
+    from ..model_identity import model_name
+
     if path:
-        return Path(path).resolve().name
+        return model_name(Path(path).resolve())  # "thyroid/final", never just "final"
     return "UMind demo" if demo.has_demo_model() else "untrained tiny"
 
 
@@ -75,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     manifest = Path(args.manifest)
     if not manifest.is_file():
         raise FileNotFoundError(f"--manifest {manifest} does not exist or is not a file")
+    if args.benchmark not in ("auto", "none"):  # before the model loads: a wrong manifest costs nothing
+        from ..data.manifest import read_manifest
+        from ..evaluation.benchmarks import require_benchmark
+
+        require_benchmark(read_manifest(manifest), args.benchmark, manifest)
     t0 = time.perf_counter()
     model = demo.load_model(args.model, device=args.device, dtype=args.dtype)
     name = _model_name(args.model)

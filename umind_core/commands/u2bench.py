@@ -51,14 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _default_name(path: str | None) -> str:
     from .. import demo
 
-    if path:
-        return Path(path).resolve().name
+    from ..model_identity import model_name
+
+    if path:  # a folder name in the kit's layout: "thyroid-final", never just "final"
+        return model_name(Path(path).resolve()).replace("/", "-")
     return "UMind-demo" if demo.has_demo_model() else "untrained-tiny"
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import demo
-    from ..evaluation.u2bench_runner import run_u2bench, write_scores
+    from ..evaluation.u2bench_runner import headline, run_u2bench, write_scores
 
     if args.score_only and not args.model_name:
         raise ValueError("--score-only needs --model-name (the model folder of the results to score)")
@@ -74,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
     paths = write_scores(args.out, scores)
     tasks = " ".join(f"{t}={v:.3f}" for t, v in scores["task_scores"].items() if t in scores["tasks_present"])
     print(f"umind u2bench: {scores['model']}: {scores['rows']} rows in {scores['seconds']:.1f} s; "
-          f"U2-Score {scores['u2_score']:.4f} (present tasks {tasks or 'none'})")
+          f"{headline(scores)} (task scores {tasks or 'none'})")
     print(f"umind u2bench: wrote {paths['scores']} and {paths['report']}", file=sys.stderr)
     return 0

@@ -34,6 +34,7 @@ __all__ = [
     "classification_metrics",
     "record_benchmark",
     "render_benchmark",
+    "require_benchmark",
     "segmentation_metrics",
 ]
 
@@ -51,6 +52,20 @@ def record_benchmark(record) -> tuple[str, str] | None:
         return None
     dataset = source.get("dataset") or extra.get("dataset") or "unnamed"
     return fmt.lower(), str(dataset)
+
+
+def require_benchmark(records: Sequence[Any], benchmark: str, manifest: Any = "the manifest") -> None:
+    """`--benchmark NAME` names where the records came from, so a manifest whose records were not imported from NAME
+    (`umind import NAME`, which marks each record) is refused in one line naming how many and which: its numbers
+    would be published as NAME's when they are not."""
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"--benchmark {benchmark!r}: choose auto, none or one of {', '.join(BENCHMARKS)}")
+    other = [r.id for r in records if (record_benchmark(r) or ("",))[0] != benchmark]
+    if other:
+        shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+        raise ValueError(f"--benchmark {benchmark}: {manifest} is not an import of {benchmark}: {len(other)} of "
+                         f"{len(records)} record(s) carry no {benchmark} mark (e.g. {shown}); import the data with "
+                         f"`umind import {benchmark}`, or use --benchmark auto")
 
 
 def _counts(pred: np.ndarray, gt: np.ndarray) -> tuple[int, int, int]:
@@ -118,7 +133,8 @@ def benchmark_metrics(samples: Sequence[dict], benchmark: str | None = "auto") -
     """The benchmark section for metrics.json, or None when no sample comes from a known benchmark.
 
     benchmark="auto" keys off the records' marks; "ultrabench" takes every sample as UltraBench (an unmarked record
-    joins dataset "manifest"); None or "none" computes nothing."""
+    joins dataset "manifest"; `umind eval` refuses such a manifest first, `require_benchmark`); None or "none"
+    computes nothing."""
     if benchmark in (None, "none"):
         return None
     if benchmark != "auto" and benchmark not in BENCHMARKS:

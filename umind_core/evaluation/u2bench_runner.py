@@ -58,6 +58,8 @@ __all__ = [
     "read_kit_results",
     "region_of_result",
     "run_u2bench",
+    "headline",
+    "U2_FORMULA",
     "safe_model_name",
     "score_dataset",
     "score_results",
@@ -387,6 +389,24 @@ def run_u2bench(load_model: Callable[[], Any] | None, release: str | Path, out: 
     return scores
 
 
+#: the U2-Score as the kit's table script (gurenolun/Dolphin-ai-bench `update_table_score_format.py`) defines it
+U2_FORMULA = ("U2-Score = sum of w_t x s_t / sum of w_t, weights DD .20, VRA .20, LL .07, OD .27, KD .07, CVE .07, "
+              "RG .08, CG .04; s_t the task's mean over its datasets clipped to [0, 1], s_CVE = 1 - mean RMSE")
+
+
+def headline(scores: dict) -> str:
+    """The one number a run reports first: the U2-Score over the tasks that were run (the kit's weights, divided by
+    their sum), since the all-eight score counts a task not run as 0 (and a CVE not run as a perfect 1)."""
+    present = scores["tasks_present"]
+    if not present:
+        return "U2-Score: no task of the published table was run"
+    value = scores["u2_score_present_tasks"]
+    if len(present) == len(U.U2_WEIGHTS):
+        return f"U2-Score {value:.4f} (all eight tasks)"
+    return (f"U2-Score over the {len(present)} tasks run ({', '.join(present)}) {value:.4f}; "
+            f"the kit's all-eight formula would give {scores['u2_score']:.4f}, counting the tasks not run")
+
+
 def _fmt(v: Any, digits: int = 4) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
 
@@ -401,10 +421,11 @@ def write_scores(out: str | Path, scores: dict) -> dict[str, Path]:
     write_text(paths["scores"], json.dumps(to_jsonable(scores), indent=2, ensure_ascii=False) + "\n")
     lines = [f"# U2-Bench: {scores['model']}", "",
              f"Release `{scores.get('release')}`, scored with the definitions of {scores['kit']}.", "",
-             (f"- U2-Score: **{_fmt(scores['u2_score'])}** (all eight tasks; a task without datasets scores 0, "
-              "CVE 1)"),
-             (f"- U2-Score over the tasks present ({', '.join(scores['tasks_present']) or 'none'}): "
-              f"{_fmt(scores['u2_score_present_tasks'])}"),
+             (f"- U2-Score over the tasks run ({', '.join(scores['tasks_present']) or 'none'}): "
+              f"**{_fmt(scores['u2_score_present_tasks'])}** ({U2_FORMULA}, the sums over the tasks run)"),
+             (f"- The kit's formula over all eight tasks, as its table computes it: {_fmt(scores['u2_score'])}"
+              + ("" if len(scores["tasks_present"]) == len(U.U2_WEIGHTS) else
+                 " (a task not run scores 0 and a CVE not run 1, so this is not comparable with the published table)")),
              (f"- As the kit's own scripts compute it (rounded results files): {_fmt(scores['u2_score_kit_table'])}"
               + (f"; they drop {', '.join(scores['kit_table_dropped'])} (numeric ids read back as numbers)"
                  if scores["kit_table_dropped"] else "")), "",
