@@ -80,11 +80,17 @@ case "$STUDIES" in
       *) ARGS+=(--conf workdir "${XDG_DATA_HOME:-$HOME/.local/share}/umind/pacs-work") ;;
     esac ;;
 esac
-# a bad --conf (a model folder that is not there) is one line here, not a traceback from MONAI Label's app loader
-python -m monailabel_app.lib.conf "$STUDIES" ${ARGS[@]+"${ARGS[@]}"} || exit 2
 if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi
+# A bad --conf (a model folder that is not there) is one line here, not a traceback from MONAI Label's app loader;
+# and this server logs to WORKDIR/logs/monailabel.log, not to the checkout's monailabel_app/logs/app.log that every
+# server started from it would share (lib/log_config.py).
+LOG_CONFIG="$(python -m monailabel_app.lib.log_config "$STUDIES" ${ARGS[@]+"${ARGS[@]}"})" || exit 2
+case " ${ARGS[*]-} " in
+  *" --log_config "*|*" -l "*) ;;
+  *) ARGS+=(--log_config "$LOG_CONFIG") ;;
+esac
 cat <<MSG
 umind: serving $STUDIES on $HOST port $PORT
 umind: clients connect to $CLIENT_URL$ALSO

@@ -1,5 +1,6 @@
 """Issue 51: a served model is named by the folder it came from and its version, never just `final`; a relative
-`--conf model` path resolves against the working directory or fails with one line, not a traceback."""
+`--conf model` path resolves against the working directory or fails with one line, not a traceback; each server
+logs under its own workdir; an unreachable realm is one status."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_relative_conf_model_resolves_against_the_working_directory(tmp_path, mo
 
 def test_a_bad_conf_model_is_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "monailabel_app.lib.conf", str(tmp_path / "studies"), "--port", "8000",
+    cmd = [sys.executable, "-m", "monailabel_app.lib.log_config", str(tmp_path / "studies"), "--port", "8000",
            "--conf", "model", "runs/nope/final", "--conf", "decode", "tuned"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
@@ -78,4 +79,47 @@ def test_serve_sh_makes_a_relative_model_absolute_where_it_was_typed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"--conf model {tmp_path}/runs/thyroid/final --conf workdir /abs/work --conf decode tuned" in proc.stdout
     serve = (ROOT / "scripts" / "serve.sh").read_text()
-    assert serve.index("python -m monailabel_app.lib.conf") < serve.index("exec monailabel start_server")
+    assert serve.index("python -m monailabel_app.lib.log_config") < serve.index("exec monailabel start_server")
+
+
+def test_each_server_logs_under_its_own_workdir(tmp_path):
+    """Two servers from one checkout: each gets a logging config whose file handlers write its own workdir, none
+    the checkout's monailabel_app/logs/app.log."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    paths = []
+    for name in ("a", "b"):
+        cmd = [sys.executable, "-m", "monailabel_app.lib.log_config", str(tmp_path / f"studies_{name}"),
+               "--conf", "workdir", str(tmp_path / f"work_{name}")]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        paths.append(Path(proc.stdout.strip()))
+    assert paths == [tmp_path / "work_a/logs/logging.json", tmp_path / "work_b/logs/logging.json"]
+    for path, name in zip(paths, ("a", "b")):
+        handlers = json.loads(path.read_text())["handlers"]
+        files = {h["filename"] for h in handlers.values() if "filename" in h}
+        assert files == {str(tmp_path / f"work_{name}/logs/monailabel.log")}
+    serve = (ROOT / "scripts" / "serve.sh").read_text()
+    assert 'ARGS+=(--log_config "$LOG_CONFIG")' in serve
+
+
+def test_an_unreachable_realm_is_503_on_login_as_with_a_token():
+    import asyncio
+
+    import requests
+    from fastapi import HTTPException
+    from lib.wall.login import _login_like
+
+    def failing(exc):
+        async def original(**kwargs):
+            raise exc
+        return original
+
+    with pytest.raises(HTTPException) as down:
+        asyncio.run(_login_like(failing(requests.ConnectionError("no route")))())
+    assert down.value.status_code == 503 and "cannot be reached" in down.value.detail
+    bad = requests.HTTPError(response=type("R", (), {"status_code": 500})())
+    with pytest.raises(HTTPException) as wrong:
+        asyncio.run(_login_like(failing(bad))())
+    assert wrong.value.status_code == 502  # the realm answered, with an error of its own
+    auth = (ROOT / "monailabel_app" / "lib" / "wall" / "auth.py").read_text()
+    assert 'HTTPException(503, "the identity provider (auth realm) cannot be reached' in auth

@@ -345,8 +345,8 @@ def parse_conf(conf: dict, studies: str) -> AppConfig:
 
 def check_command_line(args: list[str], studies: str) -> str | None:
     """The one-line error of `monailabel start_server` arguments' ``--conf KEY VALUE`` pairs, None when they parse:
-    scripts/serve.sh runs it before starting the server, whose own failure would be a traceback inside MONAI Label's
-    app loader."""
+    scripts/serve.sh runs it (through `log_config`) before starting the server, whose own failure would be a
+    traceback inside MONAI Label's app loader."""
     conf, k = {}, 0
     while k < len(args):
         if args[k] == "--conf" and k + 2 < len(args):
@@ -360,11 +360,3 @@ def check_command_line(args: list[str], studies: str) -> str | None:
         return f"umind: --conf: {exc}"
     return None
 
-
-if __name__ == "__main__":  # python -m monailabel_app.lib.conf STUDIES ARGS...: exit 2 with one line on a bad --conf
-    import sys
-
-    line = check_command_line(sys.argv[2:], sys.argv[1]) if len(sys.argv) > 1 else "usage: conf STUDIES ARGS..."
-    if line:
-        print(line, file=sys.stderr)
-    sys.exit(2 if line else 0)
