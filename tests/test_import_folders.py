@@ -204,3 +204,16 @@ def test_slicer_default_line_without_a_structure_is_the_sites_measurement(site, 
     assert _labels({"type": "Line", "name": ""}, "L", None, site) == (word, word)
     assert _labels({"type": "Line", "name": "L"}, "", "thyroid nodule", site) == ("thyroid nodule",
                                                                                    "thyroid nodule length")
+
+
+def test_folders_reads_a_units_own_images_and_its_class_folders_beside_them(tmp_path):
+    """An image at DIR's top beside class folders is read with them, never silently left out."""
+    src = tmp_path / "set"
+    shutil.copytree(REPLICAS / "busi_release" / "Dataset_BUSI_with_GT", src)
+    shutil.copy(src / "benign" / "benign (1).png", src / "loose.png")
+    shutil.copy(src / "benign" / "benign (1)_mask.png", src / "loose_mask.png")
+    summary = import_dataset("folders", src, tmp_path / "out", progress=False, site="breast")
+    recs = _records(tmp_path / "out")
+    assert summary.imported == 5 and "loose" in recs
+    assert [o.label for o in recs["loose"].annotations.objects] == ["set"]  # DIR's name: not a finding
+    assert recs["benign-2"].annotations.diagnosis == "benign"

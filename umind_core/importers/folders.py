@@ -147,8 +147,8 @@ def find_units(source: Path, ctx: ImportContext, suffix: str = MASK_SUFFIX,
         return [d for d in subs if d.name not in ("images", *MASK_FOLDERS) and is_unit(d)]
 
     def units_of(p: Path) -> list[Path]:
-        if classes is None and is_unit(p):
-            return [p]
+        if classes is None and is_unit(p):  # its own images, and any class folders beside them (none left unread)
+            return [p, *subunits(p)]
         return subunits(p)
 
     root, folders = source, units_of(source)
