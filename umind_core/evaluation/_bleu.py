@@ -12,11 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-
-def _input_error(msg: str) -> ValueError:
-    from .u2bench import U2BenchInputError  # one error type for the whole protocol
-
-    return U2BenchInputError(msg)
+from ._u2bench_error import U2BenchInputError  # one error type for the whole protocol
 
 # Latin words and numbers stay whole; each CJK character is its own token (reports may be Chinese);
 # punctuation marks are tokens.
@@ -26,7 +22,7 @@ _TOKEN = re.compile(r"[\u3400-\u9fff]|[^\W\u3400-\u9fff]+|[^\w\s]")
 def tokenize(text: str) -> list[str]:
     """Lower-cased tokens for BLEU."""
     if not isinstance(text, str):
-        raise _input_error(f"text: expected a string, got {type(text).__name__}")
+        raise U2BenchInputError(f"text: expected a string, got {type(text).__name__}")
     return _TOKEN.findall(text.lower())
 
 
@@ -48,18 +44,18 @@ def bleu_lenient(hypotheses: Sequence[str], references: Sequence[str | Sequence[
     H = list(hypotheses)
     R = list(references)
     if len(H) != len(R):
-        raise _input_error(f"references: {len(R)} for {len(H)} hypotheses")
+        raise U2BenchInputError(f"references: {len(R)} for {len(H)} hypotheses")
     if not H:
-        raise _input_error("hypotheses: empty")
+        raise U2BenchInputError("hypotheses: empty")
     if max_n < 1:
-        raise _input_error(f"max_n: must be >= 1, got {max_n}")
+        raise U2BenchInputError(f"max_n: must be >= 1, got {max_n}")
     matches = [0] * max_n
     totals = [0] * max_n
     hyp_len = ref_len = 0
     for i, (h, r) in enumerate(zip(H, R)):
         refs = [r] if isinstance(r, str) else list(r)
         if not refs:
-            raise _input_error(f"references[{i}]: no reference text")
+            raise U2BenchInputError(f"references[{i}]: no reference text")
         ht = tokenize(h)
         rts = [tokenize(x) for x in refs]
         hyp_len += len(ht)

@@ -34,16 +34,13 @@ from typing import Any
 import numpy as np
 
 from ._bleu import bleu_lenient, tokenize  # noqa: F401  (re-exported)
+from ._u2bench_error import U2BenchInputError  # noqa: F401  (re-exported)
 
 __all__ = [
     "U2BenchInputError", "POSITION_CLASSES", "NOT_VISIBLE", "U2_WEIGHTS", "U2_DATASETS", "CVE_RANGES",
     "position_class", "region_of", "normalize_position", "localization_accuracy",
     "classification_accuracy", "cve_rmse", "bleu4", "bleu_lenient", "tokenize", "task_scores", "u2_score",
 ]
-
-
-class U2BenchInputError(ValueError):
-    """An input to a U2-Bench scorer is malformed; the message names it."""
 
 
 #: The nine region answers, spelled as the benchmark spells them (row first, a space, column).
