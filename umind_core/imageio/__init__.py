@@ -27,9 +27,9 @@ Conventions (the single place where they are decided):
   because clinics often export them that way.
 
 The package's modules, each the one owner of its part: `formats` (which format a file is, by name as the readers
-decode it or by content, and its header's shape and pixel size before decoding: `detect_format`,
-`sniff_format`, `read_header`), `opening` (a study is one self-contained file: the checks before any decoder
-opens one, the ITK reader pinned to its format, decoder text kept out of messages), `dicom_bounds` (DICOM read
+decode it or by content: `detect_format`, `sniff_format`), `opening` (a study is one self-contained file: the checks before any decoder opens one, the ITK
+reader pinned to its format, decoder text kept out of messages), `headers` (a header's shape and pixel size
+before decoding: `read_header`), `dicom_bounds` (DICOM read
 with every inflation bounded by the declared size), `readers` (files -> frames + geometry), `geometry`
 (`Frame`, `Geometry`, `Study`, pixel <-> LPS, frame axes, and `line_length`: the one owner of every length
 UMind reports), `writers` (label maps and images out, and
@@ -40,11 +40,12 @@ UMind reports), `writers` (label maps and images out, and
 from __future__ import annotations
 
 from .errors import ImageReadError, ImageWriteError, MarkupsError
-from .formats import CONTENT_FORMATS, detect_format, read_header, sniff_format  # noqa: F401
+from .formats import CONTENT_FORMATS, detect_format, sniff_format  # noqa: F401
 from .geometry import (HEADER, ULTRASOUND_REGIONS, Frame, Geometry, Length, Study,  # noqa: F401
                        frame_axes_lps, frame_itk_axes, frame_normal_axis, frame_spacing, line_length,
                        physical_to_pixel, pixel_to_physical, ras_to_lps, stack_from_volume, with_frame_spacing)
 from .opening import checked_format, decoder_failure, sitk_reader  # noqa: F401
+from .headers import read_header  # noqa: F401
 from .markups import MARKUPS_SCHEMA, parse_markups, read_markups_json, write_markups_json
 from .overlays import write_overlay_png
 from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _window, read_image,  # noqa: F401

@@ -1,4 +1,4 @@
-"""Which format a file is and what its header says: the one public API for both, before any pixel is decoded.
+"""Which format a file is, by its name or by its bytes: the one public rule for both, before any pixel is decoded.
 
 Two questions with two answers, both asked at the server's doors:
 
@@ -7,11 +7,7 @@ Two questions with two answers, both asked at the server's doors:
 * `sniff_format(path)`: the format the bytes are, whatever the name says. An upload is stored under the
   extension of its content, never of the client's file name, so the datastore's door asks this one.
 
-`read_header(path)` answers (shape, bytes a decoded pixel takes, format) from the header alone, read the way
-the reader will read the file (`opening.checked_format`: the same refusals of files that name other files):
-compressed data (gzip NIfTI, PNG, JPEG, a deflated DICOM data set past its header) is not inflated, so a
-decompression bomb costs nothing there. The server's caps check every image against their pixel and decode
-budget with it before anything is decoded.
+What a file's header says (`read_header`) is `headers`, above `opening`'s checks, which build on these two.
 
 The server used to import the reader's private format rule and sniff content with a copy of its own; both now
 come from here.
@@ -25,7 +21,7 @@ from pathlib import Path
 
 from .errors import ImageReadError
 
-__all__ = ["SUPPORTED_SUFFIXES", "CONTENT_FORMATS", "detect_format", "sniff_format", "read_header"]
+__all__ = ["SUPPORTED_SUFFIXES", "CONTENT_FORMATS", "detect_format", "sniff_format"]
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
     ".png", ".jpg", ".jpeg", ".dcm", ".dicom", ".nii", ".nii.gz", ".nrrd", ".mha", ".mhd",
@@ -39,9 +35,6 @@ _FORMAT_BY_SUFFIX = {
 #: what `sniff_format` may answer (a gzip NIfTI is told apart from a plain one: it is stored as .nii.gz)
 CONTENT_FORMATS: tuple[str, ...] = ("png", "jpeg", "dicom", "nifti", "nifti-gz", "nrrd")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: bytes a decoded pixel of a Pillow mode takes, all channels (modes not listed count as 4)
-_PIL_BYTES = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
-              "I": 4, "F": 4, "I;16": 2, "I;16B": 2, "I;16L": 2}
 
 
 def _dicom_preamble(head: bytes) -> bool:
@@ -95,41 +88,3 @@ def sniff_format(path: str | os.PathLike) -> str | None:
             return None
         return "nifti-gz" if _nifti_header(inner) else None
     return None
-
-
-def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], int, str]:
-    """(shape in numpy order with colour channels left out, bytes a decoded pixel takes with all its channels,
-    format) from the header alone, read as `detect_format` says the reader will. A file of no supported format,
-    or a header its reader does not understand, is the ImageReadError the full read would raise."""
-    from .opening import checked_format  # it builds on detect_format and sniff_format above
-
-    fmt = checked_format(path)
-    try:
-        shape, per_pixel = _header(str(path), fmt)
-    except ImageReadError:
-        raise
-    except Exception as exc:  # a header no reader understands: the same refusal the full read would give
-        raise ImageReadError(f"{path}: cannot read {fmt} data (header: {type(exc).__name__})") from None
-    return shape, per_pixel, fmt
-
-
-def _header(path: str, fmt: str) -> tuple[tuple[int, ...], int]:
-    if fmt in ("png", "jpeg"):
-        from PIL import Image
-
-        with Image.open(path) as im:
-            return (im.height, im.width), _PIL_BYTES.get(im.mode, 4)
-    if fmt == "dicom":
-        from .dicom_bounds import read_dicom
-
-        ds = read_dicom(path, header_only=True)  # a deflated data set: only its header is inflated
-        per = max(1, int(getattr(ds, "BitsAllocated", 8) or 8) // 8) * int(getattr(ds, "SamplesPerPixel", 1) or 1)
-        return (int(getattr(ds, "NumberOfFrames", 1) or 1), int(ds.Rows), int(ds.Columns)), per
-    import SimpleITK as sitk
-
-    from .opening import sitk_reader
-
-    reader = sitk_reader(path, fmt)
-    reader.ReadImageInformation()
-    per = sitk.Image([1] * reader.GetDimension(), reader.GetPixelID(), 1).GetSizeOfPixelComponent()  # 1 voxel
-    return tuple(int(s) for s in reversed(reader.GetSize())), per * int(reader.GetNumberOfComponents())
