@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_text
-from .infer import Record, _check_content, _read, already_done
+from ._infer_input import Record, _check_content, _read, already_done
 
 __all__ = ["VIEW_FOLDER", "ExamItem", "process_exam"]
 

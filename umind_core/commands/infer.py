@@ -39,13 +39,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..atomic import write_text
+from ._infer_input import InferError, Record, _check_content, _message, _read, already_done
 
 NAME = "infer"
 HELP = "run a task on images, cine clips and volumes and write results, label maps and markups"
-
-
-class InferError(ValueError):
-    """A bad request (task, prompt, visual prompt, frames) or an input that cannot be processed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,58 +162,6 @@ def validate_request(args: argparse.Namespace) -> Request:
 
 
 @dataclass
-class Record:
-    """How one input ended: done, skipped (already done) or failed, with the reason."""
-
-    index: int
-    input: str
-    name: str | None
-    status: str
-    frames: int = 0
-    message: str = ""
-
-
-def _message(exc: BaseException, name: str) -> str:
-    """The reason without a leading repetition of the input's name (readers already start with it)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    for prefix in (f"{name}: ", f"{name} "):
-        if text.startswith(prefix):
-            return text[len(prefix):]
-    return text
-
-
-def _read(path: Path, axis: int | None):
-    """Read an input; --axis applies to volumes only, so a mixed batch of PNGs and volumes works.
-
-    The reader rejects an axis for a 2D image or a cine clip, and the kind is known only once the file is read,
-    so a refusal is retried without the axis and accepted only if the file then turns out not to be a volume.
-    """
-    from ..imageio import ImageReadError, read_study
-
-    try:
-        return read_study(path, axis=axis)
-    except ImageReadError as first:
-        if axis in (None, 0):
-            raise
-        try:
-            study = read_study(path)
-        except ImageReadError:
-            raise first from None
-        if study.geometry.kind == "volume":
-            raise first from None
-        return study
-
-
-def _check_content(study, name: str) -> None:
-    import numpy as np
-
-    lo = min(int(np.min(f.pixels)) for f in study.frames)
-    hi = max(int(np.max(f.pixels)) for f in study.frames)
-    if lo == hi:
-        raise InferError(f"{name}: image is constant (every pixel is {lo}); there is nothing to analyse")
-
-
-@dataclass
 class _Context:
     request: Request
     predictor: object
@@ -250,19 +195,6 @@ class _Context:
             if done:
                 self.bar.update(done)
             self.bar.refresh()
-
-
-def already_done(ctx: _Context, out_dir: Path, wanted: dict) -> bool:
-    """Whether `out_dir` holds this request's finished results (skip it); another request's is an error."""
-    from .. import batch
-
-    if ctx.overwrite:
-        return False
-    done = batch.existing_request(out_dir)
-    if done is not None and done != wanted:
-        raise InferError(f"{out_dir} holds results of another request (task {done.get('task')!r}, prompt "
-                         f"{done.get('prompt')!r}); pass --overwrite or another --out")
-    return done is not None
 
 
 def _process(ctx: _Context, index: int, item) -> Record:
