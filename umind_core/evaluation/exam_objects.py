@@ -1,9 +1,9 @@
-"""The objects of an examination's views, scored per view (issue 35): masks, boxes, landmarks and calipers the model
+"""The objects of an examination's views, scored per view: masks, boxes, landmarks and calipers the model
 draws when it reads all views at once, against each view's own truth, beside the same model reading each view alone.
 
 Why per view: an examination's grounded answer names the view every object is in (`View k:`), so a mask is only
 right if it is on the right view and right there. Each (view, target) pair is scored exactly as a single image's
-query is (`runner.build_queries` on the view as a record, `runner.score` on that view's share of the answer,
+query is (`scoring.build_queries` on the view as a record, `scoring.score` on that view's share of the answer,
 `exam_views.view_result`), so the exam reading and the single-image numbers mean the same thing:
 
 - "exam": one `predict_exam(task, target)` per target the examination's views show, its objects split by view;
@@ -22,15 +22,20 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .runner import IOU_THRESHOLD, build_queries, keypoint_section, score
+from .scoring import IOU_THRESHOLD, build_queries, keypoint_section, score
 
 __all__ = ["OBJECT_READINGS", "OBJECT_TASKS", "aggregate_objects", "exam_object_samples", "object_scorable",
-           "object_table", "view_alone_samples"]
+           "object_table", "of_reading", "view_alone_samples"]
 
 #: examination tasks scored per view
 OBJECT_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
 #: the two readings compared
 OBJECT_READINGS: tuple[str, ...] = ("exam", "view_alone")
+
+
+def of_reading(samples: list[dict], task: str, reading: str) -> list[dict]:
+    """The samples of one exam task (``exam_<task>``) and one reading."""
+    return [s for s in samples if s["task"] == task and s["reading"] == reading]
 
 
 def _view_queries(exam, task: str) -> list[tuple[int, Any, list]]:
@@ -98,8 +103,6 @@ def view_alone_samples(predictor, exams_frames: list[tuple[Any, list]], task: st
 def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
     """(per reading: segmentation mIoU over (view, target) samples, detection P/R/F1 at IoU 0.5, keypoint and
     caliper errors as a single image's are aggregated; summary keys)."""
-    from .exams import of_reading
-
     section: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     for reading in OBJECT_READINGS:

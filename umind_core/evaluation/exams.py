@@ -1,12 +1,12 @@
 """Examination-level evaluation: several views of one patient read as one exam, scored at the exam level.
 
-An examination (a manifest line with ``images``, issue 35) is not a batch of single images: the model reads every
+An examination (a manifest line with ``images``) is not a batch of single images: the model reads every
 view in one prompt (`Predictor.set_exam` once, then `predict_exam` per task), and the answer is scored against the
 examination's own truth, not any one view's. This module owns that reading and its rules, apart from the
 single-image path in `runner`:
 
 - finding accuracy per exam (`score_exam`, task "diagnose"): the answer's class against the exam's finding,
-  benign vs malignant as for one image (`runner.parse_diagnosis`, `runner.DIAGNOSIS_LABELS`);
+  benign vs malignant as for one image (`scoring.parse_diagnosis`, `scoring.DIAGNOSIS_LABELS`);
 - size error against the exam truth (task "report"): the sizes the answer states, read off its text by
   `parse_report_sizes`, against the exam's measurements that its own report states (`exam_truth_sizes`); a size
   the answer does not state is missing, not an error;
@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .runner import CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, parse_diagnosis
+from .exam_objects import (OBJECT_TASKS, aggregate_objects, exam_object_samples, object_scorable, object_table,
+                           of_reading, view_alone_samples)
+from .scoring import CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, parse_diagnosis
 
 __all__ = [
     "EXAM_TASKS",
@@ -126,8 +128,6 @@ def _exam_diagnosis(exam) -> str | None:
 def exam_scorable(exam, task: str) -> bool:
     """Whether `exam` has the truth `task` is scored against: a benign or malignant finding, a report, a view with
     a mask or box."""
-    from .exam_objects import OBJECT_TASKS, object_scorable
-
     if task in OBJECT_TASKS:
         return object_scorable(exam, task)
     if task == "diagnose":
@@ -175,15 +175,9 @@ def score_exam(exam, task: str, reading: str, result, view: int | None = None) -
 
 # ---------------------------------------------------------------------------------------------- aggregate
 
-def of_reading(samples: list[dict], task: str, reading: str) -> list[dict]:
-    """The samples of one exam task (``exam_<task>``) and one reading."""
-    return [s for s in samples if s["task"] == task and s["reading"] == reading]
-
-
 def aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
     """(the "exam" section: per reading, diagnosis metrics and report BLEU-4 and size errors; summary keys)."""
     from ._bleu import bleu_lenient
-    from .exam_objects import aggregate_objects
 
     section: dict[str, Any] = {"best_view_rule": BEST_VIEW_RULE,
                                "n_exams": len({s.get("exam", s["id"]) for s in samples})}
@@ -236,7 +230,6 @@ def evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[di
     """Each examination read whole (`set_exam` once, `predict_exam` per task), then its best view alone (the
     single-image prompt, views of a chunk batched per task) for diagnose and report (`score_exam`), and each view
     alone for segment and detect (`exam_objects`)."""
-    from .exam_objects import OBJECT_TASKS, exam_object_samples, view_alone_samples
 
     samples: list[dict] = []
     try:
@@ -299,8 +292,6 @@ def exam_tables(exam: dict) -> dict[str, dict[str, dict[str, Any]]]:
     if report:
         out["Examinations: report"] = report
     if "objects" in exam:
-        from .exam_objects import object_table
-
         out["Examinations: objects per view"] = object_table(exam["objects"])
     return out
 
