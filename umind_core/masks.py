@@ -3,16 +3,20 @@
 One owner each: before this module the box of a mask was computed by five copies of the same two lines (the
 generator, two importers, the conversation builder, the evaluation runner). How many objects one label's mask
 is (`mask_pieces`) is decided here for the importers, which count a dataset's objects, and for the Predictor,
-which boxes the objects of the masks the model draws: the same lesion must be one finding in both.
+which boxes the objects of the masks the model draws: the same lesion must be one finding in both. A label map
+becomes objects by one rule (`split_label_map`) for the importers and for the manifest check that splits a label
+map it finds (`data.check`), which sits below the importers and so cannot import from them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-__all__ = ["blobs", "drawn_objects", "is_lesion_kind", "mask_box", "mask_pieces"]
+__all__ = ["blobs", "drawn_objects", "is_lesion_kind", "mask_box", "mask_pieces", "split_label_map"]
 
 _LESION_RE = re.compile(r"\b(?:lesion|nodule|mass|cyst|tumou?r)(?:e?s)?\b", re.IGNORECASE)
 
@@ -38,6 +42,30 @@ def mask_pieces(mask: np.ndarray, name: str) -> list[np.ndarray]:
     if not mask.any():
         return []
     return blobs(mask) if is_lesion_kind(name) else [mask]
+
+
+def split_label_map(label_map: np.ndarray, names: Mapping[Any, str], log=None,
+                    ignore: Iterable[int] = ()) -> list[tuple[str, np.ndarray]]:
+    """A multi-class label map -> (label, mask) per object, label values in ascending order.
+
+    `names` maps a value (or a tuple of values: an nnU-Net region) to its label; value 0 is background. Values
+    present but unnamed are dropped and counted in the log, because guessing a name would teach a wrong word;
+    `ignore` values (nnU-Net's "not annotated") are dropped silently. `log` is anything with `drop(reason)` (an
+    importer's `ImportLog`); the manifest check splits without one.
+    """
+    label_map = np.asarray(label_map)
+    present = {int(v) for v in np.unique(label_map) if v != 0}
+    out: list[tuple[str, np.ndarray]] = []
+    named: set[int] = {int(v) for v in ignore}
+    for key in sorted(names, key=lambda k: min(k) if isinstance(k, tuple) else k):
+        values = tuple(int(v) for v in (key if isinstance(key, tuple) else (key,)))
+        named.update(values)
+        for piece in mask_pieces(np.isin(label_map, values), names[key]):
+            out.append((names[key], piece))
+    if log is not None:
+        for v in sorted(present - named):
+            log.drop(f"label value {v} has no name")
+    return out
 
 
 def blobs(mask: np.ndarray) -> list[np.ndarray]:

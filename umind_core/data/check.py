@@ -598,13 +598,12 @@ def _apply_fixes(rec: ManifestRecord, checked: CheckedRecord, out: Path) -> bool
 
 def _split(rec: ManifestRecord, obj: ManifestObject, names: dict[int, str], stem: str,
            out: Path) -> list[ManifestObject]:
-    """One object per named value of a label map, by the importers' rule (`split_label_map`), each with its
+    """One object per named value of a label map, by the importers' rule (`masks.split_label_map`), each with its
     own binary mask file and box."""
     from PIL import Image
 
     from ..atomic import atomic_path
-    from ..importers.common import split_label_map
-    from ..masks import mask_box
+    from ..masks import mask_box, split_label_map
 
     pieces = split_label_map(_mask_array(rec.resolve(obj.mask)), names)
     objects = []

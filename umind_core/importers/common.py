@@ -23,7 +23,7 @@ from PIL import Image
 from ..atomic import atomic_path, copy_into, write_text
 from ..data.manifest import ManifestError, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
 from ..data.split import group_split, record_groups
-from ..masks import is_lesion_kind, mask_box, mask_pieces
+from ..masks import is_lesion_kind, mask_box, mask_pieces, split_label_map  # noqa: F401  (re-exported)
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
            "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
@@ -139,29 +139,6 @@ def lesion_label(site: str | None) -> str:
     "lesion" where the import names no site."""
     site = label_name(site or "")
     return f"{site} lesion" if site else "lesion"
-
-
-def split_label_map(label_map: np.ndarray, names: Mapping[Any, str], log: ImportLog | None = None,
-                    ignore: Iterable[int] = ()) -> list[tuple[str, np.ndarray]]:
-    """A multi-class label map -> (label, mask) per object, label values in ascending order.
-
-    `names` maps a value (or a tuple of values: an nnU-Net region) to its label; value 0 is background. Values
-    present but unnamed are dropped and counted in the log, because guessing a name would teach a wrong word;
-    `ignore` values (nnU-Net's "not annotated") are dropped silently.
-    """
-    label_map = np.asarray(label_map)
-    present = {int(v) for v in np.unique(label_map) if v != 0}
-    out: list[tuple[str, np.ndarray]] = []
-    named: set[int] = {int(v) for v in ignore}
-    for key in sorted(names, key=lambda k: min(k) if isinstance(k, tuple) else k):
-        values = tuple(int(v) for v in (key if isinstance(key, tuple) else (key,)))
-        named.update(values)
-        for piece in mask_pieces(np.isin(label_map, values), names[key]):
-            out.append((names[key], piece))
-    if log is not None:
-        for v in sorted(present - named):
-            log.drop(f"label value {v} has no name")
-    return out
 
 
 def line_length_mm(xy: Sequence[float], spacing: Sequence[float] | None) -> float | None:
