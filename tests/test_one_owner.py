@@ -503,3 +503,26 @@ def test_the_slicer_ellipse_outline_is_the_core_rule(axes, n):
     assert slicer_geometry.OUTLINE_POINTS == landmarks.OUTLINE_POINTS
     kw = {} if n is None else {"n": n}
     assert np.array_equal(slicer_geometry.ellipse_outline(axes, **kw), landmarks.ellipse_outline(axes, **kw))
+
+
+# ------------------------------------------------------------------------------------------------ a mask's box
+
+def test_the_apps_mask_boxes_are_the_core_rule():
+    """The trainer's manifest boxes and the active-learning task signal box a mask with `masks.mask_box` (each once
+    had its own two lines of np.nonzero): the box of a mask is its first and last column and row."""
+    import ast
+
+    from lib.activelearning import signals
+    from lib.trainers import dataset
+
+    from umind_core import masks
+
+    assert dataset.mask_box is masks.mask_box and signals.mask_box is masks.mask_box
+    for module in (dataset, signals):
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        calls = [n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+        assert "nonzero" not in calls, module.__name__
+    mask = np.zeros((20, 30), bool)
+    mask[4:9, 7:21] = True
+    assert masks.mask_box(mask) == (7, 4, 20, 8)
+

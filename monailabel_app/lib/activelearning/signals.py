@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from umind_core.evaluation.metrics import box_iou, mask_iou
+from umind_core.masks import mask_box
 from umind_core.results import Result
 
 from ..conf import SIGNALS
@@ -51,13 +52,11 @@ def flip_disagreement(mask: np.ndarray, mask_of_mirror: np.ndarray) -> float:
 def task_disagreement(mask: np.ndarray, detect: Result) -> float:
     """1 - IoU of the mask's bounding box and the best-matching detected box (1 when only one is empty).
 
-    IoU is `metrics.box_iou` counting pixels (``inclusive``: the mask's box is its first and last pixel), the
-    convention the signal's published Spearman (benchmarks/README.md) was measured with."""
+    IoU is `metrics.box_iou` counting pixels (``inclusive``: the mask's box, `masks.mask_box`, is its first and
+    last pixel), the convention the signal's published Spearman (benchmarks/README.md) was measured with."""
     boxes = [o.box for o in detect.objects if o.box is not None]
     if not mask.any():
         return 0.0 if not boxes else 1.0
     if not boxes:
         return 1.0
-    ys, xs = np.nonzero(mask)
-    mbox = (float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))
-    return 1.0 - max(box_iou(mbox, b, inclusive=True) for b in boxes)
+    return 1.0 - max(box_iou(mask_box(mask), b, inclusive=True) for b in boxes)

@@ -24,6 +24,7 @@ from PIL import Image
 from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
 from umind_core.data.split import hash_split
 from umind_core.imageio import Study, read_label_map, read_study
+from umind_core.masks import mask_box
 from umind_core.painter import unpainted
 
 from ..wire import LABEL_NAMES
@@ -84,11 +85,9 @@ def _frame_objects(lab: np.ndarray, names: dict[int, str], fixes: FrameCorrectio
             notes.append(f"{safe}: label value {v} has no name (label_names nor conf labels): skipped")
             continue
         m = unpainted(lab, v)  # an organ gets back the nested structures painted over it (umind_core.painter)
-        ys, xs = np.nonzero(m)
         mask_rel = f"masks/{safe}_{v}.png"
         Image.fromarray(m.astype(np.uint8) * 255).save(out_dir / mask_rel)
-        objects.append(ManifestObject(label=names[v], mask=mask_rel,
-                                      box=(int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))))
+        objects.append(ManifestObject(label=names[v], mask=mask_rel, box=mask_box(m)))
         masks.append(m)
     boxed: set[int] = set()
     for label, box in fixes.boxes:
