@@ -526,3 +526,22 @@ def test_the_apps_mask_boxes_are_the_core_rule():
     mask[4:9, 7:21] = True
     assert masks.mask_box(mask) == (7, 4, 20, 8)
 
+
+# ----------------------------------------------------------------------------------------------- line lengths
+
+@pytest.mark.parametrize("line, s", [((10.0, 20.0, 40.0, 60.0), 0.1), ((0.5, 0.25, 100.75, 3.5), 0.27),
+                                     ((12.34, 56.78, 12.34, 56.78), 0.3), ((3.0, 4.0, 0.0, 0.0), 0.123456)])
+def test_every_length_is_imageio_line_length(line, s):
+    """A line's length in mm is `imageio.line_length(...).mm` everywhere: the generator's manifests (rounded to
+    0.01 mm as they store it), the evaluation's measured answer and the Slicer importer's lines keep no wrapper or
+    formula of their own (the evaluation and the importers once each wrapped it, the generator recomputed it)."""
+    from umind_core.data import synthetic
+    from umind_core.evaluation import scoring
+    from umind_core.imageio import line_length
+    from umind_core.importers import common
+    from umind_core.importers import slicer as slicer_import
+
+    assert synthetic._length_mm(*line, s) == round(line_length(line, (s, s)).mm, 2)
+    assert slicer_import.line_length is line_length and scoring.line_length is line_length
+    assert not hasattr(common, "line_length_mm") and not hasattr(scoring, "_line_mm")
+    assert not hasattr(runner, "_line_mm")

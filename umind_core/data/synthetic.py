@@ -37,6 +37,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..calipers import AXES, lesion_axes
+from ..imageio import line_length
 from ..landmarks import ORGANS, ramanujan_perimeter
 from ..masks import mask_box
 
@@ -863,7 +864,9 @@ def _thyroid(rng, probe: _Probe, s: float, kind: str, pixels: _Coords, inner: np
 
 
 def _length_mm(x1, y1, x2, y2, s) -> float:
-    return round(math.hypot(x2 - x1, y2 - y1) * s, 2)
+    """A drawn line's length in mm by `imageio.line_length` (the owner of every length UMind states), rounded to
+    0.01 mm as the manifests store it; `s` is the generator's square pixel spacing."""
+    return round(line_length((x1, y1, x2, y2), (s, s)).mm, 2)
 
 
 def _place_organ(rng, pixels, inner, draw: Callable[[float], _Ellipse]) -> _Ellipse:

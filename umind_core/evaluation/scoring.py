@@ -197,11 +197,6 @@ def match_keypoints(names: Sequence[str], gt_xy: Sequence[Sequence[float]],
     return out
 
 
-def _line_mm(line: Sequence[float], spacing: Sequence[float] | None) -> float | None:
-    """The drawn line's length by `imageio.line_length`, the owner of every length; None without spacing."""
-    return None if spacing is None else line_length(line, spacing).mm
-
-
 def _text_mm(text: str) -> float | None:
     m = _MM_RE.search(text or "")
     return float(m.group(1)) if m else None
@@ -293,7 +288,8 @@ def _measure_sample(query: Query, result, record) -> dict:
     else:
         line = record.annotations.objects[query.target["objects"][0]].lines[query.target["line"]]
         gt_mm, gt_line, pred_ellipse, source = float(line.length_mm), [float(v) for v in line.xy], None, "line"
-        pred_mm = _line_mm(pred_line, record.spacing) if pred_line is not None else None
+        # the one length rule: mm from the record's calibrated spacing, None (no mm) without it
+        pred_mm = line_length(pred_line, record.spacing).mm if pred_line is not None else None
     if pred_mm is None:  # nothing drawn to measure: score the number the model wrote (its raw answer)
         pred_mm = _text_mm(getattr(result, "raw_answer", "") or result.answer)
         source = "text"

@@ -26,7 +26,7 @@ from ..data.split import group_split, record_groups
 from ..masks import is_lesion_kind, mask_box, mask_pieces, split_label_map  # noqa: F401  (re-exported)
 
 __all__ = ["SourceError", "ImportFailure", "RowSkipped", "ImportLog", "ImportContext", "Placed", "ImportSummary",
-           "label_name", "is_lesion_kind", "mask_pieces", "split_label_map", "line_length_mm",
+           "label_name", "is_lesion_kind", "mask_pieces", "split_label_map",
            "load_json", "finish", "valid_split", "PIL_SUFFIXES", "parse_split", "assign_split", "foreground",
            "read_label_png", "lesion_label", "label_map_at"]
 
@@ -139,14 +139,6 @@ def lesion_label(site: str | None) -> str:
     "lesion" where the import names no site."""
     site = label_name(site or "")
     return f"{site} lesion" if site else "lesion"
-
-
-def line_length_mm(xy: Sequence[float], spacing: Sequence[float] | None) -> float | None:
-    """A line's length in mm from `imageio.line_length` (the one owner of lengths); None without calibrated
-    spacing (a pixel count is never written as mm)."""
-    from ..imageio import line_length
-
-    return line_length(xy, spacing).mm
 
 
 def load_json(path: Path, what: str) -> Any:

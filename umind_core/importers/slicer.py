@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord
-from .common import (ImportContext, RowSkipped, SourceError, label_name, line_length_mm, mask_pieces)
+from ..imageio import line_length
+from .common import ImportContext, RowSkipped, SourceError, label_name, mask_pieces
 
 DESCRIPTION = "folder of Slicer exports: images with <stem>.seg.nrrd and <stem>*.mrk.json beside them"
 
@@ -212,7 +213,7 @@ def _add_markup(objects: list[ManifestObject], m: dict, ref, w: int, h: int, spa
             raise RowSkipped("line markup without two points")
         (x1, y1), (x2, y2) = (_to_pixel(ref, p, w, h) for p in m["points_lps"])
         xy = (x1, y1, x2, y2)
-        _target(objects, target).lines.append(Line(label, xy, line_length_mm(xy, spacing)))
+        _target(objects, target).lines.append(Line(label, xy, line_length(xy, spacing).mm))
     elif kind == "ROI" and "center_lps" in m:
         box = _roi_box(ref, m, w, h)
         obj = next((o for o in objects if o.label == label and o.box is None), None)
