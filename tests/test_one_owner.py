@@ -545,3 +545,24 @@ def test_every_length_is_imageio_line_length(line, s):
     assert slicer_import.line_length is line_length and scoring.line_length is line_length
     assert not hasattr(common, "line_length_mm") and not hasattr(scoring, "_line_mm")
     assert not hasattr(runner, "_line_mm")
+
+
+def test_a_folder_of_inputs_takes_the_files_imageio_reads(tmp_path):
+    """`umind infer FOLDER` takes a file when `imageio.detect_format` names its format (`batch._is_image_candidate`
+    once kept its own suffix list and DICM check, which left a detached `.nhdr` out without a word)."""
+    from umind_core import batch, imageio
+
+    dicm = b"\0" * 128 + b"DICM" + b"\0" * 16
+    files = {"a.png": b"x", "b.JPG": b"x", "c.nii.gz": b"x", "d.mha": b"x", "e.nhdr": b"NRRD0004\n", "IM0001": dicm,
+             "IM0002": b"\0" * 200, "short": dicm[:131], "notes.txt": b"x", "f.dcm.bak": b"x", "g.dicom": b"x"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    for name in files:
+        try:
+            imageio.detect_format(tmp_path / name)
+            read = True
+        except imageio.ImageReadError:
+            read = False
+        assert batch._is_image_candidate(tmp_path / name) is read, name
+    found = {p.name for p in batch.discover_inputs([str(tmp_path)])[0]}
+    assert found == {"a.png", "b.JPG", "c.nii.gz", "d.mha", "e.nhdr", "IM0001", "g.dicom"}

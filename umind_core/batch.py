@@ -34,7 +34,9 @@ from . import prompts
 from .imageio import (
     SUPPORTED_SUFFIXES,
     Geometry,
+    ImageReadError,
     Study,
+    detect_format,
     label_map_suffix,
     write_image,
     write_overlay_png,
@@ -91,18 +93,14 @@ class InputItem:
 
 
 def _is_image_candidate(path: Path) -> bool:
-    """Files a folder or glob contributes: supported suffixes, and suffix-less files with the DICOM marker."""
-    low = path.name.lower()
-    if low.endswith(SUPPORTED_SUFFIXES):
-        return True
-    if "." in path.name:
-        return False
+    """Files a folder or glob contributes: those the readers would decode (`imageio.detect_format`, the one owner
+    of that rule: supported suffixes, and suffix-less files with the DICOM marker). A file whose format refuses it
+    (a detached `.nhdr`) is taken, so that it fails with its reason instead of vanishing."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(132)
-    except OSError:
+        detect_format(path)
+    except (ImageReadError, OSError):
         return False
-    return len(head) == 132 and head[128:132] == b"DICM"
+    return True
 
 
 def _inside(path: Path, folder: Path | None) -> bool:
