@@ -30,14 +30,6 @@ OUT = ROOT / "benchmarks" / "results" / "dtype_agreement.json"
 DTYPES = ("float32", "bfloat16")
 
 
-def mask_iou(a, b) -> float | None:
-    if a is None or b is None:
-        return None
-    a, b = np.asarray(a, bool), np.asarray(b, bool)
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
-
-
 def answers(model, records, queries) -> dict:
     """(record, task, prompt) -> Result, each distinct question asked once (the runner's order)."""
     from umind_core.evaluation.runner import record_frame
@@ -53,21 +45,17 @@ def answers(model, records, queries) -> dict:
     return out
 
 
-def _box_iou(a, b) -> float:
-    from umind_core.evaluation.metrics import box_iou
-
-    return float(box_iou(a, b))
-
-
 def _pairs(a, b) -> dict[str, list[float]]:
-    """What differs between two answers' objects, paired in order: mask IoU, box IoU, the largest point shift
-    and the relative change of a drawn line's length (pixels)."""
+    """What differs between two answers' objects, paired in order: mask IoU, box IoU (`metrics`, their one owner),
+    the largest point shift and the relative change of a drawn line's length (pixels)."""
+    from umind_core.evaluation.metrics import box_iou, mask_iou
+
     out: dict[str, list[float]] = {"mask_iou": [], "box_iou": [], "point_shift_px": [], "line_rel_change": []}
     for oa, ob in zip(a.objects, b.objects):
         if oa.mask is not None and ob.mask is not None:
             out["mask_iou"].append(mask_iou(oa.mask, ob.mask))
         if oa.box is not None and ob.box is not None:
-            out["box_iou"].append(_box_iou(oa.box, ob.box))
+            out["box_iou"].append(box_iou(oa.box, ob.box))
         if oa.points and len(oa.points) == len(ob.points):
             out["point_shift_px"].append(max(float(np.hypot(p[0] - q[0], p[1] - q[1]))
                                              for p, q in zip(oa.points, ob.points)))

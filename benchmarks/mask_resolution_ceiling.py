@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from umind_core.evaluation.metrics import mask_iou  # the one mask IoU (both empty: 1.0)
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "mask_resolution_ceiling.json"
 #: merged token grid -> decoder logit grid (two 2x transposed convolutions)
@@ -38,11 +40,6 @@ def through_grid(mask: np.ndarray, logits: int) -> np.ndarray:
     small = F.adaptive_avg_pool2d(t, (logits, logits))
     back = F.interpolate(small, size=mask.shape, mode="bilinear", align_corners=False)
     return back[0, 0].numpy() > 0.5
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
 def main() -> None:
@@ -62,7 +59,7 @@ def main() -> None:
                 continue
             mask = np.asarray(Image.open(data / obj["mask"])) > 0
             for grid, logits in GRIDS.items():
-                scores[grid][obj["label"]].append(iou(mask, through_grid(mask, logits)))
+                scores[grid][obj["label"]].append(mask_iou(mask, through_grid(mask, logits)))
     result = {"images": args.n, "seed0": 1_000_000, "size": 256, "grids": {}}
     for grid, by_label in scores.items():
         result["grids"][grid] = {label: {"mean_iou": round(float(np.mean(v)), 4), "min_iou": round(float(np.min(v)), 4),

@@ -30,6 +30,7 @@ THRESHOLDS = (-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
 def scan(predictor, manifest: Path) -> list[dict]:
     """One row per (image, label with a truth mask): the IoU of the label's predicted mask at every threshold."""
     from umind_core.data.manifest import read_manifest
+    from umind_core.evaluation.metrics import mask_iou
     from umind_core.evaluation.runner import record_frame
 
     rows = []
@@ -47,8 +48,7 @@ def scan(predictor, manifest: Path) -> list[dict]:
                 for o in predictor.predict("segment", label).objects:
                     if o.mask is not None:
                         pred |= o.mask
-                union = int((pred | gt).sum())
-                ious.append(float((pred & gt).sum() / union) if union else 1.0)
+                ious.append(mask_iou(pred, gt))
             rows.append({"id": rec.id, "label": label, "iou": ious})
     predictor.mask_threshold = 0.0
     return rows

@@ -6,8 +6,11 @@ the app) are held to the owner here, on tables of cases.
 - the wire contract of the label info and the task presets: `monailabel_app/lib/wire.py` (Slicer: `contract`,
   `requests.TASK_PRESETS`);
 - label painting: `umind_core.painter.LabelPainter` (Slicer: `UMindLib.painter`);
-- box IoU: `umind_core.evaluation.metrics.box_iou`;
-- format sniffing and header reading: `umind_core.imageio` (`sniff_format`, `detect_format`, `read_header`);
+- box IoU: `umind_core.evaluation.metrics.box_iou`; mask IoU: `metrics.mask_iou` (the benchmarks too);
+- a mask's box: `umind_core.masks.mask_box` (the app's trainer export and active-learning signal too);
+- a line's length: `umind_core.imageio.line_length` (the generator, the evaluation and the importers, no wrappers);
+- format sniffing and header reading: `umind_core.imageio` (`sniff_format`, `detect_format`, `read_header`; the
+  files `umind infer` takes from a folder);
 - the current frame: `umind_core.frames.current_frame` (the server's frame specs and interactive requests;
   Slicer: `UMindLib.requests.current_frame`, used by the session and the panel);
 - training settings: `umind_core.training.config.TrainConfig` (names, types, ranges, defaults) and its one
@@ -566,3 +569,26 @@ def test_a_folder_of_inputs_takes_the_files_imageio_reads(tmp_path):
         assert batch._is_image_candidate(tmp_path / name) is read, name
     found = {p.name for p in batch.discover_inputs([str(tmp_path)])[0]}
     assert found == {"a.png", "b.JPG", "c.nii.gz", "d.mha", "e.nhdr", "IM0001", "g.dicom"}
+
+
+# -------------------------------------------------------------------------------------------------- mask IoU
+
+#: benchmarks still computing their own IoU, left to the engineer editing them (listed so a new copy is not added)
+_OWN_IOU_LEFT = {"real_heldout.py"}
+
+
+def test_the_benchmarks_score_masks_with_the_one_mask_iou():
+    """A benchmark's mask IoU is `umind_core.evaluation.metrics.mask_iou` (both empty: 1.0), not an intersection
+    over union of its own: three benchmarks once each kept a copy."""
+    import re
+
+    own = re.compile(r"logical_and\(|\(\w+ & \w+\)\.sum\(\)")
+    copies = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if own.search(p.read_text(encoding="utf-8")))
+    assert set(copies) <= _OWN_IOU_LEFT, copies
+    rng = np.random.default_rng(0)
+    from umind_core.evaluation.metrics import mask_iou
+
+    for _ in range(5):
+        a, b = rng.random((40, 50)) > 0.6, rng.random((40, 50)) > 0.4
+        assert mask_iou(a, b) == pytest.approx((a & b).sum() / (a | b).sum(), rel=1e-6)
+    assert mask_iou(np.zeros((4, 4), bool), np.zeros((4, 4), bool)) == 1.0
