@@ -39,7 +39,8 @@ KEYS = ("segmentation_miou", "detection_recall", "detection_f1", "keypoint_error
 BASE_DATA = {"rehearsal": 2.0, "rehearsal_look": "default", "label_augment": 0.0, "label_copies": 1, "pseudo": 0,
              "rehearsal_style": 0.0, "style_beta": 0.3}
 #: name -> (TrainConfig overrides and data keys, LoraSettings overrides); "loop" is BASE_DATA, "server" what
-#: `umind_lora` does today (TrainParams' defaults: rehearsal 0.5 on the varied look, the vision blocks adapted)
+#: `umind_lora` does today (TrainParams' defaults, monailabel_app/lib/conf.py: rehearsal 2.0 on the default look,
+#: the vision blocks adapted)
 RECIPES: dict[str, tuple[dict, dict]] = {
     "loop": ({}, {}),
     "server": ({"rehearsal": None, "rehearsal_look": None}, {"vision": None}),

@@ -1,4 +1,5 @@
-"""List functions longer than a limit (default 80 lines) outside tests: issue 14's "no function over 80 lines".
+"""List functions longer than a limit (default 80 lines) outside tests: a function a reader cannot see whole on
+one screen is one to split.
 
     python scripts/long_functions.py [LIMIT] [PATHS...]
 

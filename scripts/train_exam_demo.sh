@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An exam-reading continuation of the bundled demo model (issue 35): examinations (2-4 views of one scene with an
+# An exam-reading continuation of the bundled demo model, so that it reads several views as one: examinations (2-4 views of one scene with an
 # exam-level finding, report and per-view grounding, umind_core/data/exams.py) mixed 1:1 with single images of the
 # demo model's own training recipe (so the single-image skills are rehearsed), every weight, from the bundled model.
 #   scripts/train_exam_demo.sh WORK [MAX_STEPS]

@@ -1,6 +1,6 @@
-"""One owner per rule (docs: DESIGN "One owner per rule"): each rule below lives in one module, the others import
-it, and the copies that cannot import it (the Slicer module's Lib, which runs inside Slicer without umind_core or
-the app) are held to the owner here, on tables of cases.
+"""One owner per rule, so that two places can never disagree: each rule below lives in one module, the others
+import it, and the copies that cannot import it (the Slicer module's Lib, which runs inside Slicer without
+umind_core or the app) are held to the owner here, on tables of cases.
 
 - the finding list: `umind_core.findings` (the app's trainer and answers, the evaluation, the Slicer module);
 - the wire contract of the label info and the task presets: `monailabel_app/lib/wire.py` (Slicer: `contract`,

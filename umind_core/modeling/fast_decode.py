@@ -1,4 +1,4 @@
-"""Decoding on a preallocated KV cache without transformers' per-step overhead (issue 16).
+"""Decoding on a preallocated KV cache without transformers' per-step overhead.
 
 Why this exists: on the demo model one eager decode step through `transformers` costs some 4-5 ms while its
 arithmetic is about 0.1 ms. A profile of one step (see README, "Decode speed") shows the time in several hundred
@@ -32,11 +32,11 @@ tokens), which are all text:
   they took 0.25, 0.33 and 0.77 ms. The price is time and memory: the first step of each batch size tunes for
   some 10-40 s on 2 cores (inductor keeps what it learned on disk, so a later process tunes faster), and the
   frozen graph holds its own packed copy of the weights.
-- `decode="auto"` (the default since issue 36) is `tuned` without the wait: a step whose tuned graph is not built
-  yet runs the eager lean step (what `static` runs) while one background thread builds the graph
-  (`step_builder.BackgroundBuilder`); later steps of that batch bucket and cache capacity replay it. Inductor's
-  on-disk caches can be pointed at a lasting folder (`step_builder.use_compile_cache`), so that a restarted
-  process rebuilds faster.
+- `decode="auto"` (the default: a server answers at once and speeds up as graphs are built) is `tuned` without the
+  wait: a step whose tuned graph is not built yet runs the eager lean step (what `static` runs) while one
+  background thread builds the graph (`step_builder.BackgroundBuilder`); later steps of that batch bucket and
+  cache capacity replay it. Inductor's on-disk caches can be pointed at a lasting folder
+  (`step_builder.use_compile_cache`), so that a restarted process rebuilds faster.
 
 The image prefix's language layers run here too (`FastDecoder.encode_prefix`: its M-RoPE positions and DeepStack
 features given); the vision encoder runs through `transformers`, once per image.

@@ -1,4 +1,4 @@
-"""Projections through weights that oneDNN packed once, for the lean decode path on the CPU (issue 16).
+"""Projections through weights that oneDNN packed once, for the lean decode path on the CPU.
 
 Why: `F.linear` hands MKL an unpacked matrix, and MKL's product for a few rows repacks it at every call. On this
 project's 2-core machine (a microbenchmark, 3-5 runs of each size on a noisy VM), the 17 products of one

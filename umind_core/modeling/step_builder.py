@@ -1,4 +1,4 @@
-"""Step graphs built off the request path, for decode="auto" (issue 36), and where inductor keeps its caches.
+"""Step graphs built off the request path, for decode="auto", and where inductor keeps its caches.
 
 Why: a tuned single-token step (fast_decode: frozen weights, autotuned products) takes some 10-40 s to build per
 (batch bucket, cache capacity) on 2 cores, and building it on the model thread made the first request of every

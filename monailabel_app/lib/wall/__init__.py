@@ -1,7 +1,7 @@
 """The server as a wall around the studies folder: everything between a request and the app's own code.
 
-DESIGN.md's rule is that no client, with or without auth, can read, write or run anything outside what the API
-means to offer. The modules here each hold one part of that wall, apart from the domain code in `lib/` (the
+The rule (docs/security.md) is that no client, with or without auth, can read, write or run anything outside what
+the API means to offer. The modules here each hold one part of that wall, apart from the domain code in `lib/` (the
 datastore, the tasks, the loop) so that a reader can see the whole of it in one place:
 
 - who may ask: `auth` (tokens: issuer, client, audience, roles), `login`, `roles` (what each role may do),
