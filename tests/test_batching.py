@@ -265,17 +265,150 @@ def _cohorts(scheduler: BatchScheduler, clients: int, rounds: int, think_s: floa
     assert answers == expected
 
 
+class _StepClock:
+    """Time that moves only when the test moves it (`BatchScheduler(clock=...)`): the worker's window, regroup and
+    idle deadlines pass when the schedule says so, never because a thread ran late on a loaded machine. It notes
+    the worker's deadline and the queue it saw each time the worker blocks, so the test knows the worker has
+    settled."""
+
+    def __init__(self):
+        self.t = 0.0
+        self.deadline: float | None = None  # when the blocked worker's wait runs out; None while it runs
+        self.seen: int | None = None  # the callers queued when the worker blocked
+        self.scheduler: BatchScheduler | None = None
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, cond, timeout: float) -> None:
+        self.deadline, self.seen = self.t + timeout, len(self.scheduler._queue)
+        cond.notify_all()  # the test waits on the same condition for the worker to settle
+        cond.wait()  # only a caller or `advance` wakes it: no deadline passes by itself
+        self.deadline = self.seen = None
+
+    def advance(self, to: float) -> None:
+        """Move to `to` (a little past it, so that a deadline computed in floating point has surely passed) and wake
+        the worker: it has not settled again until it blocks anew or takes a batch."""
+        with self.scheduler._cond:
+            self.t = max(to, self.t) + 1e-9
+            self.deadline = self.seen = None
+            self.scheduler._cond.notify_all()
+
+
+class _TimedEcho:
+    """A stand-in Predictor whose batch lasts until the test ends it (`batch_s` of the step clock's time)."""
+
+    batch_size = 8
+
+    def __init__(self):
+        self.batches: list[list] = []  # every batch's jobs, in order
+        self.running: list | None = None  # the batch in the Predictor now
+        self.scheduler: BatchScheduler | None = None
+        self._end = threading.Semaphore(0)
+
+    def predict_many(self, jobs, on_chunk=None, on_answer=None):
+        with self.scheduler._cond:
+            self.running = list(jobs)
+            self.batches.append(self.running)
+            self.scheduler._cond.notify_all()
+        self._end.acquire()
+        return list(jobs)
+
+    def end(self) -> list:
+        """End the running batch; its jobs."""
+        jobs, self.running = self.running, None
+        self._end.release()
+        return jobs
+
+
+def _step_cohorts(window_ms: float, regroup_ms: float, clients: int = 8, rounds: int = 6, batch_s: float = 0.1,
+                  think_s: float = 0.01) -> BatchScheduler:
+    """Closed-loop clients in two cohorts on a step clock: half ask at 0, half half a batch later, a batch takes
+    `batch_s`, and each client asks again `think_s` after its answer (an annotator's client writing a reply and
+    sending the next request). The test plays the schedule event by event: it lets the next client due ask, or
+    ends the batch due, or moves time to the worker's deadline, each only once the worker has settled (in the
+    Predictor, or blocked having seen every caller queued); clients due at one instant ask one after another. So
+    the batches follow from the schedule alone. Every caller must get its own answer."""
+    import heapq
+
+    clock, echo = _StepClock(), _TimedEcho()
+    scheduler = BatchScheduler(echo, window_ms=window_ms, regroup_ms=regroup_ms, clock=clock)
+    clock.scheduler = echo.scheduler = scheduler
+    go = [threading.Semaphore(0) for _ in range(clients)]
+    answers: dict[tuple[int, int], list] = {}
+    asked = [0] * clients
+
+    def client(c):
+        for r in range(rounds):
+            go[c].acquire()
+            answers[(c, r)] = scheduler.run([(c, r)])
+
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    for t in threads:
+        t.start()
+    events = [(0.0 if c < clients // 2 else batch_s / 2, "ask", c) for c in range(clients)]
+    heapq.heapify(events)
+    in_flight, ends_at, scheduled = 0, None, 0
+
+    def settled() -> bool:
+        queued = len(scheduler._queue)
+        if queued + len(echo.running or ()) != in_flight:
+            return False  # a caller let go has not reached the queue yet
+        return echo.running is not None or clock.seen == queued or (scheduler._worker is None and not in_flight)
+
+    for _ in range(10_000):
+        with scheduler._cond:
+            assert scheduler._cond.wait_for(settled, timeout=30), (
+                f"the worker did not settle at {clock.t}: {len(scheduler._queue)} queued, running {echo.running}, "
+                f"{in_flight} in flight, seen {clock.seen}, batches {scheduler.batches}")
+            if echo.running is not None and len(echo.batches) > scheduled:  # a batch just began
+                scheduled, ends_at = len(echo.batches), clock.t + batch_s
+            deadline = clock.deadline
+        due = min(([events[0][0]] if events else []) + ([ends_at] if ends_at is not None else []), default=None)
+        if due is None and in_flight == 0:
+            break  # every client answered
+        if due is None or (deadline is not None and deadline < due):
+            clock.advance(deadline)  # the worker's window, regroup wait or idle time runs out first
+            continue
+        if due > clock.t:
+            clock.advance(due)
+        if ends_at is not None and ends_at <= clock.t:
+            ends_at = None
+            for c, _ in echo.end():
+                in_flight -= 1
+                if asked[c] < rounds:
+                    heapq.heappush(events, (due + think_s, "ask", c))
+            continue
+        _, _, c = heapq.heappop(events)  # one client at a time: the worker sees each arrive, even at one instant
+        asked[c] += 1
+        in_flight += 1
+        go[c].release()
+    else:
+        raise AssertionError(f"the schedule did not end: batches {scheduler.batches}")
+    for t in threads:
+        t.join(timeout=30)
+    worker = scheduler._worker
+    clock.advance(clock.deadline)  # idle_s without work: the worker ends
+    worker.join(timeout=30)
+    assert not worker.is_alive() and scheduler._worker is None
+    assert answers == {(c, r): [(c, r)] for c in range(clients) for r in range(rounds)}
+    assert [len(b) for b in echo.batches] == scheduler.batches
+    return scheduler
+
+
 def test_scheduler_regroup_merges_cohorts_of_closed_loop_clients():
     """Closed-loop clients that start apart stay in cohorts with the plain window; holding the batch for the
-    callers just answered merges them into batches of 8."""
-    plain = BatchScheduler(_SlowEcho(0.1), window_ms=0, regroup_ms=0)
-    _cohorts(plain, clients=8, rounds=6, think_s=0.01)
-    assert max(plain.batches) < 8, plain.batches  # the cohorts never meet
+    callers just answered merges them into batches of 8. Played on a step clock (`_step_cohorts`), so the batches
+    are the same on every run. The window is 1 ms, not 0: a cohort's four clients ask at the same instant, and
+    only a window lets them in as one batch whatever order their threads run in; it is far below the 10 ms a
+    client thinks and the 50 ms between the cohorts."""
+    plain = _step_cohorts(window_ms=1, regroup_ms=0)
+    assert plain.batches == [4] * 12  # the cohorts never meet
     assert plain.stats()["regrouped"] == 0
-    regroup = BatchScheduler(_SlowEcho(0.1), window_ms=0, regroup_ms=1000)
-    _cohorts(regroup, clients=8, rounds=6, think_s=0.01)
-    assert sum(b == 8 for b in regroup.batches) >= 4, regroup.batches
-    assert regroup.stats()["regrouped"] >= 4
+    regroup = _step_cohorts(window_ms=1, regroup_ms=1000)
+    # the second cohort waits for the first; its last round, alone, waits the whole regroup time for it
+    assert regroup.batches == [4, 8, 8, 8, 8, 8, 4], regroup.batches
+    assert regroup.stats()["regrouped"] == 6 and regroup.stats()["held_to_end"] == 1, regroup.stats()
 
 
 def test_scheduler_regroup_holds_for_the_callers_in_flight_not_more():

@@ -31,6 +31,10 @@ runs; README "Many annotators on one model").
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
 Predictor was replaced (a promoted version) leaves no thread behind.
 
+The worker reads and waits for time through a `clock` (`MonotonicClock` unless given another): how callers are
+grouped depends on when they arrive against the window and the regroup wait, so a test that steps a clock of its
+own through a schedule checks the grouping without depending on how fast threads happen to run.
+
 Where the model runs (`executor`): given one, the worker hands each batch's `predict_many` to it and waits, so
 that the model's work stays on one long-lived thread. Why: torch's OpenMP runtime (libgomp) keeps a pool of
 helper threads for every thread that has run a parallel region, and once the helpers outnumber the cores it stops
@@ -51,7 +55,8 @@ from dataclasses import dataclass, field
 from .predictor import Job, Predictor, PredictorError
 from .results import Result
 
-__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS", "MODEL_THREAD_PREFIX", "model_thread"]
+__all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS", "MODEL_THREAD_PREFIX", "MonotonicClock",
+           "model_thread"]
 
 DEFAULT_WINDOW_MS = 3.0
 DEFAULT_REGROUP_MS = 30.0
@@ -64,6 +69,17 @@ def model_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix=MODEL_THREAD_PREFIX)
 
 
+class MonotonicClock:
+    """The worker's time: `now()` in seconds, and `wait(cond, timeout)`, a wait on the scheduler's condition (held by
+    the caller) until a caller notifies it or `timeout` seconds pass."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        cond.wait(timeout)
+
+
 @dataclass
 class _Ticket:
     jobs: list[Job]
@@ -72,13 +88,14 @@ class _Ticket:
 
 class BatchScheduler:
     def __init__(self, predictor: Predictor, window_ms: float = DEFAULT_WINDOW_MS, max_jobs: int | None = None,
-                 idle_s: float = 5.0, regroup_ms: float = DEFAULT_REGROUP_MS, executor=None):
+                 idle_s: float = 5.0, regroup_ms: float = DEFAULT_REGROUP_MS, executor=None, clock=None):
         if window_ms < 0:
             raise ValueError(f"window_ms must be 0 or more, got {window_ms}")
         if regroup_ms < 0:
             raise ValueError(f"regroup_ms must be 0 or more, got {regroup_ms}")
         self.predictor = predictor
         self.executor = executor  # where predict_many runs (anything with `submit`); None = the worker thread
+        self._clock = clock if clock is not None else MonotonicClock()  # the worker's now() and timed waits
         self.window_s = float(window_ms) / 1000.0
         self.regroup_s = float(regroup_ms) / 1000.0
         self._last_end: tuple[float, int] | None = None  # (when, callers in flight at most) of the last batch
@@ -143,24 +160,24 @@ class BatchScheduler:
     def _take(self) -> list[_Ticket] | None:
         """The tickets of the next batch, or None when the worker should end (idle too long)."""
         with self._cond:
-            idle_until = time.monotonic() + self.idle_s
+            idle_until = self._clock.now() + self.idle_s
             while not self._queue:
-                left = idle_until - time.monotonic()
+                left = idle_until - self._clock.now()
                 if left <= 0:
                     self._worker = None
                     return None
-                self._cond.wait(left)
-            now = time.monotonic()
+                self._clock.wait(self._cond, left)
+            now = self._clock.now()
             window_end, regroup_end, expected = now + self.window_s, now + self.regroup_s, self._expected(now)
             self._regrouped += len(self._queue) < expected
             while sum(len(t.jobs) for t in self._queue) < self.max_jobs:
-                now = time.monotonic()
+                now = self._clock.now()
                 holding = len(self._queue) < expected
                 left = (regroup_end if holding else window_end) - now
                 if left <= 0:
                     self._held_to_end += holding
                     break
-                self._cond.wait(left)
+                self._clock.wait(self._cond, left)
             taken, count = [], 0
             while self._queue and (not taken or count + len(self._queue[0].jobs) <= self.max_jobs):
                 ticket = self._queue.pop(0)
@@ -189,7 +206,7 @@ class BatchScheduler:
             self._serve(tickets)
             self._history = (self._history + [(len(tickets), time.perf_counter() - t0)])[-1000:]
             with self._cond:
-                self._last_end = (time.monotonic(), self._peak)
+                self._last_end = (self._clock.now(), self._peak)
 
     def _serve(self, tickets: list[_Ticket]) -> None:
         """Run the tickets' jobs as one `predict_many`; each caller is answered as soon as all its jobs are (a
