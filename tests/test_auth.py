@@ -1,4 +1,4 @@
-"""MONAI Label's auth with the UMind app, end to end: a local test issuer, RS256 tokens, role checks (issue 13).
+"""MONAI Label's auth with the UMind app, end to end: a local test issuer, RS256 tokens, role checks.
 
 The server runs with `MONAI_LABEL_AUTH_ENABLE=true` against `auth_issuer.Issuer` (a stand-in for a Keycloak
 realm). The UMind Slicer module's client (`UMindLib.UMindClient`) logs in through the server's /auth/token

@@ -1,4 +1,4 @@
-"""Issue 51: docs/api.md shows a curl call per task and says the infer reply is multipart (as the server writes it);
+"""`docs/api.md` shows a curl call per task and says the infer reply is multipart (as the server writes it);
 U2-Bench and UltraBench each get a page naming the columns / keys the code reads; U2-Bench's headline U2-Score counts
 only the tasks that were run; `umind eval --benchmark ultrabench` refuses a manifest that is not an UltraBench import.
 """

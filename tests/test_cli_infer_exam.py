@@ -1,4 +1,4 @@
-"""`umind infer --exam` (issue 35): a folder of views, or one file's frames, read as one examination.
+"""`umind infer --exam`: a folder of views, or one file's frames, read as one examination.
 
 The tiny model is untrained, so the model's answer is forced (as tests/test_exam_predict.py does): these tests check
 that each view's objects land in that view's folder, in its geometry and millimetres, and that bad examinations

@@ -1,4 +1,4 @@
-"""Issue 51: the deployment page covers Keycloak's install and hostname, an internal CA (server and Slicer), the
+"""The deployment page covers Keycloak's install and hostname, an internal CA (server and Slicer), the
 realm's backup and restore, the service user's home and its logs; one decode mode in the unit and the README; one
 status for an unreachable realm in every page that names one."""
 

@@ -1,4 +1,4 @@
-"""`umind eval` on examinations (issue 35, slice 2): exam-level diagnosis and report scored beside the same model
+"""`umind eval` on examinations: exam-level diagnosis and report scored beside the same model
 reading the single best view. The scoring is checked on oracle answers; the tiny (untrained) model checks that a
 manifest of examinations runs end to end and writes the exam metrics."""
 

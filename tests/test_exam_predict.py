@@ -1,4 +1,4 @@
-"""Predictor.set_exam / predict_exam (issue 35, slice 2): several views of one examination read as one prompt.
+"""Predictor.set_exam / predict_exam: several views of one examination read as one prompt.
 
 The tiny model is untrained, so these tests check mechanics, not quality: every exam task runs, the prompt is laid
 out as the exam conversations train it, the prefix is encoded once per examination, and a forced answer's

@@ -1,4 +1,4 @@
-"""Examinations through the real server (issue 35): several datastore images, or a clip's frames, read as one exam.
+"""Examinations through the real server: several datastore images, or a clip's frames, read as one exam.
 
 One `monailabel start_server` with the bundled demo model. The demo model is not trained on examinations, so these
 tests check the path, not the answer's quality: the views the reply lists, each object on a view that exists and

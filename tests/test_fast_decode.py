@@ -1,4 +1,4 @@
-"""The fast decode path (issue 16) against transformers' eager forward, the reference.
+"""The fast decode path against transformers' eager forward, the reference.
 
 Greedy answers must be the same tokens, mask logits equal to 1e-5 (absolute, plus 1e-5 relative: on the CPU the
 fast path keeps its projections transposed in memory, and MKL then sums each product in another order, which moves
@@ -486,7 +486,7 @@ def test_queries_and_keys_normed_and_rotated_together_equal_the_model_s_own_modu
     assert torch.equal(value, v_ref.view(b, k, -1, hd).transpose(1, 2))
 
 
-# ------------------------------------------------------------------ decode="auto" (issue 36)
+# ------------------------------------------------------------------ decode="auto"
 
 GUARD_S = 600  # a generous bound on waiting for the builder thread: a wrong implementation fails, never hangs
 

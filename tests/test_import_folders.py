@@ -1,4 +1,4 @@
-"""Issue 51: BUSI as released, images/ + masks/ pairs and CAMUS (NIfTI and MetaImage) in one `umind import` command
+"""BUSI as released, images/ + masks/ pairs and CAMUS (NIfTI and MetaImage) in one `umind import` command
 each, read from the committed numpy-made replicas (tests/fixtures/replicas/make_replicas.py). Each test counts the
 images, objects and masks that go in against what comes out, and the lines that name what was left out."""
 

@@ -1,4 +1,4 @@
-"""Issue 51: datasets in as their tools export them, nothing lost and no test case trained on.
+"""Datasets in as their tools export them, nothing lost and no test case trained on.
 
 Each test builds (or reads, tests/fixtures/replicas) a small replica of a real export layout and counts what goes in
 and what comes out: records, objects, masks, findings and the lines that name what was left out. Images are numpy

@@ -1,4 +1,4 @@
-"""Issue 51: a served model is named by the folder it came from and its version, never just `final`; a relative
+"""A served model is named by the folder it came from and its version, never just `final`; a relative
 `--conf model` path resolves against the working directory or fails with one line, not a traceback; each server
 logs under its own workdir; an unreachable realm is one status."""
 

@@ -1,4 +1,4 @@
-"""The standing security corpus: hostile and malformed requests against one real server (issue 13).
+"""The standing security corpus: hostile and malformed requests against one real server.
 
 Every case is a row: the request, the status it must get and words its JSON message must contain. After
 every row the test also checks that the server still answers /info, that the message carries no server
@@ -7,7 +7,7 @@ was created, changed or deleted) and that the K-label retrain counter moved only
 accepted. One server serves every row, so the whole corpus costs one start-up plus a few inferences.
 
 `python tests/test_security_corpus.py` prints the status table against a fresh server without asserting
-(how the before/after table of issue 13 was measured).
+(how the before/after table of the first security round was measured).
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def cases(root: Path) -> list[Case]:
     ]
 
 
-# ---- issue 49: files that name other files, bombs, deep JSON, spacing, links, ids, logs, reply forms
+# ---- files that name other files, bombs, deep JSON, spacing, links, ids, logs, reply forms
 VICTIM_WORDS = b"victim file beside the studies folder"
 
 
@@ -562,7 +562,7 @@ def server_pid(srv) -> int:
     return max(pids, key=lambda p: proc_kb(p, "VmRSS")) if pids else srv.proc.pid
 
 
-#: issue 49: no request of at most 5 MB may cost the server more than this above its RSS at rest
+#: no request of at most 5 MB may cost the server more than this above its RSS at rest
 MAX_PEAK_KB = 200 * 1024
 
 

@@ -1,4 +1,4 @@
-"""The security corpus, third round: code execution, disk and memory, replies without paths (issue 31).
+"""The security corpus, third round: code execution, disk and memory, replies without paths.
 
 One server (auth off, so any client is every role) with its own temp dir (TMPDIR) and a small upload cap.
 Every row is checked as in test_security_corpus.py (status, words of the message, no server path, the sentinel

@@ -1,4 +1,4 @@
-"""scripts/serve.sh refuses a non-loopback bind without auth (issue 13): checked before anything is set up."""
+"""scripts/serve.sh refuses a non-loopback bind without auth: checked before anything is set up."""
 
 from __future__ import annotations
 

@@ -250,7 +250,7 @@ def test_cine_clip_runs_on_every_frame_and_results_follow_the_frames(session, sc
 
 
 def test_an_examination_of_two_volumes_answers_once_with_each_object_on_its_views_volume(session, scene, monkeypatch):
-    """Two volumes uploaded and read as one examination (issue 35): one answer in the exam's text node, every object
+    """Two volumes uploaded and read as one examination: one answer in the exam's text node, every object
     the model found on the volume of its view, on that view's pixels and measured with that view's spacing (the two
     volumes' spacings differ, so an object placed on the other view would measure otherwise)."""
     first = scan_volume(scene, "exam first view", make_image(0)[..., 0])

@@ -1,4 +1,4 @@
-"""A study is one self-contained file, and decoding is bounded (issue 49): the readers' side of the wall.
+"""A study is one self-contained file, and decoding is bounded: the readers' side of the wall.
 
 Each test plants an outside file with a marker and checks that no reader follows a path written inside a study
 (NRRD `data file`, a detached `.nhdr`, a NIfTI pair, a MetaImage posing as NRRD), that the refusal quotes none

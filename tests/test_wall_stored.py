@@ -1,4 +1,4 @@
-"""The server's side of issue 49 in-process: stored values bounded, an old bad index repaired at start, the studies
+"""The server's side of the wall in-process: stored values bounded, an old bad index repaired at start, the studies
 folder served as regular files only, names without control or format characters, escaped logs, request JSON
 nested too deep refused, images with bytes after their data refused, and commands that stop their background
 builds before they exit."""
