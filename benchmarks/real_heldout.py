@@ -8,8 +8,11 @@ trains on. Everything goes through the Predictor, as a user's script would:
   empty, and the head circumference read off the mask ("head circumference": the perimeter of its moment
   ellipse, mm from the record's pixel size) against the sonographer's value (mean absolute difference, as HC18
   scores it), with 95% bootstrap intervals over subjects;
-* BUSI: the finding asked as in training ("normal, benign or malignant?"), accuracy over the three classes, benign
-  vs malignant on the images that have a lesion, lesion vs normal, and the majority-class baseline of the split.
+* BUSI: the finding asked as a user asks it with no context (`predict("diagnose")`: "Is the finding in this
+  ultrasound image normal, benign or malignant?", one of the wordings training uses), accuracy over the three classes, benign
+  vs malignant on the images that have a lesion, lesion vs normal, and the majority-class baseline of the split;
+  and each class's score (the likelihood of its answer, `evaluation.class_scores`): the forced choice's
+  accuracies and the areas under the ROC curve for benign vs malignant and lesion vs normal.
 
     .venv/bin/python benchmarks/real_heldout.py --work /work/demo4 --model <folder> --out result.json
 
@@ -30,7 +33,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 SPLIT = ["--split", "test=0.2", "--split-seed", "0"]
-QUESTION = "Give the diagnosis for this ultrasound image: normal, benign or malignant?"
 
 
 def held_out(work: Path, name: str) -> Path:
@@ -97,12 +99,16 @@ def hc18(predictor, manifest: Path) -> dict:
 
 def busi(predictor, manifest: Path) -> dict:
     from umind_core.data.manifest import read_manifest
+    from umind_core.evaluation.class_scores import class_scores
     from umind_core.findings import answer_finding
+    from umind_core.prompts import build_user_text
 
-    truth, said = [], []
+    truth, said, scores = [], [], []
+    question = build_user_text("diagnose")  # what predict("diagnose") asks; a prompt would be appended as context
     for rec in read_manifest(manifest):
         predictor.set_image(_frame(rec))
-        said.append(answer_finding(predictor.predict("diagnose", QUESTION).answer or ""))
+        said.append(answer_finding(predictor.predict("diagnose").answer or ""))
+        scores.append(class_scores(predictor.model, rec.load_image(), question))
         truth.append(rec.annotations.diagnosis)
     pairs = list(zip(truth, said))
 
@@ -116,7 +122,33 @@ def busi(predictor, manifest: Path) -> dict:
             "benign_vs_malignant": acc(lesion),
             "lesion_vs_normal": acc([(t == "normal", s == "normal") for t, s in pairs]),
             "unanswered": sum(s is None for s in said),
-            "confusion": _confusion(pairs)}
+            "confusion": _confusion(pairs), "class_scores": _scored(truth, scores)}
+
+
+def _scored(truth: list[str], scores: list[dict]) -> dict:
+    """The class scores' figures: the forced choice (argmax) accuracies and the areas under the ROC curve, benign
+    vs malignant by P(malignant) / (P(benign) + P(malignant)) on the lesion images, lesion vs normal by
+    1 - P(normal)."""
+    from umind_core.evaluation.class_scores import auc
+
+    forced = [max(s, key=s.get) for s in scores]
+    lesion = [i for i, t in enumerate(truth) if t in ("benign", "malignant")]
+
+    def acc(idx, same):
+        return round(sum(same(truth[i], forced[i]) for i in idx) / len(idx), 4) if idx else None
+
+    def rnd(v):
+        return None if v is None else round(v, 4)
+
+    every = range(len(truth))
+    return {"forced_three_class_accuracy": acc(every, lambda t, f: t == f),
+            "forced_benign_vs_malignant": acc(lesion, lambda t, f: t == f),
+            "forced_lesion_vs_normal": acc(every, lambda t, f: (t == "normal") == (f == "normal")),
+            "auc_benign_vs_malignant": rnd(auc([scores[i]["malignant"] / max(1e-12, scores[i]["malignant"] +
+                                                                          scores[i]["benign"]) for i in lesion],
+                                           [truth[i] == "malignant" for i in lesion])),
+            "auc_lesion_vs_normal": rnd(auc([1 - s["normal"] for s in scores], [t != "normal" for t in truth])),
+            "per_image": [{"truth": t, **{k: round(v, 4) for k, v in s.items()}} for t, s in zip(truth, scores)]}
 
 
 def _confusion(pairs) -> dict:

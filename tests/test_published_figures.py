@@ -649,10 +649,15 @@ def test_demo_model_4_card_and_row_are_their_result_files():
     assert f"| **{h['dice_mean']:.3f}** [{h['dice_ci95'][0]:.3f}, {h['dice_ci95'][1]:.3f}]" in card
     assert f"| **{h['hc_mad_mm']:.1f}** [{h['hc_mad_ci95'][0]:.1f}, {h['hc_mad_ci95'][1]:.1f}]" in card
     assert f"| **{b['three_class_accuracy']:.3f}** |" in card and f"| **{b['benign_vs_malignant']:.3f}** |" in card
+    cs, cs3 = b["class_scores"], json.loads((RESULTS / "real_heldout_demo3.json").read_text())["busi"]["class_scores"]
+    for key in ("forced_three_class_accuracy", "auc_benign_vs_malignant", "auc_lesion_vs_normal"):
+        assert f"| **{cs[key]:.3f}** | | {cs3[key]:.3f} |" in card, key
     for key in ("segmentation_miou", "detection_f1", "diagnosis_accuracy"):
         assert (f"| **{syn['demo4_default'][key]:.3f}** | {syn['demo3_default'][key]:.3f} | "
                 f"**{syn['demo4_scanner_b'][key]:.3f}** | {syn['demo3_scanner_b'][key]:.3f} |") in card, key
     row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if ln.startswith("| demo model 4 (bundled"))
     assert f"Dice {h['dice_mean']:.3f}" in row and f"{h['hc_mad_mm']:.1f} mm" in row
+    assert f"three classes {b['three_class_accuracy']:.3f}" in row
+    assert f"AUC benign vs malignant {b['class_scores']['auc_benign_vs_malignant']:.3f}" in row
     assert (f"default look mIoU {syn['demo4_default']['segmentation_miou']:.3f} against "
             f"{syn['demo3_default']['segmentation_miou']:.3f}") in row
