@@ -1,12 +1,14 @@
 """BUSI as released, images/ + masks/ pairs and CAMUS (NIfTI and MetaImage) in one `umind import` command
-each, read from the committed numpy-made replicas (tests/fixtures/replicas/make_replicas.py). Each test counts the
-images, objects and masks that go in against what comes out, and the lines that name what was left out."""
+each, read from the numpy-made replicas (tests/fixtures/replicas/make_replicas.py; BUSI's layout is built in the
+test's own folder, so no file named like a BUSI image is tracked). Each test counts the images, objects and masks
+that go in against what comes out, and the lines that name what was left out."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,9 @@ from umind_core.data.manifest import read_manifest
 from umind_core.importers import import_dataset
 
 REPLICAS = Path(__file__).resolve().parent / "fixtures" / "replicas"
+sys.path.insert(0, str(REPLICAS))
+
+import make_replicas  # noqa: E402
 
 
 def _report(out: Path) -> dict:
@@ -30,9 +35,10 @@ def _records(out: Path, name: str = "manifest.jsonl") -> dict:
 def test_busi_as_released_in_one_command(tmp_path, capsys, fmt):
     """4 images, 4 lesion masks with pixels (benign (2) two files), an empty normal mask -> 4 records, 4 lesion
     objects with the masks' pixel counts, 4 diagnoses, and the one empty file counted; busi and folders agree."""
-    out = tmp_path / "out"
+    out, release = tmp_path / "out", tmp_path / "busi_release"
+    make_replicas.busi_release(release)
     extra = ["--site", "breast"] if fmt == "folders" else []
-    assert cli_main(["import", fmt, str(REPLICAS / "busi_release"), "--out", str(out), "--no-progress", *extra]) == 0
+    assert cli_main(["import", fmt, str(release), "--out", str(out), "--no-progress", *extra]) == 0
     recs = _records(out)
     assert sorted(recs) == ["benign-1", "benign-2", "malignant-1", "normal-1"]
     assert {k: r.annotations.diagnosis for k, r in recs.items()} == {
@@ -208,8 +214,9 @@ def test_slicer_default_line_without_a_structure_is_the_sites_measurement(site, 
 
 def test_folders_reads_a_units_own_images_and_its_class_folders_beside_them(tmp_path):
     """An image at DIR's top beside class folders is read with them, never silently left out."""
+    make_replicas.busi_release(tmp_path / "release")
     src = tmp_path / "set"
-    shutil.copytree(REPLICAS / "busi_release" / "Dataset_BUSI_with_GT", src)
+    shutil.copytree(tmp_path / "release" / "Dataset_BUSI_with_GT", src)
     shutil.copy(src / "benign" / "benign (1).png", src / "loose.png")
     shutil.copy(src / "benign" / "benign (1)_mask.png", src / "loose_mask.png")
     summary = import_dataset("folders", src, tmp_path / "out", progress=False, site="breast")
