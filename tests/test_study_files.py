@@ -44,16 +44,21 @@ def _refused(path: Path, *words: str) -> str:
     return text
 
 
+def _refused_as_study_and_label(path: Path, *words: str) -> None:
+    """`_refused`, and refused as a label map too (the label door opens files through the same checks)."""
+    _refused(path, *words)
+    g = Geometry(kind="2d", shape=(8, 8), spacing=(1.0, 1.0), origin=(0.0, 0.0), direction=(1, 0, 0, 1))
+    with pytest.raises(ImageReadError):
+        read_label_map(path, g)
+
+
 @pytest.mark.parametrize("encoding, extra", [("raw", ""), ("ascii", "byte skip: 3\n"), ("text", "line skip: 0\n")])
 def test_nrrd_naming_an_outside_data_file_is_refused_without_quoting_it(tmp_path, outside, encoding, extra):
     for key in ("data file", "datafile"):
         p = tmp_path / f"study_{encoding}_{key.replace(' ', '')}.nrrd"
         p.write_text(f"NRRD0004\ntype: unsigned char\ndimension: 2\nsizes: 8 8\nencoding: {encoding}\n{extra}"
                      f"{key}: {outside}\n\n")
-        _refused(p, "separate data file")
-        g = Geometry(kind="2d", shape=(8, 8), spacing=(1.0, 1.0), origin=(0.0, 0.0), direction=(1, 0, 0, 1))
-        with pytest.raises(ImageReadError):
-            read_label_map(p, g)
+        _refused_as_study_and_label(p, "separate data file")
 
 
 def test_nrrd_data_file_list_and_detached_headers_are_refused(tmp_path, outside):
@@ -155,10 +160,7 @@ def test_a_metaimage_naming_its_data_elsewhere_is_refused_without_quoting_it(tmp
         p = tmp_path / f"study{suffix}"
         p.write_text("ObjectType = Image\nNDims = 2\nDimSize = 8 8\nElementType = MET_UCHAR\n"
                      f"ElementDataFile = {value.format(outside=outside)}\n")
-        _refused(p, "separate data file")
-        g = Geometry(kind="2d", shape=(8, 8), spacing=(1.0, 1.0), origin=(0.0, 0.0), direction=(1, 0, 0, 1))
-        with pytest.raises(ImageReadError):
-            read_label_map(p, g)
+        _refused_as_study_and_label(p, "separate data file")
 
 
 def test_a_metaimage_without_its_data_line_or_posing_is_refused(tmp_path, outside):
