@@ -4,9 +4,11 @@ Parameter counts are counted here from the modules themselves (not through `para
 the record ids `umind synth` writes, the size from the files on disk; each is then looked up, as printed, in the
 document that states it. A figure that drifts from its artefact, or a document edited to another number, fails.
 
-Where each figure is printed: the README (the demo model's size), docs/model.md (the size table),
-benchmarks/README.md (the table of current figures) and the NOTES.md beside each benchmark's results (the
-run-by-run loop tables, moved there from the README).
+Where each figure is printed: the README (the demo model's size), docs/model.md (the size table), the demo model
+card, benchmarks/README.md (one short row a figure: its headline values) and the NOTES.md beside each benchmark's
+results (the run-by-run loop tables, and each figure's row as benchmarks/README.md printed it in full, moved there
+when its table was cut to one line a figure; results/NOTES.md for the result files without a folder). A test
+checks every figure of a full row against its result file, and the headline values of the short row too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,22 @@ CARD = demo.DEMO_MODEL_DIR / "MODEL_CARD.md"
 def _notes(folder: str) -> Path:
     """The run history of one benchmark result folder (its tables as the README used to print them)."""
     return RESULTS / folder / "NOTES.md"
+
+
+MOVED = "## The full rows from benchmarks/README.md"  # the heading above them in a results folder's NOTES.md
+LOOSE = RESULTS / "NOTES.md"  # the full rows of the result files without a folder of their own
+
+
+def _full_row(source: Path, marker: str, start: bool = False) -> str:
+    """The table row of `source` (a NOTES.md, or benchmarks/README.md) whose text holds `marker` (or starts with
+    `| marker`): a figure's row as benchmarks/README.md printed it in full, or its short row there."""
+    rows = [ln for ln in source.read_text(encoding="utf-8").splitlines() if ln.startswith("| ")]
+    return next(ln for ln in rows if (ln.startswith(f"| {marker}") if start else marker in ln))
+
+
+def _short_row(first_cell: str) -> str:
+    """The row of benchmarks/README.md whose figure cell starts with `first_cell`."""
+    return _full_row(BENCHMARKS, first_cell, start=True)
 
 
 def _flat(path: Path) -> str:
@@ -248,26 +266,29 @@ def _assert_loop_row(row: str, arm: str, rows: list[dict]) -> str:
 
 
 def test_annotation_loop_from_demo_model_3_rows_are_the_benchmark():
-    """The loop rows of demo model 3 in benchmarks/README.md and its NOTES.md, recomputed from results.json."""
+    """The loop rows of demo model 3 (in full in its NOTES.md, the change in benchmarks/README.md) and its NOTES.md
+    table, recomputed from results.json."""
     import json
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     results = json.loads((RESULTS / "annotation_loop_demo3" / "results.json").read_text())
-    current = BENCHMARKS.read_text(encoding="utf-8").splitlines()
     notes = _notes("annotation_loop_demo3").read_text(encoding="utf-8")
-    names = {"random": "| annotation loop from demo model 3, 20 labels, one run, `random` picks |",
-             "umind_uncertainty": "| annotation loop from demo model 3, the same run, `umind_uncertainty` picks |"}
+    short = _short_row("Annotation loop from demo model 3, old recipe, 20 labels |")
+    names = {"random": "annotation loop from demo model 3, 20 labels, one run, `random` picks |",
+             "umind_uncertainty": "annotation loop from demo model 3, the same run, `umind_uncertainty` picks |"}
     assert set(results["strategies"]) == set(names)
     for arm, rows in results["strategies"].items():
-        seg = _assert_loop_row(next(ln for ln in current if ln.startswith(names[arm])), arm, rows)
+        seg = _assert_loop_row(_full_row(_notes("annotation_loop_demo3"), names[arm], start=True), arm, rows)
         first, last = rows[0]["test"], rows[-1]["test"]
         assert f"| {first['segmentation_miou']:.3f} -> {last['segmentation_miou']:.3f} | {seg} |" in notes, arm
+        assert f"`{arm}` {seg}" in short, (arm, short)
 
 
 def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
     """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values: every
-    round in its NOTES.md, the last round in benchmarks/README.md's table of current figures."""
+    round in its NOTES.md, the last round in the full rows there and (the segmentation change) in
+    benchmarks/README.md's short row."""
     import json
     import sys
 
@@ -276,16 +297,17 @@ def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
 
     results = json.loads((RESULTS / "annotation_loop_demo2_ci" / "results.json").read_text())
     text = _notes("annotation_loop_demo2_ci").read_text(encoding="utf-8")
-    current = BENCHMARKS.read_text(encoding="utf-8").splitlines()
-    names = {"random": "| annotation loop from demo model 2, 20 labels, `random` picks |",
-             "umind_uncertainty": "| the same run, `umind_uncertainty` picks |"}
+    short = _short_row("Annotation loop from demo model 2, 20 labels |")
+    names = {"random": "annotation loop from demo model 2, 20 labels, `random` picks |",
+             "umind_uncertainty": "the same run, `umind_uncertainty` picks |"}
     assert set(results["strategies"]) == set(names)
     for arm, rows in results["strategies"].items():
         cells = " | ".join(f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'segment'))}; "
                            f"{fmt_change(change_interval(rows[0]['test'], r['test'], 'detect'))}" for r in rows[1:])
         assert f"| demo model 2, run 2, `{arm}` change from start, mIoU and recall [95%] | | {cells} |" in text
-        row = next(ln for ln in current if ln.startswith(names[arm]))
-        _assert_loop_row(row, arm, rows)
+        row = _full_row(_notes("annotation_loop_demo2_ci"), names[arm], start=True)
+        seg = _assert_loop_row(row, arm, rows)
+        assert f"`{arm}` {seg}" in short, (arm, short)
         assert (f"retrain {round(rows[-1]['run']['seconds'])} s "
                 f"({round(rows[-1]['run']['seconds_training'])} s training)") in row, (arm, row)
 
@@ -307,25 +329,28 @@ def test_loop_without_rehearsal_figures_in_readme_are_the_benchmark():
         seg = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "segment"))
         rec = fmt_change(change_interval(rows[0]["test"], candidates[version]["test"], "detect"))
         assert seg in text and rec in text, (labels, seg, rec)
-    # the 20-label candidate in benchmarks/README.md's table of current figures
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if ln.startswith("| the loop from demo model 2 without rehearsal"))
+    # the 20-label candidate in its full row (the NOTES.md) and in benchmarks/README.md's short row
+    row = _full_row(_notes("annotation_loop_demo2_norehearsal"), "the loop from demo model 2 without rehearsal",
+                    start=True)
     seg = fmt_change(change_interval(rows[0]["test"], candidates["4"]["test"], "segment"))
     rec = fmt_change(change_interval(rows[0]["test"], candidates["4"]["test"], "detect"))
     assert f"the gate rejected all {len(rows) - 1} runs" in row
     assert f"segmentation {seg}, detection recall {rec}" in row, (seg, rec, row)
+    short = _short_row("Annotation loop from demo model 2, 20 labels |")
+    assert f"without rehearsal {seg}, all {len(rows) - 1} runs rejected" in short, short
 
 
 def test_decode_rows_in_benchmarks_are_the_benchmark():
-    """Every decode row of benchmarks/README.md's table of current figures, recomputed from the run
-    bench_decode.py wrote (its ratios included)."""
+    """Every decode row (in full in decode/NOTES.md, the ratios in benchmarks/README.md's short row), recomputed from
+    the run bench_decode.py wrote (its ratios included)."""
     import json
 
     run = json.loads((RESULTS / "decode.json").read_text())
     figures, eager = run["figures"], run["figures"]["eager"]
     assert run["same_answer"] and not run["compile_error"]
-    lines = BENCHMARKS.read_text(encoding="utf-8").splitlines()
+    lines = _notes("decode").read_text(encoding="utf-8").splitlines()
     assert len([ln for ln in lines if ln.startswith("| decode step, `")]) == len(figures)
+    short = _short_row("Decode step per mode |")
     for mode, f in figures.items():
         row = next(ln for ln in lines if ln.startswith(f"| decode step, `{mode}` mode"))
         figure = (f"{f['step_ms']:.2f} ms a step, {1e3 / f['step_ms']:.0f} tok/s; "
@@ -335,12 +360,17 @@ def test_decode_rows_in_benchmarks_are_the_benchmark():
                   f"cached {f['cached_ms']:.0f} ms, cold/cached {f['cold_ms'] / f['cached_ms']:.2f} |")
         assert figure in row, (figure, row)
         assert "`results/decode.json`" in row
+        if mode != "eager":
+            assert f"`{mode}` {eager['step_ms'] / f['step_ms']:.2f}x" in short, (mode, short)
+    tuned = figures["tuned"]
+    assert f"cold/cached {tuned['cold_ms'] / tuned['cached_ms']:.2f} `tuned`" in short, short
 
 
 @pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run):
     """The 40-label loop runs with the new recipe and gate: every cell of their NOTES.md tables (20 and 40 labels,
-    both arms) and the changes in benchmarks/README.md's rows, recomputed from results.json."""
+    both arms), the changes in the full rows there and in benchmarks/README.md's short row, recomputed from
+    results.json."""
     import json
     import sys
 
@@ -349,7 +379,8 @@ def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run
 
     results = json.loads((RESULTS / "annotation_loop_demo3_v2" / run / "results.json").read_text())
     notes = _notes("annotation_loop_demo3_v2").read_text(encoding="utf-8")
-    current = BENCHMARKS.read_text(encoding="utf-8")
+    full = notes.split(f"\n{MOVED}\n")[1]  # the rows benchmarks/README.md printed in full
+    short = _short_row("Annotation loop from demo model 3, new recipe and gate, 40 labels |")
     for arm, rows in results["strategies"].items():
         start = rows[0]["test"]
         for labels in (20, 40):
@@ -362,15 +393,18 @@ def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run
                      f"{seg} | {start['detection_recall']:.3f} -> {now['detection_recall']:.3f} |")
             assert cells in notes, cells
             if labels == 40:
-                assert seg in current and rec in current, (arm, seg, rec)
+                assert seg in full and rec in full, (arm, seg, rec)
+                shown = short.split(f"`{arm}` ")[1].split(";")[0].split(" |")[0].split(", ")
+                assert shown[int(run[-1]) - 1] == seg.split()[0], (arm, shown, seg)
         status = {r["run"]["version"]: r["run"]["status"] for r in rows[1:]}  # a round that started no run repeats
         promoted, runs = sum(v == "promoted" for v in status.values()), len(status)
-        assert f"{promoted} of {runs} runs promoted" in current, (arm, promoted, runs)
+        assert f"{promoted} of {runs} runs promoted" in full, (arm, promoted, runs)
 
 
 def test_gate_replay_row_is_todays_gate_on_the_recorded_runs():
     """benchmarks/replay_gate.py rerun here with today's gate on the two recorded runs gives the stored replay, and
-    the README row names each decision that changed with its held-out segmentation."""
+    its full row (annotation_loop_demo3_v2/NOTES.md) names each decision that changed with its held-out
+    segmentation; benchmarks/README.md's short row counts them."""
     import json
     import sys
 
@@ -378,7 +412,7 @@ def test_gate_replay_row_is_todays_gate_on_the_recorded_runs():
     from replay_gate import replay
 
     stored = json.loads((RESULTS / "annotation_loop_demo3_v2" / "gate_replay.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "replayed on the stored gate" in ln)
+    row = _full_row(_notes("annotation_loop_demo3_v2"), "replayed on the stored gate")
     changed = 0
     for rel, rows in stored.items():
         assert replay(REPO / rel) == rows, rel
@@ -387,16 +421,19 @@ def test_gate_replay_row_is_todays_gate_on_the_recorded_runs():
                 changed += 1
                 assert r["recorded"] == "promoted" and f"at {r['labels']}" in row, r
     assert f"{changed} decisions change" in row
+    assert f"{changed} decisions change" in _short_row("Gate with the held-out allowance capped")
 
 
 def test_loop_ceiling_row_is_the_benchmark():
-    """The in-domain ceiling row of benchmarks/README.md against results/loop_ceiling.json."""
+    """The in-domain ceiling row (in full in results/NOTES.md, short in benchmarks/README.md) against
+    results/loop_ceiling.json."""
     import json
 
     d = json.loads((RESULTS / "loop_ceiling.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if "in-domain ceiling from demo model 3" in ln)
+    row = _full_row(LOOSE, "in-domain ceiling from demo model 3")
     s, c = d["start"], d["ceiling"]
+    assert (f"`scanner_b` segmentation {s['test']['segmentation_miou']:.3f} -> {c['test']['segmentation_miou']:.3f} "
+            f"on 2,000 of its images") in _short_row("Loop ceilings from demo model 3 |")
     assert (f"segmentation {s['test']['segmentation_miou']:.3f} -> {c['test']['segmentation_miou']:.3f}, detection "
             f"recall {s['test']['detection_recall']:.3f} -> {c['test']['detection_recall']:.3f}") in row
     assert f"{s['default_test']['segmentation_miou']:.3f} -> {c['default_test']['segmentation_miou']:.3f}" in row
@@ -413,13 +450,16 @@ def test_loop_ceiling_row_is_the_benchmark():
      {"n_train": 500, "mix_varied": 1000, "steps": 300, "copies": 2}),
 ])
 def test_mixed_ceiling_rows_are_the_benchmark(name, marker, setup):
-    """The rows of benchmarks/README.md that train on scanner_b beside the model's own look against their result
-    files (segmentation, breast site, keypoints, minutes)."""
+    """The rows that train on scanner_b beside the model's own look (in full in results/NOTES.md; the segmentation
+    each reaches in benchmarks/README.md's short row) against their result files (segmentation, breast site,
+    keypoints, minutes)."""
     import json
 
     d = json.loads((RESULTS / f"{name}.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if marker in ln)
+    row = _full_row(LOOSE, marker)
     s, c = d["start"], d["ceiling"]
+    short = _short_row("Loop ceilings from demo model 3 |").split("beside 1,000 own-look images: ")[1]
+    assert f"{setup['n_train']:,} labels {c['test']['segmentation_miou']:.3f}" in short, short
 
     def breast(split: dict) -> float:
         ious = [v for sample in split["samples"]["segment"] if sample["site"] == "breast" for v in sample["ious"]]
@@ -435,15 +475,17 @@ def test_mixed_ceiling_rows_are_the_benchmark(name, marker, setup):
 
 
 def test_exam_continuation_row_is_the_benchmark():
-    """The exam continuation's figures in benchmarks/README.md and its NOTES.md against its results.json."""
+    """The exam continuation's figures (its full row and tables in its NOTES.md, the headline in
+    benchmarks/README.md) against its results.json."""
     import json
 
     d = json.loads((RESULTS / "exam_continuation" / "results.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "exam-reading continuation" in ln)
+    row = _full_row(_notes("exam_continuation"), "exam-reading continuation", start=True)
     notes = _notes("exam_continuation").read_text(encoding="utf-8")
     c, b = d["continuation_exams"], d["demo3_exams"]
-    assert (f"benign/malignant {c['exam_diagnosis_accuracy']:.3f} reading the exam against "
-            f"{c['exam_best_view_diagnosis_accuracy']:.3f} for the single best view") in row
+    for shown in (row, _short_row("Exam-reading continuation")):
+        assert (f"benign/malignant {c['exam_diagnosis_accuracy']:.3f} reading the exam against "
+                f"{c['exam_best_view_diagnosis_accuracy']:.3f} for the single best view") in shown
     assert (f"report size error {c['exam_report_size_rel_error']:.3f} against "
             f"{c['exam_best_view_report_size_rel_error']:.3f}") in row
     assert f"BLEU-4 {c['exam_report_bleu4']:.3f} against {c['exam_best_view_report_bleu4']:.3f}" in row
@@ -456,50 +498,60 @@ def test_exam_continuation_row_is_the_benchmark():
 
 
 def test_default_decode_row_is_the_benchmark():
-    """The default-decode row of benchmarks/README.md against results/default_decode.json, recomputed from the
-    samples (auto and static of this tree, static of the code before the speed work)."""
+    """The default-decode row (in full in decode/NOTES.md, its segment figures in benchmarks/README.md) against
+    results/default_decode.json, recomputed from the samples (auto and static of this tree, static of the code
+    before the speed work)."""
     import json
     import statistics
 
     d = json.loads((RESULTS / "default_decode.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if ln.startswith("| the default decode against the old default"))
+    row = _full_row(_notes("decode"), "the default decode against the old default", start=True)
     first = {c: 1000 * statistics.median(v) for c, v in d["first_request_s"].items()}
     assert (f"first request after start: `auto` {first['auto']:.1f} ms, `static` {first['static']:.1f} ms, before "
             f"{first['before_static']:.1f} ms ({first['auto'] / first['before_static']:.2f}x") in row
     med = {k: {c: statistics.median(v) for c, v in d[k].items()}
            for k in ("segment_s", "cold_s", "cached_s", "cold_segment_s", "cached_segment_s")}
     seg = med["segment_s"]
-    assert (f"segment p50 {1000 * seg['before_static']:.1f} ms before, {1000 * seg['static']:.1f} static, "
-            f"{1000 * seg['auto']:.1f} auto ({seg['before_static'] / seg['auto']:.2f}x lower with `auto`") in row
+    for shown in (row, _short_row("Default decode (`auto`) against the old default |")):
+        assert (f"segment p50 {1000 * seg['before_static']:.1f} ms before, {1000 * seg['static']:.1f} static, "
+                f"{1000 * seg['auto']:.1f} auto ({seg['before_static'] / seg['auto']:.2f}x lower with `auto`") in shown
     for task, cold, cached in (("detect", "cold_s", "cached_s"), ("segment", "cold_segment_s", "cached_segment_s")):
         ratios = [med[cold][c] / med[cached][c] for c in ("before_static", "static", "auto")]
         assert f"{task} {ratios[0]:.2f} before, {ratios[1]:.2f} static, {ratios[2]:.2f} auto" in row, task
 
 def test_drafts_row_is_the_benchmark():
-    """The drafted-answers row of benchmarks/README.md against results/decode/drafts.json."""
+    """The drafted-answers row (in full in decode/NOTES.md, short in benchmarks/README.md) against
+    results/decode/drafts.json."""
     import json
 
     d = json.loads((RESULTS / "decode" / "drafts.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if ln.startswith("| drafted answers against step-by-step ones"))
-    assert f"{d['answers']} answers: {d['text_differences']} texts and {d['mask_differences']} masks differ" in row
+    row = _full_row(_notes("decode"), "drafted answers against step-by-step ones", start=True)
+    short = _short_row("Drafted answers |")
+    differ = f"{d['answers']} answers: {d['text_differences']} texts and {d['mask_differences']} masks differ"
+    assert differ in row and differ in short
+    assert (f"{d['seconds_drafts_on']:.1f} s against {d['seconds_drafts_off']:.1f} s "
+            f"({d['seconds_drafts_off'] / d['seconds_drafts_on']:.2f}x)") in short
     assert f"{d['draft_tokens_kept']:,} of {d['draft_tokens']:,} draft tokens kept" in row
     assert (f"{d['seconds_drafts_on']:.1f} s with drafts against {d['seconds_drafts_off']:.1f} s without "
             f"({d['seconds_drafts_off'] / d['seconds_drafts_on']:.2f}x)") in row
 
 
 def test_readout_from_masks_row_is_the_benchmark():
-    """The mask-readout row of benchmarks/README.md, the card and the README against
+    """The mask-readout row (in full in results/NOTES.md, its headline in benchmarks/README.md) and the card against
     results/readout_from_masks.json."""
     import json
 
     d = json.loads((RESULTS / "readout_from_masks.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines()
-               if "boxes, lesion calipers, organ landmarks and lengths read off the model's masks" in ln)
+    row = _full_row(LOOSE, "boxes, lesion calipers, organ landmarks and lengths read off the model's masks")
 
     def pct(v):
         return f"{100 * v:.1f}%"
+
+    m, t = d["looks"]["default"]["mask"], d["looks"]["default"]["tokens"]
+    assert (f"detection F1 {m['detection']['f1']:.3f} against {t['detection']['f1']:.3f}, lesion calipers "
+            f"{pct(m['lesion_calipers']['mean_rel'])} against {pct(t['lesion_calipers']['mean_rel'])}, landmarks "
+            f"{pct(m['keypoints']['mean_rel_width'])} against {pct(t['keypoints']['mean_rel_width'])} of the width; "
+            f"detect {d['latency']['ratios']['detect']:.2f}x the latency") in _short_row("Mask readout against")
 
     for look in ("default", "scanner_b"):
         m, t = d["looks"][look]["mask"], d["looks"][look]["tokens"]
@@ -548,21 +600,25 @@ def test_readout_from_masks_row_is_the_benchmark():
             f"{lat['keypoints mask']:.1f} against {lat['keypoints tokens']:.1f} ms "
             f"({d['latency']['ratios']['keypoints']:.2f}x)") in row
     dm, bm = d["looks"]["default"]["mask"], d["looks"]["scanner_b"]["mask"]
-    # demo model 3's figures: its section of the card and its table in docs/model.md (the README names demo model 4)
-    card, model_doc = _flat(CARD), _flat(MODEL_DOC)
-    assert f"| **{dm['detection']['f1']:.3f}** |" in card and f"| **{bm['detection']['f1']:.3f}** |" in card
-    assert (f"| the same, boxes read off its masks (the default) | {dm['detection']['f1']:.3f} [0.88] | "
-            f"{bm['detection']['f1']:.3f} [0.75] |") in model_doc
-    assert (f"| the same, points read off its masks (the default) | {pct(dm['keypoints']['mean_rel_width'])} [4%] | "
-            f"{pct(bm['keypoints']['mean_rel_width'])} |") in model_doc
+    # demo model 3's figures with their goals: its section of the card (docs/model.md links to it)
+    card = _flat(CARD)
+    assert (f"| - boxes read off the model's masks (the Predictor's default) | **{dm['detection']['f1']:.3f}** | "
+            f">= 0.88 | | **{bm['detection']['f1']:.3f}** | >= 0.75 | |") in card
+    assert (f"| - points read off the model's masks (the Predictor's default) | "
+            f"**{pct(dm['keypoints']['mean_rel_width'])}** | <= 4% | | **{pct(bm['keypoints']['mean_rel_width'])}** "
+            f"| | |") in card
 
 
 def test_threshold_scan_row_is_the_benchmark():
-    """The mask-threshold row of benchmarks/README.md against results/mask_threshold_scan.json."""
+    """The mask-threshold row (in full in results/NOTES.md, short in benchmarks/README.md) against
+    results/mask_threshold_scan.json."""
     import json
 
     d = json.loads((RESULTS / "mask_threshold_scan.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "mask threshold" in ln)
+    row = _full_row(LOOSE, "mask threshold")
+    ious, used = d["looks"]["scanner_b"]["mean_iou"], d["thresholds"].index(0)
+    assert (f"`scanner_b` mean IoU {ious[used]:.3f} at 0, {max(ious):.3f} at best"
+            in _short_row("Mask threshold, demo model 3 |"))
     for look in ("default", "scanner_b"):
         assert f"{look} " + ", ".join(f"{v:.3f}" for v in d["looks"][look]["mean_iou"]) in row
     for fitted in d["fitted_on_half_of_scanner_b"]:
@@ -571,13 +627,16 @@ def test_threshold_scan_row_is_the_benchmark():
 
 
 def test_fit_gap_row_is_the_benchmark():
-    """The underfit/overfit row of benchmarks/README.md against results/fit_gap.json."""
+    """The underfit/overfit row (in full in results/NOTES.md, short in benchmarks/README.md) against
+    results/fit_gap.json."""
     import json
     import sys
 
     d = json.loads((RESULTS / "fit_gap.json").read_text())
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "does demo model 3 underfit" in ln)
+    row = _full_row(LOOSE, "does demo model 3 underfit")
     t, u = d["trained"], d["unseen"]
+    assert (f"mIoU {t['segmentation_miou']:.3f} on its training images, {u['segmentation_miou']:.3f} unseen"
+            in _short_row("Fit gap, demo model 3 |"))
     assert f"{t['images']} images, {t['masks']} masks) against {u['images']} unseen images" in row
     assert (f"segmentation mIoU {t['segmentation_miou']:.3f} on images it trained on against "
             f"{u['segmentation_miou']:.3f} unseen") in row
@@ -597,13 +656,16 @@ def test_fit_gap_row_is_the_benchmark():
 
 
 def test_capacity_probe_row_is_the_benchmark():
-    """The capacity row of benchmarks/README.md against results/capacity_probe/."""
+    """The capacity row (in full in capacity_probe/NOTES.md, short in benchmarks/README.md) against
+    results/capacity_probe/."""
     import json
 
     folder = RESULTS / "capacity_probe"
     e = json.loads((folder / "eval.json").read_text())
     runs = {a: json.loads((folder / f"{a}_summary.json").read_text()) for a in ("base", "deep")}
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if "would more capacity lift" in ln)
+    row = _full_row(_notes("capacity_probe"), "would more capacity lift")
+    assert (f"default look mIoU {e['base']['default']['miou']:.3f} continued, {e['deep']['default']['miou']:.3f} "
+            f"deeper, against {e['demo3']['default']['miou']:.3f}") in _short_row("Capacity probe")
     for arm in ("base", "deep"):
         assert f"{runs[arm]['steps']} steps, {runs[arm]['seconds'] / 60:.1f} min" in row
     for arm, name in (("demo3", "demo model 3: "), ("base", "Continued: "), ("deep", "Deeper: ")):
@@ -620,26 +682,30 @@ def test_capacity_probe_row_is_the_benchmark():
 
 
 def test_real_heldout_and_wall_cost_rows_are_their_result_files():
-    """The real held-out row and the security corpus cost row of benchmarks/README.md against their result files."""
+    """The real held-out row and the security corpus cost row (in full in results/NOTES.md, short in
+    benchmarks/README.md) against their result files."""
     import json
 
-    text = BENCHMARKS.read_text(encoding="utf-8")
     real = json.loads((RESULTS / "real_heldout_demo3.json").read_text())
-    row = next(ln for ln in text.splitlines() if "demo model 3 on the held-out part of the real data" in ln)
+    row = _full_row(LOOSE, "demo model 3 on the held-out part of the real data")
     h, b = real["hc18"], real["busi"]
+    assert (f"HC18 Dice {h['dice_mean']:.3f}, {h['empty_masks']} of {h['images']} masks empty; BUSI three classes "
+            f"{b['three_class_accuracy']:.3f}") in _short_row("Demo model 3, real held-out split |")
     assert f"Dice {h['dice_mean']:.3f} [{h['dice_ci95'][0]:.3f}, {h['dice_ci95'][1]:.3f}]" in row
     assert f"{h['empty_masks']} of {h['images']} masks empty" in row
     assert f"{h['hc_mad_mm']:.1f} mm" in row and f"three classes {b['three_class_accuracy']:.3f}" in row
     assert f"benign vs malignant {b['benign_vs_malignant']:.3f}" in row and f"{b['majority_baseline']:.3f}" in row
     cost = json.loads((RESULTS / "wall_cost.json").read_text())
-    row = next(ln for ln in text.splitlines() if "what each row of the security corpus" in ln)
+    row = _full_row(LOOSE, "what each row of the security corpus")
     assert f"({len(cost['rows'])} requests" in row
-    assert f"at most {cost['max_peak_above_before_mb']:.0f} MB above" in row
-    assert f"slowest {cost['info_ms_max']:.1f} ms" in row and f"median {cost['info_ms_median']:.1f} ms" in row
+    for shown in (row, _short_row("Security corpus, cost per request |")):
+        assert f"at most {cost['max_peak_above_before_mb']:.0f} MB above" in shown
+        assert f"median {cost['info_ms_median']:.1f} ms, slowest {cost['info_ms_max']:.1f} ms" in shown
 
 
 def test_demo_model_4_card_and_row_are_their_result_files():
-    """Demo model 4's real held-out and synthetic figures in its card and in benchmarks/README.md."""
+    """Demo model 4's real held-out and synthetic figures in its card, in its full row (demo_model4/NOTES.md) and in
+    benchmarks/README.md's two short rows."""
     import json
 
     real = json.loads((RESULTS / "real_heldout_demo4.json").read_text())
@@ -655,9 +721,11 @@ def test_demo_model_4_card_and_row_are_their_result_files():
     for key in ("segmentation_miou", "detection_f1", "diagnosis_accuracy"):
         assert (f"| **{syn['demo4_default'][key]:.3f}** | {syn['demo3_default'][key]:.3f} | "
                 f"**{syn['demo4_scanner_b'][key]:.3f}** | {syn['demo3_scanner_b'][key]:.3f} |") in card, key
-    row = next(ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if ln.startswith("| demo model 4 (bundled"))
-    assert f"Dice {h['dice_mean']:.3f}" in row and f"{h['hc_mad_mm']:.1f} mm" in row
-    assert f"three classes {b['three_class_accuracy']:.3f}" in row
-    assert f"AUC benign vs malignant {b['class_scores']['auc_benign_vs_malignant']:.3f}" in row
-    assert (f"default look mIoU {syn['demo4_default']['segmentation_miou']:.3f} against "
-            f"{syn['demo3_default']['segmentation_miou']:.3f}") in row
+    full = _full_row(_notes("demo_model4"), "demo model 4 (bundled", start=True)
+    short = _short_row("Demo model 4, real held-out split |") + _short_row("Demo model 4, synthetic")
+    for row in (full, short):
+        assert f"Dice {h['dice_mean']:.3f}" in row and f"{h['hc_mad_mm']:.1f} mm" in row
+        assert f"three classes {b['three_class_accuracy']:.3f}" in row
+        assert f"AUC benign vs malignant {b['class_scores']['auc_benign_vs_malignant']:.3f}" in row
+        assert (f"default look mIoU {syn['demo4_default']['segmentation_miou']:.3f} against "
+                f"{syn['demo3_default']['segmentation_miou']:.3f}") in row
