@@ -1,7 +1,7 @@
 """The annotation loop, measured: does a simulated annotator's correction make the served model better on a
 scanner it never saw, without making it worse anywhere else?
 
-One run (README "Annotation loop"):
+One run (docs/annotation-loop.md; each run's account in the NOTES.md beside its results):
 1. data: a pool of images of the generator's held-out appearance `scanner_b` (another probe geometry per site,
    speckle size and density, log curve, gain/TGC, lesion echogenicity, noise: umind_core/data/synthetic.py
    APPEARANCES), a fixed test split of the same appearance, and the default appearance's held-out seeds
@@ -17,7 +17,7 @@ One run (README "Annotation loop"):
    table.md (with each round's new-domain change from the start and its 95% paired bootstrap interval) and
    loop.png.
 
-On real scans (`--real hc18`, issue 50's loop): the pool is a seeded draw of the training split of HC18 from
+On real scans (`--real hc18`, the loop on real data): the pool is a seeded draw of the training split of HC18 from
 ../shared/data (imported and split by subject as benchmarks/real_heldout.py does), the test set a fixed spread of
 its held-out subjects (never in any pool), the annotator's corrections are the sonographers' outlines filled to a
 "fetal head" mask, the start model is `--model` (demo model 3 has never seen a real image), and the table adds the
@@ -326,7 +326,7 @@ def served_regression(rows: list[dict]) -> list[dict]:
 
 def regression_vs_start(start: dict, now: dict) -> str:
     """'held', or the tasks worse than at the start beyond the default tolerance, by the point values alone (the
-    issue's goal; the gate also weighs each change against its paired noise, which the run record's table shows)."""
+    loop's goal; the gate also weighs each change against its paired noise, which the run record's table shows)."""
     from monailabel_app.lib.trainers.gate import Tolerance, compare, decide
 
     if not start or not now:

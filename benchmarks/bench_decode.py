@@ -1,4 +1,4 @@
-"""Decode speed of the shipped demo model: transformers' eager forward vs the fast path (issue 16), one run.
+"""Decode speed of the shipped demo model: transformers' eager forward vs the fast path, one run.
 
 Measured, in this one process and interleaved round by round so that a machine shared with other work slows every
 side alike:

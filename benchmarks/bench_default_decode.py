@@ -1,5 +1,5 @@
 """The server's default decode against the old default, in one run: `auto` and `static` of this tree, and `static`
-of the code before issue 36's speed work (`--before`, a checkout of it), each in its own process.
+of the code before the default decode's speed work (`--before`, a checkout of it), each in its own process.
 
 What a user of the default configuration meets, on the bundled demo model at its own input size (256 px):
 - the first request after start (a fresh Predictor, cold image: `set_image` + `predict`), which `auto` must not

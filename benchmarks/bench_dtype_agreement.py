@@ -1,4 +1,4 @@
-"""Does the bf16 path answer what the float32 reference answers? Tokens and masks, side by side (issue 36).
+"""Does the bf16 path answer what the float32 reference answers? Tokens and masks, side by side.
 
 The faster CPU path for a large model is bf16 weights and arithmetic (`bench_qwen4b_cpu.py`); whether it may be
 used depends on what it changes. Two models, each loaded twice (float32 and bfloat16), asked the same questions:

@@ -1,4 +1,4 @@
-"""Where a cold segment's image encode goes, and whether compiling the vision tower buys it back (issue 36).
+"""Where a cold segment's image encode goes, and whether compiling the vision tower buys it back.
 
 A segment on a new image is the image encode (the processor, the vision tower, the language model over the
 image prefix) plus the prompt, the short answer and the mask. The decode modes only change the latter; this

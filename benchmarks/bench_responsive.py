@@ -1,4 +1,4 @@
-"""Does the server stay responsive while it infers? /info latency under N concurrent infer clients (issue 13).
+"""Does the server stay responsive while it infers? /info latency under N concurrent infer clients.
 
 Starts the real server with the shipped demo model (or --model DIR), warms the model up, then runs
 `--clients` threads that each send POST /infer/umind_segment back to back, while one more thread polls

@@ -1,9 +1,9 @@
-"""The same Predictor work on the main thread and on a second thread, one process (issue 16).
+"""The same Predictor work on the main thread and on a second thread, one process.
 
 Why this exists: the server answered every /infer on the batch scheduler's worker thread after loading the model
-on a request thread, and in 10 of 12 runs of `bench_server.py --clients 8` (README "Many annotators") the server
-process kept 1.08-1.13 cores busy during the one-by-one pass, 1.80-1.81 in the other 2, which took half the time.
-This script shows the gap without HTTP: 15 segment requests (set_image + predict) on one thread, then on the
+on a request thread, and in 10 of 12 runs of `bench_server.py --clients 8` (benchmarks/results/batching_history.md)
+the server process kept 1.08-1.13 cores busy during the one-by-one pass, 1.80-1.81 in the other 2, which took half
+the time. This script shows the gap without HTTP: 15 segment requests (set_image + predict) on one thread, then on the
 other, with the wall time per request and the cores the process kept busy (process CPU time / wall time).
 The cause is libgomp's: every thread that has run a parallel region keeps its own pool of helper threads, and
 while the helpers outnumber the cores (`gomp_managed_threads > gomp_available_cpus`) they spin only briefly

@@ -1,6 +1,6 @@
-"""Do an examination's views hold more than its best view? Each view read alone, then combined (issue 35).
+"""Do an examination's views hold more than its best view? Each view read alone, then combined.
 
-Issue 35 asks the exam reading to beat the single best view by 0.05 on benign/malignant. That can only happen
+The exam reading's goal is to beat the single best view by 0.05 on benign/malignant. That can only happen
 where the views disagree in a way that carries information. This reads every view of each held-out examination
 alone (`diagnose`), the whole exam in one prompt (`predict_exam`), and scores: the exam reading, the best view
 (`exams.best_view`), a majority of the views' answers (ties to the best view) and "malignant if any view says so",

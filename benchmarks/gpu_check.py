@@ -7,7 +7,7 @@ Steps, all on the Predictor's real path with a scripted answer (benchmarks/qwen_
 prefill of one frame; a grounded answer (labelled box of ~30 tokens, then one mask: 16 <|seg_mask|> in one
 forward, then the mask decoder); a second prompt on the cached image; 16 frames batched; one LoRA step.
 
-Limits (issue 15, H200): prefill ~11 ms for the 4B on one 512x512 frame; a decode step reads every weight once,
+Limits (H200, the target GPU): prefill ~11 ms for the 4B on one 512x512 frame; a decode step reads every weight once,
 so its floor is weight bytes / 4.8 TB/s (~1.8 ms for 8.9 GB). A ratio is measured / limit. On a CPU, or with the
 small variant (`tests/test_qwen_layout.py` runs it so it keeps working), ratios are printed but mean nothing.
 """
@@ -25,7 +25,7 @@ import torch
 # a sibling module: benchmarks/ is sys.path[0] when this script runs; umind_core is the installed package
 from qwen_timing import answer_script, install_script_head, lora_step, step_times, speckle_frame
 
-H200_PREFILL_S = 0.011  # 4B, one 512x512 frame (issue 15)
+H200_PREFILL_S = 0.011  # 4B, one 512x512 frame, the H200's limit
 H200_BANDWIDTH = 4.8e12  # bytes/s of HBM3e
 
 

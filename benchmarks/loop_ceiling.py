@@ -1,6 +1,6 @@
 """How high can the served model go on the loop's new look at all? The in-domain ceiling the loop is judged by.
 
-The annotation loop's goal (issue 32) is +0.05 `scanner_b` segmentation after 20 labels, or half of the gap
+The annotation loop's goal is +0.05 `scanner_b` segmentation after 20 labels, or half of the gap
 between the start and this ceiling closed. The ceiling: the bundled demo model trained further on plenty of
 `scanner_b` images (every weight, as the demo model was trained; all sites and tasks; seeds 8,000,000+, which no
 other set uses), then scored exactly as the loop benchmark scores a served version

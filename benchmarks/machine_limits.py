@@ -1,4 +1,4 @@
-"""What this machine can do at most, measured in the same process as the model it judges (issue 36).
+"""What this machine can do at most, measured in the same process as the model it judges.
 
 Why: a model's decode reads every weight once a token, so its floor is weight bytes / read bandwidth; a prefill is
 mostly matrix products, so its floor is its arithmetic / the bf16 matrix throughput. Both limits move with the

@@ -2,7 +2,7 @@
 +2, on the demo model card's held-out default-look and `scanner_b` images, and what per-label thresholds fitted on
 half of the `scanner_b` images buy on the other half and cost on the default look.
 
-Why: the loop learns little from 20 corrections (issue 32). If the model's masks on a new look were only
+Why: the loop learns little from 20 corrections. If the model's masks on a new look were only
 under- or over-confident, a handful of labels could fit a threshold per label, a far smaller thing to learn than
 a LoRA; this measures the most that could give before anyone builds it.
 

@@ -1,4 +1,4 @@
-"""A model on the held-out part of the real data in ../shared/data, scored as issue 50 states its goals.
+"""A model on the held-out part of the real data in ../shared/data, scored by the figures its goals are set in.
 
 The held-out part is the `test` split of `umind import hc18|busi ... --split test=0.2 --split-seed 0` (HC18: whole
 subjects, 104 of 564; BUSI: 112 of 546 images), the split `scripts/train_demo_model4.sh` makes once and never

@@ -1,9 +1,9 @@
 """Which retraining recipe helps a model that already knows the new scanner? Measured offline, before the loop.
 
 From demo model 2 the annotation loop's 20 labels added nothing on `scanner_b` and lost new-domain boxes
-(README "Annotation loop"). This sweep asks why without the server: 20 pool images labeled through the same
-path the loop uses (a MONAI Label datastore with label map, markups and finding; `export_datastore`; the
-conversation builder; rehearsal), one fresh LoRA adapter per recipe, then scores on
+(benchmarks/results/annotation_loop_demo2_ci/NOTES.md). This sweep asks why without the server: 20 pool images
+labeled through the same path the loop uses (a MONAI Label datastore with label map, markups and finding;
+`export_datastore`; the conversation builder; rehearsal), one fresh LoRA adapter per recipe, then scores on
 
 - `tune`: pool images that are not among the 20 (scanner_b), the set recipes are chosen on;
 - `default`: default-appearance images (seeds 1,200,000+, never trained on), to see forgetting.

@@ -1,6 +1,6 @@
 """What each row of the security corpus costs the server: peak memory above idle, and how fast /info answers.
 
-Issue 49's goals: peak RSS under 200 MB above idle for any request of at most 5 MB, and /info answering while
+The goals: peak RSS under 200 MB above idle for any request of at most 5 MB, and /info answering while
 the corpus runs. One server (the corpus's own: tests/test_security_corpus.py, its caps and its tree) serves
 every row in order; before each row the server's high-water mark is reset (`/proc/PID/clear_refs` 5), after it the
 peak (VmHWM) is read against the RSS just before the row (the server at rest, its model loaded once a row asked

@@ -12,7 +12,7 @@ if [ ! -f "$STAMP" ]; then
   command -v "$PY" >/dev/null 2>&1 || PY=python3
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
-  # Install the torch pair first: it avoids a second resolution (shared/NOTES.md).
+  # Install the torch pair first: it avoids a second resolution (monai and sam2 pull torchvision in).
   "$VENV/bin/python" -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
   "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
   rm -f "$VENV"/.umind-deps-*

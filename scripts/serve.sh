@@ -3,14 +3,14 @@
 # first run, and starts the MONAI Label server with the UMind app on 127.0.0.1.
 #   scripts/serve.sh                       # synthetic sample studies, port 8000
 #   UMIND_STUDIES=/data/us PORT=8080 scripts/serve.sh --conf model /models/umind
-#   UMIND_STUDIES=http://pacs:8042/dicom-web scripts/serve.sh   # a PACS over DICOMweb (README "Studies from a PACS")
+#   UMIND_STUDIES=http://pacs:8042/dicom-web scripts/serve.sh   # a PACS over DICOMweb (docs/pacs-ohif.md)
 # Extra arguments go to `monailabel start_server` (e.g. --conf retrain_every 5).
 # It prints the address clients should use: for a wildcard bind (--host 0.0.0.0 or ::) the machine's first
 # non-loopback IP and its hostname, since 127.0.0.1 reaches only this machine. UMIND_DRY_RUN=1 prints that and
 # the command, and exits without setting anything up.
 # Security: binds 127.0.0.1. `--host ADDR` for another address is refused unless MONAI Label's auth is on
 # (MONAI_LABEL_AUTH_ENABLE=true with MONAI_LABEL_AUTH_REALM_URI) or UMIND_ALLOW_OPEN=1 says so explicitly.
-# CORS allows no other origin unless --conf cors_origins lists some (the app sets it: lib/cors.py).
+# CORS allows no other origin unless --conf cors_origins lists some (the app sets it: monailabel_app/lib/wall/cors.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HOST=127.0.0.1

@@ -3,8 +3,8 @@
 Why one owner: the generator draws each lesion's calipers from its mask (BI-RADS / TI-RADS size: the longest
 diameter, then the longest chord perpendicular to it), and the Predictor measures a lesion the same way from the
 mask the model segments, which on 200 held-out images of each look cut the error of the line the model draws token
-by token by a quarter to a third (benchmarks/README.md). Both must apply the same definition, or a measurement
-would be judged against a different line than the one it drew.
+by token by a quarter to a third (benchmarks/results/NOTES.md, the mask readout). Both must apply the same
+definition, or a measurement would be judged against a different line than the one it drew.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ the way head circumference is measured on an ellipse fitted to the skull). On th
 its points to 0.2 px; the farthest-apart rim pixels that size a lesion (`calipers.lesion_axes`) missed a fetal head's
 BPD endpoints by up to 10 px, because the long axis of a near-round outline is ill-defined. On 200 held-out images per
 look, points read off demo model 3's masks this way missed by 1.1% and 2.2% of the image width where the points it
-writes as digits missed by 4.5% and 4.9% (benchmarks/README.md). The names below are the ones the generator writes, so
-a point read off a mask is scored against the landmark of the same name.
+writes as digits missed by 4.5% and 4.9% (benchmarks/results/NOTES.md). The names below are the ones the generator
+writes, so a point read off a mask is scored against the landmark of the same name.
 
 Head circumference (HC) is the perimeter of the same ellipse (Ramanujan's approximation, `ramanujan_perimeter`) and
 OFD its long axis, as sonographers and the HC18 challenge measure them on an ellipse fitted to the skull: on the 704

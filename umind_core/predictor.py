@@ -501,8 +501,8 @@ def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
     Why: on 200 held-out images of each look the boxes and lesion lines demo model 3 writes as coordinates were
     looser than its masks: detection F1 0.857 and 0.802 (default look, `scanner_b`) against 0.950 and 0.893 with
     boxes read off its masks, lesion calipers 25.6% and 29.9% off against 18.4% and 19.1%; the truth's boxes and
-    calipers are drawn from masks by the same rules (benchmarks/README.md). Where the model refuses the target (its
-    answer says it is not there), nothing is drawn and its answer stands."""
+    calipers are drawn from masks by the same rules (benchmarks/results/NOTES.md). Where the model refuses the target
+    (its answer says it is not there), nothing is drawn and its answer stands."""
     drawn = [o for o in result.objects if o.mask is not None and o.mask.any()]
     if result.objects and not drawn:  # it named the target but drew no pixel of it: nothing to show
         result.raw_answer = ""

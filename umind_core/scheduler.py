@@ -10,7 +10,7 @@ and prompts into one batch) and hands each caller its own answers.
 A caller does not wait for the whole batch: it is answered the moment its own jobs end (`predict_many`'s
 `on_answer`), so a segment of 20 tokens does not wait for the report of 80 beside it, and its reply is written
 while the batch decodes on. Letting callers that arrive meanwhile join the running batch (continuous batching)
-was built and measured slower here (README, "Many annotators on one model"), and reverted.
+was built and measured slower here (benchmarks/results/batching/NOTES.md), and reverted.
 
 Failure stays with its owner: a job the Predictor refuses comes back as that job's PredictorError, and if a
 batch of several callers fails as a whole (an error no single input explains), each caller's jobs are run
@@ -26,7 +26,7 @@ is held up to `regroup_ms` until that many callers are in. A lone client expects
 happens only while several callers are active, and is bounded. 30 ms by default: with 8 HTTP clients on 2 CPU
 cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x the one-by-one rate against
 1.78-1.85x; 2 and 3 runs) and a static one from 15.8-17.0 to 21.7-24.3 (1.45-1.87x against 1.82-2.11x; 2 and 4
-runs; README "Many annotators on one model").
+runs; benchmarks/results/batching/NOTES.md).
 
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
 Predictor was replaced (a promoted version) leaves no thread behind.

@@ -33,8 +33,9 @@ class ConfError(ValueError):
 #: Where the server's retraining differs from `umind train`'s defaults (TrainConfig's fields), applied with
 #: dataclasses.replace (`server_recipe`); every other trainer setting is TrainConfig's default.
 SERVER_RECIPE = {
-    # measured on the loop benchmark (README "Annotation loop"): lr 1e-4 barely moved new-domain segmentation,
-    # 1e-3 broke calipers within two steps; 40 steps of 4 retrain 20 labels in about two minutes on 2 cores
+    # measured on the loop benchmark (benchmarks/results/loop_recipe/NOTES.md): lr 1e-4 barely moved new-domain
+    # segmentation, 1e-3 broke calipers within two steps; 40 steps of 4 retrain 20 labels in about two minutes on
+    # 2 cores
     "lr": 3e-4,
     "batch_size": 4,
     "max_steps": 40,

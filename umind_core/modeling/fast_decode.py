@@ -1,8 +1,8 @@
 """Decoding on a preallocated KV cache without transformers' per-step overhead.
 
 Why this exists: on the demo model one eager decode step through `transformers` costs some 4-5 ms while its
-arithmetic is about 0.1 ms. A profile of one step (see README, "Decode speed") shows the time in several hundred
-tiny ATen calls and the Python around them: the decorator and output-capture layers of the HF forward, the mask
+arithmetic is about 0.1 ms. A profile of one step (docs/performance.md, "Decode speed") shows the time in several
+hundred tiny ATen calls and the Python around them: the decorator and output-capture layers of the HF forward, the mask
 builder, `DynamicCache.update` growing every layer's keys and values with `torch.cat`, M-RoPE recomposition,
 per-module dispatch, and three separate q/k/v (and gate/up) matmuls per layer. None of that depends on the
 weights; all of it is paid again at every token.

@@ -164,9 +164,9 @@ class MostUncertain(Strategy):
 
     Pure top-uncertainty picking concentrated on what the model fails at most: on the loop benchmark its first
     20 picks were 10 breast, 5 thyroid, 5 fetal head and no kidney image, while random picks covered all four
-    and trained a better model (README "Annotation loop"). Balancing first picks the target with the fewest
-    labels (`labeled_groups`; an unlabelled image belongs to the target the model found most of when it was
-    scored), then the most uncertain image of it.
+    and trained a better model (benchmarks/results/annotation_loop/NOTES.md). Balancing first picks the target
+    with the fewest labels (`labeled_groups`; an unlabelled image belongs to the target the model found most of
+    when it was scored), then the most uncertain image of it.
     """
 
     def __init__(self, runtime: Runtime):
