@@ -35,6 +35,7 @@ from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.datastore import Datastore, DefaultLabelTag
 from monailabel.tasks.activelearning.first import First
 from umind_core.model_identity import model_name, model_version
+from umind_core.modeling.step_builder import hold_builds_while
 
 from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
 from lib.conf import parse_conf
@@ -137,6 +138,8 @@ class UMindApp(MONAILabelApp):
                                           "stopped with the server)"):
             logger.warning(f"umind: training run {run.get('version')} was killed before it finished: {run['error']}")
         install_shutdown(self._on_shutdown)
+        # the decode's background builds wait while a retraining runs: they cost its scoring ten times its time
+        hold_builds_while(versions.training)
         if self.umind_conf.version is not None and self.umind_conf.version != versions.current():
             # the conf names the version on purpose: a rejected one is served (as a forced rollback, which /info shows)
             logger.info(f"umind: conf version {self.umind_conf.version}: rolling back")

@@ -773,3 +773,44 @@ def test_the_builder_counts_the_keys_it_lists(trained_tiny, monkeypatch):
     assert builder.wait(GUARD_S)
     builder.fail(next(iter(builder.graphs)), "RuntimeError: x")
     assert builder.count() == len(builder.states())
+
+
+def test_background_builds_wait_while_the_process_holds_them(monkeypatch):
+    """The server holds builds while a retraining runs (their autotuning cost a retrain's scoring 378 s against 32 s
+    alone on 2 cores): a queued build does not start while held, starts once the hold is lifted, and a hold that
+    raises does not stop builds for good; a stop while held ends the wait."""
+
+    class Idle:
+        def idle_seconds(self):
+            return 1.0
+
+    monkeypatch.setattr(step_builder, "HOLD_POLL_S", 0.05)
+    training = {"now": True}
+    step_builder.hold_builds_while(lambda: training["now"])
+    try:
+        owner, started = Idle(), threading.Event()
+        builder = step_builder.BackgroundBuilder(lambda w, args, key: (started.set(), lambda *a: None)[1],
+                                                 owner=owner)
+        key = (1, 256, torch.float32, "cpu", 1, "step")
+        builder.request(key, None, (torch.zeros(1),))
+        assert not started.wait(0.5)  # held: a retraining is running
+        assert builder.states() == {key: "eager (tuning queued)"}
+        training["now"] = False
+        assert started.wait(GUARD_S) and builder.wait(GUARD_S)
+        assert set(builder.graphs) == {key}
+
+        held = step_builder.BackgroundBuilder(lambda w, args, key: lambda *a: None, owner=owner)
+        training["now"] = True
+        held.request(key, None, (torch.zeros(1),))
+        assert held.stop(GUARD_S)  # a stop does not wait for the hold to lift
+
+        def broken():
+            raise OSError("versions.json unreadable")
+
+        step_builder.hold_builds_while(broken)
+        again, done = step_builder.BackgroundBuilder(lambda w, args, key: (done.set(), lambda *a: None)[1],
+                                                     owner=owner), threading.Event()
+        again.request(key, None, (torch.zeros(1),))
+        assert done.wait(GUARD_S) and again.wait(GUARD_S)
+    finally:
+        step_builder.hold_builds_while(None)

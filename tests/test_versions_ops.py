@@ -197,11 +197,15 @@ def test_a_run_whose_process_is_gone_is_settled_as_killed(tmp_path):
     store = VersionStore(tmp_path / "work", search_paths=[])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
+    assert not store.training()
     store.start_run({"version": 1})
     state = store.state()
     state["runs"][-1]["pid"] = dead.pid
+    store._write(state)
+    assert not store.training()  # recorded as running, but its process is gone (what holds decode builds)
     state["runs"].append({"version": 2, "status": "running", "pid": os.getpid()})  # alive: left alone
     store._write(state)
+    assert store.training()
     settled = store.settle_killed("the server stopped on SIGTERM")
     assert [r["version"] for r in settled] == [1]
     runs = json.loads((tmp_path / "work" / "versions.json").read_text())["runs"]

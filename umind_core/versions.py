@@ -235,6 +235,10 @@ class VersionStore:
             out.append(run)
         return out
 
+    def training(self) -> bool:
+        """Whether a training run is in progress now (recorded as running, its process alive)."""
+        return any(r.get("status") == "running" for r in self.runs())
+
     def labels_consumed(self) -> int:
         """How many labeled images the last completed run (promoted or rejected) trained and scored on.
 
