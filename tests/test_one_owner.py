@@ -339,7 +339,7 @@ def test_the_servers_training_defaults_are_trainconfigs_but_the_declared_recipe(
     assert set(SERVER_RECIPE) < {f.name for f in dataclasses.fields(TrainConfig)}
     # the values the server has trained with (the loop benchmark's recipe, docs/configuration.md)
     run = server_recipe()
-    assert (run.epochs, run.max_steps, run.lr, run.batch_size, run.warmup_ratio, run.seed) == (5, 40, 3e-4, 4, 0.05, 0)
+    assert (run.epochs, run.max_steps, run.lr, run.batch_size, run.warmup_ratio, run.seed) == (5, 120, 3e-4, 4, 0.05, 0)
     assert (run.val_fraction, run.full, run.progress, run.keep_checkpoints) == (0.0, False, False, 1)
 
 

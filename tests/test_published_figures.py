@@ -380,7 +380,7 @@ def test_annotation_loop_from_demo_model_3_new_recipe_rows_are_the_benchmark(run
     results = json.loads((RESULTS / "annotation_loop_demo3_v2" / run / "results.json").read_text())
     notes = _notes("annotation_loop_demo3_v2").read_text(encoding="utf-8")
     full = notes.split(f"\n{MOVED}\n")[1]  # the rows benchmarks/README.md printed in full
-    short = _short_row("Annotation loop from demo model 3, new recipe and gate, 40 labels |")
+    short = _short_row("Annotation loop from demo model 3, `scanner_b`, 40-step recipe |")
     for arm, rows in results["strategies"].items():
         start = rows[0]["test"]
         for labels in (20, 40):
