@@ -293,8 +293,12 @@ def run_strategy(strategy: str, args, manifests: dict[str, Path], out: Path, res
                                                          "base_bytes", "notes", "scores_new", "scores_current",
                                                          "scores_start")},
                          **evaluate_version(workdir, served, manifests, splits, start_model=args.model)})
+            test = rows[-1]["test"]  # a findings-only test set (BUSI here) has no mIoU, a mask set no accuracy
+            shown = "; ".join(f"test {name} {test[key]:.3f}" for key, name in
+                              (("segmentation_miou", "mIoU"), ("diagnosis_accuracy", "diagnosis"))
+                              if test.get(key) is not None)
             print(f"{strategy}: {labels} labels: run {run.get('version')} {run.get('status')} in "
-                  f"{run.get('seconds')} s; test mIoU {rows[-1]['test']['segmentation_miou']:.3f}", flush=True)
+                  f"{run.get('seconds')} s; {shown or 'nothing scored on the test set'}", flush=True)
             save(out, results)
     finally:
         server.stop()
