@@ -62,11 +62,13 @@ def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path
     seeds) must land near them: this fails for an untrained or wrongly packaged model."""
     metrics = _held_out_summary(demo_model, tmp_path, "default", 1_000_000, "segment,detect,measure,refusal")
     summary = metrics["summary"]
-    assert summary["segmentation_miou"] > 0.75  # card: 0.846 on 200 images
-    assert summary["detection_f1"] > 0.7  # card: 0.857
-    assert summary["refusal_accuracy"] > 0.9  # card: 1.000
+    # demo model 4 on these 12 images: mIoU 0.850, detection F1 0.867, refusals 1.000, calipers 0.201; the margins
+    # leave room for another CPU's arithmetic, not for a regression (the old 0.75 let a tenth of the mIoU go)
+    assert summary["segmentation_miou"] > 0.82
+    assert summary["detection_f1"] > 0.80
+    assert summary["refusal_accuracy"] > 0.9
     calipers = metrics["measurement"]["by_kind"]["lesion calipers"]["mean_rel"]
-    assert calipers < 0.4, calipers  # card: 0.256; demo model 1, which never learned calipers: 0.726 here
+    assert calipers < 0.26, calipers  # demo model 1, which never learned calipers: 0.726 here
 
 
 def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
@@ -74,8 +76,8 @@ def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
     that keys on the texture of its own training images fails here (demo model 1 on these 12 images: segmentation
     0.576, in-scope questions answered 0.833)."""
     summary = _held_out_summary(demo_model, tmp_path, "scanner_b", 3_000_000, "segment,refusal")["summary"]
-    assert summary["segmentation_miou"] > 0.65  # card: 0.759 on 200 images
-    assert summary["refusal_in_scope_accuracy"] >= 0.95  # card: 1.000 of in-scope questions answered
+    assert summary["segmentation_miou"] > 0.76  # demo model 4 on these 12: 0.795
+    assert summary["refusal_in_scope_accuracy"] >= 0.95  # demo model 4: 1.000 of in-scope questions answered
 
 
 def test_demo_model_reads_the_committed_real_fetal_heads(demo_model, tmp_path):
