@@ -568,6 +568,14 @@ def _gate_params(**kw):
     return replace(TrainParams(), **kw)
 
 
+def _gate_sets(held_before, held_after, suite_before, suite_after):
+    """(sets, before, after) as `umind_lora.gate_tables` takes them: the held-out labels and the suite, scored."""
+    from lib.trainers.umind_lora import SET_HELD_OUT, SET_SYNTHETIC
+
+    return ({SET_HELD_OUT: [], SET_SYNTHETIC: []}, {SET_HELD_OUT: held_before, SET_SYNTHETIC: suite_before},
+            {SET_HELD_OUT: held_after, SET_SYNTHETIC: suite_after})
+
+
 def test_a_version_clearly_better_on_the_teams_scans_is_judged_on_the_suite_within_its_budget():
     """The measured real-image run: 20 fetal-head corrections lifted the held-out labels 0.43 -> 0.69 mIoU, the
     suite lost 0.037 mIoU and keypoints went 1.4% -> 2.0%. Rejected by the tolerance; promoted within the budget."""
@@ -577,8 +585,7 @@ def test_a_version_clearly_better_on_the_teams_scans_is_judged_on_the_suite_with
     held_a = summary(segmentation_miou=0.69, detection_f1=1.00, n_samples={"segment": 8, "detect": 8})
     suite_b = summary(segmentation_miou=0.837, keypoint_error_rel_width=0.014)
     suite_a = summary(segmentation_miou=0.800, keypoint_error_rel_width=0.020)
-    sets = {SET_HELD_OUT: [], SET_SYNTHETIC: []}
-    before, after = {SET_HELD_OUT: held_b, SET_SYNTHETIC: suite_b}, {SET_HELD_OUT: held_a, SET_SYNTHETIC: suite_a}
+    sets, before, after = _gate_sets(held_b, held_a, suite_b, suite_a)
     params = _gate_params()
     tables, rule, on_budget = gate_tables(before, after, suite_b, sets, params)
     assert on_budget
@@ -633,8 +640,7 @@ def test_a_budget_granted_to_the_served_version_stays_for_the_next_run():
     start = summary(segmentation_miou=0.837, keypoint_error_rel_width=0.014)
     served = summary(segmentation_miou=0.818, keypoint_error_rel_width=0.018)
     cand = summary(segmentation_miou=0.820, keypoint_error_rel_width=0.017)
-    sets = {SET_HELD_OUT: [], SET_SYNTHETIC: []}
-    before, after = {SET_HELD_OUT: held_b, SET_SYNTHETIC: served}, {SET_HELD_OUT: held_a, SET_SYNTHETIC: cand}
+    sets, before, after = _gate_sets(held_b, held_a, served, cand)
     params = _gate_params()
     tables, rule, on_budget = gate_tables(before, after, start, sets, params)
     assert not on_budget and decide(tables, Tolerance())[0] is False  # the tolerance: keypoints +21% from the start

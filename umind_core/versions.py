@@ -237,7 +237,7 @@ class VersionStore:
 
     def training(self) -> bool:
         """Whether a training run is in progress now (recorded as running, its process alive)."""
-        return any(r.get("status") == "running" for r in self.runs())
+        return bool(_running(self.runs()))
 
     def labels_consumed(self) -> int:
         """How many labeled images the last completed run (promoted or rejected) trained and scored on.
@@ -274,7 +274,7 @@ class VersionStore:
 
     def progress(self, runs: list[dict] | None = None) -> dict | None:
         """The running train's last progress line ({"version", "line", "at"}), None when no run is running."""
-        running = [r.get("version") for r in (self.runs() if runs is None else runs) if r.get("status") == "running"]
+        running = _running(self.runs() if runs is None else runs)
         if not running:
             return None
         try:
@@ -427,6 +427,11 @@ def _signature_or_none(folder: Path) -> tuple | None:
         return weights_signature(folder)
     except OSError:
         return None
+
+
+def _running(runs: list[dict]) -> list:
+    """The versions of the runs in progress (`runs()` has settled the dead ones as killed)."""
+    return [r.get("version") for r in runs if r.get("status") == "running"]
 
 
 def _alive(pid) -> bool:

@@ -139,7 +139,7 @@ def gate_tables(before: dict, after: dict, start: dict | None, sets, params: Tra
         rule = f"the served version was promoted within the synthetic budget: {within}"
     if SET_SYNTHETIC in sets:
         tables[SET_SYNTHETIC] = compare(before[SET_SYNTHETIC], after[SET_SYNTHETIC], suite_tol, start)
-    return tables, rule, suite_tol is budget
+    return tables, rule, bool(gains) or served_on_budget
 
 
 def _tolerance(params: TrainParams) -> Tolerance:
