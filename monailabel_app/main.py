@@ -43,6 +43,7 @@ from lib.wall.auth import install_auth_fixes
 from lib.wall.cors import restrict_cors
 from lib.datastore import GuardedDatastore
 from lib.dicomweb_proxy import install_dicomweb_proxy
+from lib.viewer import install_viewer
 from lib.wall.edge import install_edge, set_roots
 from lib.wall.infer_guard import IMAGE_ID, SAVE_LABEL, check_infer_request
 from lib.infers import UMindDetect, UMindInteractive, UMindInterpret, UMindLandmarks, UMindSegment
@@ -156,7 +157,8 @@ class UMindApp(MONAILabelApp):
 
     def _install_request_edge(self):
         """Error translation, threaded /infer, closed CORS, declared task keys, subprocesses without client
-        input, request temp files and a body cap on the running server (absent in subprocesses)."""
+        input, request temp files, a body cap and the browser viewer on the running server (absent in
+        subprocesses)."""
         import sys
 
         set_roots(None if self.studies.startswith(("http://", "https://")) else self.studies,
@@ -179,6 +181,7 @@ class UMindApp(MONAILabelApp):
             restrict_cors(server.app, self.umind_conf.cors_origins)
             install_dicomweb_proxy(server.app, self.studies.rstrip("/") if self.studies.startswith(
                 ("http://", "https://")) else None)
+            install_viewer(server.app)
 
     def infer(self, request, datastore=None):
         """Unknown task -> 404; the image and save_label are checked by lib/infer_guard before anything is read."""

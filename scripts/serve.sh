@@ -83,6 +83,9 @@ esac
 if [ -z "${UMIND_STUDIES:-}" ]; then
   python -m monailabel_app.samples "$STUDIES"
 fi
+# the browser viewer at /viewer/ (built once, then reused); the server runs without it
+VIEWER="  Browser: $CLIENT_URL/viewer/ (segment, correct with the brush, submit, next sample)"
+bash "$ROOT/scripts/web.sh" >&2 || VIEWER="  Browser viewer not built (needs node and npm: apt-get install nodejs npm)"
 # A bad --conf (a model folder that is not there) is one line here, not a traceback from MONAI Label's app loader;
 # and this server logs to WORKDIR/logs/monailabel.log, not to the checkout's monailabel_app/logs/app.log that every
 # server started from it would share (lib/log_config.py).
@@ -94,6 +97,7 @@ esac
 cat <<MSG
 umind: serving $STUDIES on $HOST port $PORT
 umind: clients connect to $CLIENT_URL$ALSO
+$VIEWER
   3D Slicer: add $ROOT/slicer_module/UMind under Edit > Application Settings > Modules > Additional module
   paths, restart, open Ultrasound > UMind and connect to $CLIENT_URL
   The stock MONAILabel extension shows umind_segment (targets = the /info labels, --conf labels),

@@ -5,6 +5,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/env.sh"
 cd "$ROOT"
+# the browser viewer, built once and reused (its tests skip with one line when it cannot be built)
+bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node and npm)" >&2
 # with no arguments the whole suite; arguments that name tests or options replace the default path
 [ $# -gt 0 ] || set -- tests
 exec python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
