@@ -238,3 +238,46 @@ def test_label_writes_from_any_endpoint_need_the_annotator_and_replacing_needs_t
                         files={"file": ("x.png", _png(np.full((64, 64), 9, np.uint8)))},
                         data={"params": '{"replace": true}'}, timeout=60)
     assert resp.status_code == 403 and "admin" in resp.json()["detail"], resp.text
+
+
+def test_the_browser_viewer_asks_for_a_login_refuses_a_bad_password_and_works_with_a_good_one(server, tmp_path):
+    """The page loads without a token (it holds no data) and shows the login form; a wrong password is a message
+    in the panel and stores no token; the annotator's password opens the studies, every call with the bearer; a
+    plain user's Submit label is refused with the server's 403 in the panel."""
+    from system_packages import missing_line
+
+    if missing_line(("chromium",)) or not (Path(__file__).resolve().parents[1] / "web/dist/index.html").is_file():
+        pytest.skip(missing_line(("chromium",)) or "viewer not built: scripts/web.sh needs node and npm")
+    from viewer_page import ViewerPage
+
+    page = ViewerPage.start(server.url, tmp_path / "profile", tmp_path)
+    try:
+        page.open("", wait_study=False)
+        page.b.wait_for("!document.getElementById('umind-login').hidden", 60, "the login form")
+
+        def log_in(user: str, password: str) -> None:
+            page.b.js(f"document.getElementById('umind-user').value = '{user}';"
+                      f"document.getElementById('umind-password').value = '{password}';"
+                      "document.getElementById('umind-login-button').click()")
+
+        log_in("alice", "wrong")
+        page.b.wait_for("document.getElementById('umind-message').textContent", 60, "the refusal")
+        assert page.message() == "wrong user name or password"
+        assert page.b.js("sessionStorage.getItem('umind.token')") is None
+        assert page.b.js("document.getElementById('umind-work').hidden") is True
+        log_in("alice", "alice-pw")
+        page.b.wait_for("window.umind.ui.study && window.umind.ui.study.id === 'img0'", 60, "the first study")
+        calls = [r for r in page.b.requests.values() if "/datastore/" in r["url"]]
+        assert calls and all(r["status"] == 200 for r in calls)
+        page.b.js("sessionStorage.clear()")
+        log_in_as_user = "viewer"
+        page.open("", wait_study=False)
+        page.b.wait_for("!document.getElementById('umind-login').hidden", 60, "the login form again")
+        log_in(log_in_as_user, "viewer-pw")
+        page.b.wait_for("window.umind.ui.study && window.umind.ui.study.id === 'img0'", 60, "the first study")
+        page.b.js("window.umind.view.setFrameMask(0, new Uint8Array(64 * 64).fill(1))")
+        page.key("s")
+        page.wait_done()
+        assert page.message().startswith("403")
+    finally:
+        page.close()

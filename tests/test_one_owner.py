@@ -4,7 +4,7 @@ umind_core or the app) are held to the owner here, on tables of cases.
 
 - the finding list: `umind_core.findings` (the app's trainer and answers, the evaluation, the Slicer module);
 - the wire contract of the label info and the task presets: `monailabel_app/lib/wire.py` (Slicer: `contract`,
-  `requests.TASK_PRESETS`);
+  `requests.TASK_PRESETS`; the browser viewer: `web/src/contract.json`);
 - label painting: `umind_core.painter.LabelPainter` (Slicer: `UMindLib.painter`);
 - box IoU: `umind_core.evaluation.metrics.box_iou`; mask IoU: `metrics.mask_iou` (the benchmarks too);
 - a mask's box: `umind_core.masks.mask_box` (the app's trainer export and active-learning signal too);
@@ -96,6 +96,23 @@ def test_the_slicer_copy_of_the_wire_contract_is_the_apps():
     for preset in TASK_PRESETS.values():
         assert preset.model == wire.TASK_MODELS[preset.server_task], preset
         assert preset.prompt_key == wire.prompt_key(preset.server_task), preset
+
+
+def test_the_browser_viewers_copy_of_the_wire_contract_is_the_apps():
+    """web/src/contract.json (bundled into the viewer) says what the app and the Slicer module say."""
+    import json
+
+    web = json.loads((ROOT / "web" / "src" / "contract.json").read_text())
+    assert web["client_marker"][0] == wire.CLIENT_KEY and web["client_marker"][1] != wire.CLIENT_VALUE
+    assert tuple(web["label_info_keys"].values()) == wire.LABEL_INFO_KEYS
+    assert all(k == v for k, v in web["label_info_keys"].items())
+    assert (web["interactive_model"], web["trainer"]) == (wire.INTERACTIVE_MODEL, wire.TRAINER)
+    assert tuple(web["findings"]) == contract.FINDINGS
+    slicer = {p.task: (p.model, p.server_task, p.prompt_key, p.hint, p.output, p.needs_prompt)
+              for p in TASK_PRESETS.values()}
+    viewer = {t["task"]: (t["model"], t["server_task"], t["prompt_key"], t["hint"], t["output"],
+                          t.get("needs_prompt", False)) for t in web["tasks"]}
+    assert viewer == slicer
 
 
 def test_the_app_serves_the_contracts_models_and_tasks():

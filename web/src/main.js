@@ -122,7 +122,7 @@ async function run() {
     await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
     ui.lastTiming = { request_ms: t1 - t0, total_ms: performance.now() - t0 };
     message(`${ui.task}: done in ${(ui.lastTiming.total_ms / 1000).toFixed(2)} s`
-      + (params.umind?.version != null ? ` (model version ${params.umind.version})` : ''), true);
+      + (params.umind?.version != null ? ` (version ${params.umind.version})` : ''), true);
   });
 }
 
@@ -149,14 +149,26 @@ async function next() {
   });
 }
 
+function fillStrategies(i) {
+  const names = Object.keys(i.strategies ?? {});
+  if ($('umind-strategy').options.length || !names.length) return;
+  // the server's own list (its default strategy first)
+  names.sort((a, b) => (b === 'umind_uncertainty') - (a === 'umind_uncertainty'));
+  for (const s of names) $('umind-strategy').add(new Option(s, s));
+}
+
 async function status() {
   try {
     const i = await api.info();
+    fillStrategies(i);
     const u = i.umind ?? {};
     const t = u.trigger ?? {};
-    const lines = [`model version ${u.version ?? '?'}`];
-    if (t.since_last_run != null) lines.push(`labels since last run ${t.since_last_run}/${t.retrain_every ?? '?'}`);
-    if (u.training) lines.push(`training: ${typeof u.training === 'string' ? u.training : JSON.stringify(u.training)}`);
+    const lines = [`model ${u.model ?? '?'}, version ${u.current_version ?? '?'}${u.current_forced ? ' (rolled back)' : ''}`];
+    if (t.since_last_run != null) {
+      lines.push(`labels since last run ${t.since_last_run}${u.retrain_every ? ` of ${u.retrain_every}` : ' (retraining off)'}`);
+    }
+    const p = u.train_progress;
+    if (p) lines.push(`training version ${p.version}: ${p.line ?? 'starting'}`);
     if (u.last_decision?.reason) lines.push(`last decision: ${u.last_decision.reason}`);
     $('umind-status').textContent = lines.join('\n');
   } catch (e) {
@@ -214,7 +226,6 @@ function bindPointer(element) {
 
 function fillControls() {
   for (const t of contract.tasks) $('umind-task').add(new Option(t.task, t.task));
-  for (const s of contract.strategies) $('umind-strategy').add(new Option(s, s));
   for (const f of contract.findings) $('umind-finding').add(new Option(f, f));
   const hint = () => {
     ui.task = $('umind-task').value;
