@@ -192,6 +192,40 @@ def test_ohif_monai_label_panel_on_a_pacs_study(server, pacs, tmp_path):
         browser.close()
 
 
+def test_the_browser_viewer_opens_a_pacs_cine_and_answers_its_frame_in_mm(server, pacs, tmp_path):
+    """A PACS series in the UMind viewer (the server fetches it over DICOMweb, the page loads it with Cornerstone's
+    DICOM loader): all frames, frame 2 segmented on frame 2 with the server's mask on screen, and a caliper's
+    length in mm from the ultrasound regions (the server's figure, to one decimal)."""
+    if not (Path(__file__).resolve().parents[1] / "web/dist/index.html").is_file():
+        pytest.skip("viewer not built: scripts/web.sh needs node and npm (apt-get install nodejs npm)")
+    from umind_core.evaluation.metrics import mask_iou
+    from viewer_page import ViewerPage
+
+    study = pacs.studies["cine"]
+    page = ViewerPage.start(server.url, tmp_path / "profile", OHIF_OUT.parent / "viewer-pacs")
+    try:
+        page.open(f"image={study.series_uid}")
+        assert page.b.js("window.umind.view.frameCount()") == CINE_FRAMES
+        page.blur()
+        page.key("ArrowDown", code="ArrowDown")
+        page.key("ArrowDown", code="ArrowDown")
+        page.b.wait_for("window.umind.view.currentFrame() === 2", 10, "frame 2")
+        params = page.run(task="segment", prompt=PROMPT)
+        assert [r["frame_index"] for r in params["umind"]["results"]] == [2]
+        resp = infer(server, "umind_segment", study.series_uid, {"prompt": PROMPT, "frames": "current", "slice": 2,
+                                                                  "umind_client": "web-viewer"})
+        want = read_label(multipart(resp)[1], ".nrrd")[2] > 0
+        assert want.sum() > 0 and mask_iou(page.drawn_mask(SIZE, SIZE, "pacs-cine-frame-2"), want) >= 0.98
+        params = page.run(task="measure", prompt="breast lesion long axis")
+        lengths = [m for m in params.get("measurements", []) if m.get("length_mm") is not None]
+        assert lengths, params.get("measurements")
+        text = page.b.js("[...document.querySelectorAll('svg.umind-answers text.length')].map(t => t.textContent)")
+        assert any(f"{lengths[0]['length_mm']:.1f} mm" in t for t in text), (text, lengths)
+        page.screenshot("pacs-measure")
+    finally:
+        page.close()
+
+
 def test_pacs_down_and_slow_are_5xx_not_hangs(server, pacs):
     pacs.proc.send_signal(signal.SIGSTOP)  # a PACS that accepts connections and never answers
     try:

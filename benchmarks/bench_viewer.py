@@ -1,0 +1,118 @@
+"""The browser viewer on a study of 800x600: from the Run key to the answer drawn, over HTTP, on this machine.
+
+Starts the real server with the shipped demo model (or --model DIR) on an 800x600 PNG study (a synthetic breast
+scan resized), opens /viewer/ in headless Chromium at 800x600 and presses Enter --repeats times per task; the
+page's own timer runs from the key to two animation frames after the mask and the answers are drawn
+(`window.umind.ui.lastTiming`), so it includes the request, the server's inference, NRRD decoding, the labelmap
+upload and the render. The same request without the page (POST from Python) is timed in the same rounds, so the
+viewer's own share is a paired difference. It also times a fresh build of the viewer (`scripts/web.sh` with an
+empty cache: `npm ci` from this machine's npm cache, then esbuild) and a reused one.
+
+    .venv/bin/python benchmarks/bench_viewer.py [--model DIR] [--repeats 7] [--decode static]
+        [--out benchmarks/results/viewer/viewer_timing.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+GOAL_S = 1.5
+TASKS = (("segment", "breast lesion"), ("detect", "breast lesion"), ("measure", "breast lesion long axis"))
+
+
+def _build_times(tmp: Path) -> dict:
+    env = {**os.environ, "UMIND_WEB_CACHE": str(tmp / "web-cache")}
+    t0 = time.perf_counter()
+    subprocess.run(["bash", str(ROOT / "scripts" / "web.sh")], env=env, check=True, capture_output=True)
+    fresh = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run(["bash", str(ROOT / "scripts" / "web.sh")], env=env, check=True, capture_output=True)
+    reused = time.perf_counter() - t0
+    info = json.loads((ROOT / "web" / "dist" / "build-info.json").read_text())
+    return {"fresh_s": round(fresh, 2), "reused_s": round(reused, 3), "esbuild_s": info["seconds"],
+            "dist_bytes": info["bytes"]}
+
+
+def _study(folder: Path) -> None:
+    from PIL import Image
+
+    from umind_core.data.synthetic import generate
+
+    folder.mkdir(parents=True)
+    image = Image.fromarray(generate(seed=1_000_001, site="breast", size=512).image).resize((800, 600))
+    image.save(folder / "us800.png")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--decode", default="static", help="the server's decode conf (its default, auto, tunes in "
+                                                        "the background for minutes after a start)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "viewer" / "viewer_timing.json"))
+    args = ap.parse_args()
+    from umind_core.testing.server import start_server
+    from viewer_page import ViewerPage
+
+    tmp = Path(tempfile.mkdtemp(prefix="umind_bench_viewer_"))
+    build = _build_times(tmp)
+    _study(tmp / "studies")
+    conf = {"workdir": str(tmp / "work"), "retrain_every": "0", "decode": args.decode}
+    if args.model:
+        conf["model"] = args.model
+    srv = start_server(tmp / "studies", conf, tmp / "server.log", env={"MONAI_LABEL_AUTO_UPDATE_SCORING": "false"},
+                       timeout=300)
+    page = ViewerPage.start(srv.url, tmp / "profile", tmp / "shots")
+    rows = {}
+    try:
+        page.open("image=us800")
+        for task, prompt in TASKS:
+            page.run(task=task, prompt=prompt)  # warm-up
+            viewer, direct = [], []
+            params = {"segment": {"prompt": prompt}, "detect": {"prompt": prompt},
+                      "measure": {"task": "measure", "prompt": prompt}}[task]
+            model = {"segment": "umind_segment", "detect": "umind_detect", "measure": "umind_landmarks"}[task]
+            for _ in range(args.repeats):
+                page.run(task=task, prompt=prompt)
+                viewer.append(page.b.js("window.umind.ui.lastTiming.total_ms") / 1000)
+                t0 = time.perf_counter()
+                r = requests.post(f"{srv.url}/infer/{model}?image=us800", timeout=120, files={"params": (None, json.dumps(
+                    {**params, "result_extension": ".nrrd", "umind_client": "web-viewer"}))})
+                r.raise_for_status()
+                direct.append(time.perf_counter() - t0)
+            med, dmed = statistics.median(viewer), statistics.median(direct)
+            rows[task] = {"viewer_s": [round(v, 3) for v in viewer], "viewer_median_s": round(med, 3),
+                          "http_only_median_s": round(dmed, 3), "viewer_share_s": round(
+                              statistics.median(v - d for v, d in zip(viewer, direct)), 3),
+                          "goal_ratio": round(med / GOAL_S, 2)}
+            print(f"{task}: answered and drawn in {med:.2f} s (median of {args.repeats}; HTTP alone {dmed:.2f} s; "
+                  f"{med / GOAL_S:.2f} of the {GOAL_S} s goal)")
+    finally:
+        page.close()
+        srv.stop()
+    out = {"study": "800x600 PNG (synthetic breast, resized)", "decode": args.decode, "repeats": args.repeats,
+           "model": args.model or "umind_core/demo_model", "cores": os.cpu_count(), "build": build, "tasks": rows}
+    print(f"build: fresh {build['fresh_s']} s (esbuild {build['esbuild_s']} s), reused {build['reused_s']} s, "
+          f"{build['dist_bytes'] / 1e6:.1f} MB")
+    from umind_core.atomic import write_text
+
+    write_text(Path(args.out), json.dumps(out, indent=1))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
