@@ -226,6 +226,39 @@ def test_other_tasks_are_drawn_and_answered_in_the_panel(server, page):
     page.screenshot("diagnose")
 
 
+def test_clicks_and_a_box_ask_the_interactive_model_and_its_mask_is_drawn(server, page):
+    page.open("image=img2")
+    page.blur()
+    page.key("x")
+    page.drag([(60, 60), (200, 200)])
+    page.key("p")
+    page.drag([(130, 130)])  # a click: press and release at one place
+    page.b.requests.clear()
+    params = page.run(task="segment", prompt="breast lesion")
+    ui = page.b.js("({clicks: window.umind.ui.clicks, box: window.umind.ui.box})")
+    assert [(c["x"], c["y"], c["sign"]) for c in ui["clicks"]] == [(130, 130, "positive")]
+    assert ui["box"]["box"] == [60, 60, 200, 200]
+    posts = _infer_posts(page)
+    assert len(posts) == 1 and "/infer/umind_interactive?" in posts[0]["url"]
+    sent = {"prompt": "breast lesion", "foreground": [[130, 130, 0]], "background": [], "roi": [60, 200, 60, 200, 0, 0],
+            "slice": 0, "result_extension": ".nrrd"}
+    r = requests.post(f"{server.url}/infer/umind_interactive?image=img2&output=image", timeout=300,
+                      files={"params": (None, json.dumps({**sent, "umind_client": "web-viewer"}))})
+    r.raise_for_status()
+    import tempfile
+
+    import SimpleITK as sitk
+
+    with tempfile.NamedTemporaryFile(suffix=".nrrd") as fh:
+        fh.write(r.content)
+        fh.flush()
+        want = sitk.GetArrayFromImage(sitk.ReadImage(fh.name)) > 0
+    assert params["label_names"] and want.sum() > 0
+    assert mask_iou(page.drawn_mask(256, 256, "interactive"), want) >= 0.98
+    status = page.b.js("document.getElementById('umind-status').textContent")
+    assert "version 0" in status and "of 100" in status, status
+
+
 def test_bad_input_shows_a_message_in_the_panel_not_a_blank_viewer(server, page):
     page.open("image=img0")
     page.run(task="ask", prompt="")
@@ -237,3 +270,14 @@ def test_bad_input_shows_a_message_in_the_panel_not_a_blank_viewer(server, page)
     page.b.wait_for("document.getElementById('umind-message').textContent.includes('404')", 60, "the 404 message")
     assert "no-such-study" in page.message()
     page.screenshot("unknown-study")
+    page.open("image=img0")
+    page.b.send("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1,
+                uploadThroughput=-1)
+    try:
+        page.run(task="segment", prompt="breast lesion")
+        assert "cannot be reached" in page.message()
+        assert page.b.js("window.umind.view.frameCount()") == 1
+        page.screenshot("connection-lost")
+    finally:
+        page.b.send("Network.emulateNetworkConditions", offline=False, latency=0, downloadThroughput=-1,
+                    uploadThroughput=-1)
