@@ -5,8 +5,8 @@ scan resized), opens /viewer/ in headless Chromium at 800x600 and presses Enter 
 page's own timer runs from the key to two animation frames after the mask and the answers are drawn
 (`window.umind.ui.lastTiming`), so it includes the request, the server's inference, NRRD decoding, the labelmap
 upload and the render. The same request without the page (POST from Python) is timed in the same rounds, so the
-viewer's own share is a paired difference. It also times a fresh build of the viewer (`scripts/web.sh` with an
-empty cache: `npm ci` from this machine's npm cache, then esbuild) and a reused one.
+viewer's own share is a paired difference. It also times a fresh build of the viewer (`scripts/web.sh` with empty
+build and npm caches: `npm ci` downloads every package from the registry, then esbuild) and a reused one.
 
     .venv/bin/python benchmarks/bench_viewer.py [--model DIR] [--repeats 7] [--decode static]
         [--out benchmarks/results/viewer/viewer_timing.json]
@@ -34,7 +34,8 @@ TASKS = (("segment", "breast lesion"), ("detect", "breast lesion"), ("measure", 
 
 
 def _build_times(tmp: Path) -> dict:
-    env = {**os.environ, "UMIND_WEB_CACHE": str(tmp / "web-cache")}
+    # an empty npm cache too: every package comes from the registry, as on a fresh CI machine
+    env = {**os.environ, "UMIND_WEB_CACHE": str(tmp / "web-cache"), "npm_config_cache": str(tmp / "npm-cache")}
     t0 = time.perf_counter()
     subprocess.run(["bash", str(ROOT / "scripts" / "web.sh")], env=env, check=True, capture_output=True)
     fresh = time.perf_counter() - t0
