@@ -67,6 +67,7 @@ def _interval(values, groups, rng, n=2000) -> list[float]:
 
 def hc18(predictor, manifest: Path) -> dict:
     from umind_core.data.manifest import read_manifest
+    from umind_core.evaluation.metrics import mask_dice
 
     dice, empty, hc_err, groups, t_seg = [], 0, [], [], []
     records = read_manifest(manifest)
@@ -79,8 +80,7 @@ def hc18(predictor, manifest: Path) -> dict:
         masks = [o.mask for o in seg.objects if o.mask is not None]
         pred = np.any(np.stack(masks), axis=0) if masks else np.zeros_like(truth, dtype=bool)
         empty += int(not pred.any())
-        inter = float(np.logical_and(pred, truth).sum())
-        dice.append(2 * inter / max(1.0, float(pred.sum() + truth.sum())))
+        dice.append(mask_dice(pred, truth > 0))
         groups.append(rec.extra.get("group") or rec.id)
         hc = predictor.predict("measure", "head circumference")
         found = [o.physical.get("perimeter") for o in hc.objects if o.physical and o.physical.get("perimeter")]
@@ -91,6 +91,7 @@ def hc18(predictor, manifest: Path) -> dict:
     return {"images": len(records), "subjects": len(set(groups)),
             "dice_mean": round(float(np.mean(dice)), 4), "dice_ci95": _interval(dice, groups, rng),
             "dice_median": round(float(np.median(dice)), 4), "empty_masks": empty,
+            "dice_lowest": sorted((round(float(d), 4), r.id) for d, r in zip(dice, records))[:8],
             "hc_mad_mm": round(float(np.mean([e for e, _ in scored])), 3) if scored else None,
             "hc_mad_ci95": _interval([e for e, _ in scored], [g for _, g in scored], rng) if scored else None,
             "hc_missing": len(hc_err) - len(scored),
