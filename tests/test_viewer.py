@@ -204,6 +204,11 @@ def test_a_clips_frame_n_is_answered_on_frame_n(server, page, study, frames):
         assert masks[2] == int((want[2] > 0).sum()) > 0
     assert f"frame 3/{frames}" in page.b.js("document.getElementById('umind-frame').textContent")
     page.screenshot(f"{study}-frame-2")
+    page.blur()
+    page.key("s")
+    assert f"label saved for {study}" in page.wait_done()
+    saved = _saved_label(server, study)  # one label map for the clip, the answer on frame 2 only
+    assert saved.shape[0] == frames and [int((saved[k] > 0).sum()) for k in range(frames)] == masks
 
 
 def test_other_tasks_are_drawn_and_answered_in_the_panel(server, page):
