@@ -57,6 +57,7 @@ def _studies(folder: Path) -> None:
     frames = np.stack([generate(seed=1_000_011 + k, site="breast", size=128).image for k in range(4)])
     nrrd.write(str(folder / "cine.nrrd"), frames, {"kinds": ["domain", "domain", "time"]}, index_order="C")
     fx.dicom_mono_multiframe(folder / "clip.dcm", n=4)
+    fx.nifti_cine_4d(folder / "nifti.nii.gz", t=4, y=48, x=64)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_next_sample_opens_the_study_the_strategy_picks(server, page):
     page.screenshot("next-sample")
 
 
-@pytest.mark.parametrize("study,frames", [("cine", 4), ("clip", 4)])
+@pytest.mark.parametrize("study,frames", [("cine", 4), ("clip", 4), ("nifti", 4)])
 def test_a_clips_frame_n_is_answered_on_frame_n(server, page, study, frames):
     page.open(f"image={study}")
     assert page.b.js("window.umind.view.frameCount()") == frames
@@ -192,6 +193,7 @@ def test_a_clips_frame_n_is_answered_on_frame_n(server, page, study, frames):
     page.b.wait_for("window.umind.view.currentFrame() === 2", 10, "frame 2")
     page.b.requests.clear()
     params = page.run(task="segment", prompt="breast lesion")
+    assert "done" in page.message(), page.message()
     sent = json.loads(next(p for p in _infer_posts(page))["postData"].split("name=\"params\"")[1].split("\r\n\r\n", 1)[1]
                       .split("\r\n--")[0])
     assert sent["slice"] == 2 and sent["frames"] == "current"

@@ -5,6 +5,7 @@ import { imageLoader, metaData, utilities } from '@cornerstonejs/core';
 import dicomImageLoader from '@cornerstonejs/dicom-image-loader';
 import dicomParser from 'dicom-parser';
 import { readNrrd } from './nrrd.js';
+import { isGzip, readNifti } from './nifti.js';
 
 let studyCounter = 0;
 
@@ -15,6 +16,7 @@ export function sniff(bytes) {
   if (b[0] === 0x89 && ascii(1, 3) === 'PNG') return 'png';
   if (b[0] === 0xff && b[1] === 0xd8) return 'jpeg';
   if (ascii(0, 4) === 'NRRD') return 'nrrd';
+  if (isGzip(b) || (b.length >= 348 && ascii(344, 3) === 'n+1')) return 'nifti';
   return null;
 }
 
@@ -89,6 +91,13 @@ async function nrrd(bytes) {
     voi: range(frames) };
 }
 
+async function nifti(bytes) {
+  const { width, height, frames, spacing } = await readNifti(bytes);
+  const typed = frames.map((f) => (f instanceof Uint8Array || f instanceof Uint16Array || f instanceof Int16Array
+    || f instanceof Float32Array ? f : Float32Array.from(f)));
+  return { imageIds: local(typed, width, height, spacing), width, height, unit: 'mm' };
+}
+
 async function dicom(bytes) {
   const ds = dicomParser.parseDicom(new Uint8Array(bytes), { untilTag: 'x7fe00010' });
   const frames = ds.intString('x00280008') || 1;
@@ -109,5 +118,6 @@ export async function loadStudy(bytes) {
   if (kind === 'jpeg') return web(bytes, 'image/jpeg');
   if (kind === 'nrrd') return nrrd(bytes);
   if (kind === 'dicom') return dicom(bytes);
-  throw new Error('this study is not PNG, JPEG, NRRD or DICOM, the formats the viewer reads');
+  if (kind === 'nifti') return nifti(bytes);
+  throw new Error('this study is not PNG, JPEG, NRRD, NIfTI or DICOM, the formats the viewer reads');
 }
