@@ -10,6 +10,7 @@ export function bindKeys(actions) {
       }
       return;
     }
+    if (ev.target.matches?.('button') && (ev.key === 'Enter' || ev.key === ' ')) return; // the button's own click
     if ((ev.ctrlKey || ev.metaKey) && ev.key.toLowerCase() === 'z') {
       ev.preventDefault();
       actions.undo();
