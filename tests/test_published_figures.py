@@ -729,3 +729,20 @@ def test_demo_model_4_card_and_row_are_their_result_files():
         assert f"AUC benign vs malignant {b['class_scores']['auc_benign_vs_malignant']:.3f}" in row
         assert (f"default look mIoU {syn['demo4_default']['segmentation_miou']:.3f} against "
                 f"{syn['demo3_default']['segmentation_miou']:.3f}") in row
+
+
+def test_viewer_row_is_its_result_file():
+    """The browser viewer's short row and its NOTES.md table against viewer_timing.json."""
+    import json
+
+    res = json.loads((RESULTS / "viewer" / "viewer_timing.json").read_text())
+    t, build = res["tasks"], res["build"]
+    short = _short_row("Browser viewer, 800x600 study |")
+    assert (f"answered and drawn in {t['segment']['viewer_median_s']:.3f} s segment, {t['detect']['viewer_median_s']:.3f}"
+            f" s detect, {t['measure']['viewer_median_s']:.3f} s measure") in short
+    assert f"fresh build {build['fresh_s']:.1f} s, reused {build['reused_s']:.3f} s" in short
+    notes = (RESULTS / "viewer" / "NOTES.md").read_text()
+    for task in ("segment", "detect", "measure"):
+        r = t[task]
+        assert (f"| {r['viewer_median_s']:.3f} | {r['server_median_s']:.3f} | {r['viewer_share_median_s']:.3f} | "
+                f"{r['goal_ratio']:.2f} |") in notes, task
