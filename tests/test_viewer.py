@@ -58,6 +58,8 @@ def _studies(folder: Path) -> None:
     nrrd.write(str(folder / "cine.nrrd"), frames, {"kinds": ["domain", "domain", "time"]}, index_order="C")
     fx.dicom_mono_multiframe(folder / "clip.dcm", n=4)
     fx.nifti_cine_4d(folder / "nifti.nii.gz", t=4, y=48, x=64)
+    Image.fromarray(generate(seed=1_000_003, site="kidney", size=256).image).convert("RGB").save(
+        folder / "kidney.jpg", quality=95)
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +266,34 @@ def test_clicks_and_a_box_ask_the_interactive_model_and_its_mask_is_drawn(server
     assert mask_iou(page.drawn_mask(256, 256, "interactive"), want) >= 0.98
     status = page.b.js("document.getElementById('umind-status').textContent")
     assert "version 0" in status and "of 100" in status, status
+
+
+def test_landmarks_report_and_ask_on_a_jpeg_study(server, page):
+    """A JPEG study; the kidney's landmarks drawn where the reply put them, the report and a question's answer in the
+    panel (and the report travels as the label's report)."""
+    page.open("image=kidney")
+    params = page.run(task="landmarks", prompt="kidney")
+    points = [p for r in params["umind"]["results"] for o in r["objects"] for p in o["points"]]
+    assert points, params["umind"]["results"]
+    drawn = page.b.js("[...document.querySelectorAll('svg.umind-answers circle.answer')].map(c => "
+                      "[+c.getAttribute('cx'), +c.getAttribute('cy')])")
+    left, top = page.b.js("(() => { const r = document.getElementById('umind-viewport').getBoundingClientRect();"
+                          " return [r.left, r.top]; })()")
+    want = [page.image_to_screen(x, y) for x, y in points]
+    assert len(drawn) == len(want)
+    for (dx, dy), (wx, wy) in zip(drawn, want):
+        assert abs(dx + left - wx) < 1.5 and abs(dy + top - wy) < 1.5
+    page.screenshot("landmarks")
+    params = page.run(task="report", prompt="")
+    assert params["answer"] and page.b.js("document.getElementById('umind-answer').value") == params["answer"]
+    page.blur()
+    page.key("s")
+    assert "label saved for kidney" in page.wait_done()
+    info = requests.get(f"{server.url}/datastore/label/info?label=kidney&tag=final", timeout=30).json()
+    assert info["report"] == params["answer"]
+    params = page.run(task="ask", prompt="Which organ is shown?")
+    assert params["answer"] and page.b.js("document.getElementById('umind-answer').value") == params["answer"]
+    page.screenshot("ask")
 
 
 def test_bad_input_shows_a_message_in_the_panel_not_a_blank_viewer(server, page):
