@@ -171,6 +171,29 @@ def test_a_brush_stroke_and_an_eraser_stroke_change_the_saved_label(server, page
     page.screenshot("brush-and-eraser")
 
 
+def test_a_new_label_is_painted_beside_the_models_and_saved_with_its_name(server, page):
+    """Segment, then New label with "cyst" typed: the brush paints value 2 where it goes, the model's mask stays 1,
+    and the label info names both."""
+    page.open("image=img0")
+    page.run(task="segment", prompt="breast lesion")
+    assert page.b.js("document.getElementById('umind-label').value") == "1"
+    page.b.js("document.getElementById('umind-prompt').value = 'cyst'")
+    page.b.js("document.getElementById('umind-new-label').click()")
+    assert page.b.js("document.getElementById('umind-label').value") == "2"
+    page.blur()
+    page.key("b")
+    page.b.js("window.umind.view.setBrushSize(6)")
+    page.drag([(10 + 4 * i, 20) for i in range(11)])  # x 10..50 along row 20, away from the lesion
+    page.key("s")
+    assert "label saved for img0" in page.wait_done()
+    saved = _saved_label(server, "img0")
+    want = _reply_mask(server, "img0", {"prompt": "breast lesion", "result_extension": ".nrrd"})
+    assert (saved[20, 15:45] == 2).all() and np.array_equal(saved == 1, (want > 0) & (saved != 2))
+    info = requests.get(f"{server.url}/datastore/label/info?label=img0&tag=final", timeout=30).json()
+    assert info["label_names"] == {"breast lesion": 1, "cyst": 2}
+    page.screenshot("new-label")
+
+
 def test_next_sample_opens_the_study_the_strategy_picks(server, page):
     page.open("image=img0")
     page.b.js("document.getElementById('umind-strategy').value = 'first'")

@@ -55,6 +55,7 @@ async function openStudy(id, frame = 0) {
   ui.study = { id, ...study };
   ui.reply = null;
   ui.labelNames = {};
+  refreshLabels();
   ui.clicks = [];
   ui.box = null;
   setAnswerItems([]);
@@ -87,6 +88,28 @@ function applyMask(file, frame) {
   });
 }
 
+/** The Paint label list: the study's label names (value order), the brush painting the selected one. */
+function refreshLabels(select = null) {
+  const entries = Object.entries(ui.labelNames).sort((a, b) => a[1] - b[1]);
+  if (!entries.length) entries.push([$('umind-prompt').value.trim() || 'label 1', 1]);
+  $('umind-label').replaceChildren(...entries.map(([name, v]) => new Option(`${v}: ${name}`, String(v))));
+  const value = select ?? entries[0][1];
+  $('umind-label').value = String(value);
+  view.setActiveLabel(value);
+}
+
+function newLabel() {
+  if (!ui.study) return;
+  const values = Object.values(ui.labelNames);
+  const value = (values.length ? Math.max(...values) : 0) + 1;
+  if (value > 255) throw new Error('a label map holds at most 255 labels here');
+  const typed = $('umind-prompt').value.trim();
+  const name = typed && !(typed in ui.labelNames) ? typed : `label ${value}`;
+  ui.labelNames[name] = value;
+  refreshLabels(value);
+  message(`the brush paints ${name} (${value})`, true);
+}
+
 function namesOf(params) {
   const ln = params.label_names ?? {};
   const out = {};
@@ -113,7 +136,13 @@ async function run() {
     }
     if (file && (file.name || '').endsWith('.json')) ui.reply.markups = JSON.parse(await file.text());
     const names = namesOf(params);
-    if (Object.keys(names).length) ui.labelNames = names;
+    if (Object.keys(names).length) {
+      // the reply's label map owns its values: names the study had for them before go
+      const taken = new Set(Object.values(names));
+      ui.labelNames = Object.fromEntries(Object.entries(ui.labelNames).filter(([, v]) => !taken.has(v)));
+      Object.assign(ui.labelNames, names);
+      refreshLabels(Math.min(...Object.values(names)));
+    }
     setAnswerItems(itemsOf(params));
     const answer = params.answer ?? params.umind?.answer ?? params.umind?.results?.[0]?.answer ?? '';
     $('umind-answer').value = typeof answer === 'string' ? answer : JSON.stringify(answer);
@@ -239,6 +268,8 @@ function fillControls() {
   $('umind-clear').addEventListener('click', () => { ui.clicks = []; ui.box = null; drawUser(); });
   $('umind-study').addEventListener('change', () => guarded(() => openStudy($('umind-study').value)));
   $('umind-overlay').addEventListener('change', () => view.setOverlayVisible($('umind-overlay').checked));
+  $('umind-label').addEventListener('change', () => view.setActiveLabel(Number($('umind-label').value)));
+  $('umind-new-label').addEventListener('click', () => guarded(async () => newLabel()));
   $('umind-brush-size').addEventListener('input', () => view.setBrushSize(Number($('umind-brush-size').value)));
   for (const b of document.querySelectorAll('[data-tool]')) b.addEventListener('click', () => setTool(b.dataset.tool));
 }
