@@ -48,6 +48,9 @@ import requests
 from umind_core.testing.server import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "monailabel_app") not in sys.path:
+    sys.path.insert(0, str(ROOT / "monailabel_app"))
+from lib.wire import FINDING, LABEL_NAMES, LANDMARK_TARGET, MARKUPS  # noqa: E402  the label info keys' one owner
 
 POOL_SEED0, TEST_SEED0, DEFAULT_TEST_SEED0 = 6_000_000, 7_000_000, 1_000_000
 TARGETS = ("breast lesion", "thyroid nodule", "kidney", "fetal head")
@@ -122,12 +125,12 @@ def annotation(rec) -> tuple[bytes, dict]:
                 {"label": "1", "position": [x1, y1, 0.0]}, {"label": "2", "position": [x2, y2, 0.0]}]})
     buf = io.BytesIO()
     Image.fromarray(painter.labels()).save(buf, format="PNG")
-    info = {"label_names": painter.values, "landmark_target": target}
+    info = {LABEL_NAMES: painter.values, LANDMARK_TARGET: target}
     if markups:
-        info["markups"] = {"@schema": "https://raw.githubusercontent.com/slicer/slicer/main/Modules/Loadable/"
+        info[MARKUPS] = {"@schema": "https://raw.githubusercontent.com/slicer/slicer/main/Modules/Loadable/"
                                       "Markups/Resources/Schema/markups-schema-v1.0.3.json#", "markups": markups}
     if rec.annotations.diagnosis in FINDINGS:
-        info["finding"] = rec.annotations.diagnosis
+        info[FINDING] = rec.annotations.diagnosis
     return buf.getvalue(), info
 
 
