@@ -270,10 +270,9 @@ def test_the_browser_viewer_asks_for_a_login_refuses_a_bad_password_and_works_wi
         calls = [r for r in page.b.requests.values() if "/datastore/" in r["url"]]
         assert calls and all(r["status"] == 200 for r in calls)
         page.b.js("sessionStorage.clear()")
-        log_in_as_user = "viewer"
         page.open("", wait_study=False)
         page.b.wait_for("!document.getElementById('umind-login').hidden", 60, "the login form again")
-        log_in(log_in_as_user, "viewer-pw")
+        log_in("viewer", "viewer-pw")
         page.b.wait_for("window.umind.ui.study && window.umind.ui.study.id === 'img0'", 60, "the first study")
         page.b.js("window.umind.view.setFrameMask(0, new Uint8Array(64 * 64).fill(1))")
         page.key("s")

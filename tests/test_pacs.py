@@ -206,10 +206,7 @@ def test_the_browser_viewer_opens_a_pacs_cine_and_answers_its_frame_in_mm(server
     try:
         page.open(f"image={study.series_uid}")
         assert page.b.js("window.umind.view.frameCount()") == CINE_FRAMES
-        page.blur()
-        page.key("ArrowDown", code="ArrowDown")
-        page.key("ArrowDown", code="ArrowDown")
-        page.b.wait_for("window.umind.view.currentFrame() === 2", 10, "frame 2")
+        page.go_to_frame(2)
         params = page.run(task="segment", prompt=PROMPT)
         assert [r["frame_index"] for r in params["umind"]["results"]] == [2]
         resp = infer(server, "umind_segment", study.series_uid, {"prompt": PROMPT, "frames": "current", "slice": 2,

@@ -41,6 +41,7 @@ if not _built():
 
 from umind_core.evaluation.metrics import mask_iou  # noqa: E402
 from umind_core.testing.server import start_server  # noqa: E402
+from test_server import read_label  # noqa: E402
 from viewer_page import ViewerPage  # noqa: E402
 
 
@@ -80,33 +81,18 @@ def page(server, tmp_path_factory):
     p.close()
 
 
-def _reply_mask(server, image: str, params: dict) -> np.ndarray:
+def _reply_mask(server, image: str, params: dict, model: str = "umind_segment") -> np.ndarray:
     """The label map the server answers the same request with, read by SimpleITK (not by the page's code)."""
-    import tempfile
-
-    import SimpleITK as sitk
-
-    r = requests.post(f"{server.url}/infer/umind_segment?image={image}&output=image",
+    r = requests.post(f"{server.url}/infer/{model}?image={image}&output=image",
                       files={"params": (None, json.dumps({**params, "umind_client": "web-viewer"}))}, timeout=300)
     r.raise_for_status()
-    with tempfile.NamedTemporaryFile(suffix=".nrrd") as fh:
-        fh.write(r.content)
-        fh.flush()
-        return sitk.GetArrayFromImage(sitk.ReadImage(fh.name))
+    return read_label(r.content, ".nrrd")
 
 
 def _saved_label(server, image: str) -> np.ndarray:
-    import tempfile
-
-    import SimpleITK as sitk
-
     r = requests.get(f"{server.url}/datastore/label?label={image}&tag=final", timeout=60)
     r.raise_for_status()
-    suffix = ".png" if r.content[:4] == b"\x89PNG" else ".nrrd"
-    with tempfile.NamedTemporaryFile(suffix=suffix) as fh:
-        fh.write(r.content)
-        fh.flush()
-        return sitk.GetArrayFromImage(sitk.ReadImage(fh.name))
+    return read_label(r.content, ".png" if r.content[:4] == b"\x89PNG" else ".nrrd")
 
 
 def _since_last_run(server) -> int:
@@ -212,10 +198,7 @@ def test_next_sample_opens_the_study_the_strategy_picks(server, page):
 def test_a_clips_frame_n_is_answered_on_frame_n(server, page, study, frames):
     page.open(f"image={study}")
     assert page.b.js("window.umind.view.frameCount()") == frames
-    page.blur()
-    page.key("ArrowDown", code="ArrowDown")
-    page.key("ArrowDown", code="ArrowDown")
-    page.b.wait_for("window.umind.view.currentFrame() === 2", 10, "frame 2")
+    page.go_to_frame(2)
     page.b.requests.clear()
     params = page.run(task="segment", prompt="breast lesion")
     assert "done" in page.message(), page.message()
@@ -274,17 +257,7 @@ def test_clicks_and_a_box_ask_the_interactive_model_and_its_mask_is_drawn(server
     assert len(posts) == 1 and "/infer/umind_interactive?" in posts[0]["url"]
     sent = {"prompt": "breast lesion", "foreground": [[130, 130, 0]], "background": [], "roi": [60, 200, 60, 200, 0, 0],
             "slice": 0, "result_extension": ".nrrd"}
-    r = requests.post(f"{server.url}/infer/umind_interactive?image=img2&output=image", timeout=300,
-                      files={"params": (None, json.dumps({**sent, "umind_client": "web-viewer"}))})
-    r.raise_for_status()
-    import tempfile
-
-    import SimpleITK as sitk
-
-    with tempfile.NamedTemporaryFile(suffix=".nrrd") as fh:
-        fh.write(r.content)
-        fh.flush()
-        want = sitk.GetArrayFromImage(sitk.ReadImage(fh.name)) > 0
+    want = _reply_mask(server, "img2", sent, model="umind_interactive") > 0
     assert params["label_names"] and want.sum() > 0
     assert mask_iou(page.drawn_mask(256, 256, "interactive"), want) >= 0.98
     status = page.b.js("document.getElementById('umind-status').textContent")

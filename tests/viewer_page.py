@@ -83,6 +83,13 @@ class ViewerPage:
         return self.b.wait_for("!window.umind.ui.busy && document.getElementById('umind-message').textContent",
                                timeout, "the panel's answer or message")
 
+    def go_to_frame(self, k: int) -> None:
+        """Step down to frame k with the arrow key, as an annotator scrolls a clip from its first frame."""
+        self.blur()
+        for _ in range(k):
+            self.key("ArrowDown", code="ArrowDown")
+        self.b.wait_for(f"window.umind.view.currentFrame() === {k}", 10, f"frame {k}")
+
     def message(self) -> str:
         return self.b.js("document.getElementById('umind-message').textContent")
 

@@ -47,7 +47,6 @@ export function setAnswerItems(list) {
 export function setUserItems(list) {
   items = items.filter((i) => !i.user).concat(list.map((i) => ({ ...i, user: true })));
 }
-export const answerItems = () => items.filter((i) => !i.user);
 
 // the length as the server measured it (mm from the image's calibration, else px), to one decimal
 const withLength = (it) => (it.length != null ? `${it.label} ${Number(it.length).toFixed(1)} ${it.unit ?? 'px'}` : it.label);

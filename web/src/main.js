@@ -2,7 +2,7 @@
 // to the next sample. Data flows one way: study -> request -> reply -> drawn answer -> submitted label.
 import * as api from './api.js';
 import contract from './contract.json';
-import { loadStudy } from './load.js';
+import { loadStudy, sniff } from './load.js';
 import { readNrrd, writeNrrd } from './nrrd.js';
 import * as view from './viewer.js';
 import { initOverlay, itemsOf, setAnswerItems, setUserItems, redraw } from './answers.js';
@@ -130,11 +130,8 @@ async function run() {
     const { params, file } = await api.infer(req.model, ui.study.id, req.params, req.output);
     const t1 = performance.now();
     ui.reply = { task: ui.task, prompt: req.prompt, params, frame };
-    if (file && /nrrd|octet/.test(file.type || 'octet') && !(file.name || '').endsWith('.json')) {
-      const head = new Uint8Array(await file.slice(0, 4).arrayBuffer());
-      if (String.fromCharCode(...head) === 'NRRD') await applyMask(file, frame);
-    }
     if (file && (file.name || '').endsWith('.json')) ui.reply.markups = JSON.parse(await file.text());
+    else if (file && sniff(await file.slice(0, 132).arrayBuffer()) === 'nrrd') await applyMask(file, frame);
     const names = namesOf(params);
     if (Object.keys(names).length) {
       // the reply's label map owns its values: names the study had for them before go

@@ -31,11 +31,6 @@ export function buildRequest({ task, prompt, frame, clicks = [], box = null, fra
   return { model, params, output: preset.output, prompt };
 }
 
-function hasLabels(masks) {
-  for (let i = 0; i < masks.length; i++) if (masks[i]) return true;
-  return false;
-}
-
 /** The label info of a submitted label: label names of the values present, and the corrected answer. */
 export function labelInfo({ masks, labelNames = {}, prompt = '', reply = null, answer = '', finding = '' }) {
   const info = {};
@@ -45,7 +40,7 @@ export function labelInfo({ masks, labelNames = {}, prompt = '', reply = null, a
   for (const v of present) {
     if (!Object.values(names).includes(v)) names[v === 1 && prompt && !Object.keys(names).includes(prompt) ? prompt : `label ${v}`] = v;
   }
-  if (hasLabels(masks)) info[KEYS.label_names] = names;
+  if (present.size) info[KEYS.label_names] = names;
   if (answer) info[KEYS.answer] = answer;
   if (finding) {
     if (!contract.findings.includes(finding)) throw new Error(`finding must be one of ${contract.findings.join(', ')}`);

@@ -1,7 +1,7 @@
 // The image and its label map: one Cornerstone3D stack viewport (a clip is a stack, one image a frame), one
 // labelmap segmentation over it that the model's masks fill and the brush and eraser correct.
 import {
-  RenderingEngine, Enums, init as csInit, imageLoader, cache, utilities, getRenderingEngine, eventTarget,
+  RenderingEngine, Enums, init as csInit, imageLoader, cache, utilities, getRenderingEngine,
 } from '@cornerstonejs/core';
 import * as csTools from '@cornerstonejs/tools';
 import dicomImageLoader from '@cornerstonejs/dicom-image-loader';
@@ -11,7 +11,7 @@ const { ToolGroupManager, BrushTool, StackScrollTool, PanTool, ZoomTool, segment
 const ENGINE = 'umind-engine';
 const VIEWPORT = 'umind-stack';
 const TOOLS = 'umind-tools';
-export const COLORS = [[0, 0, 0, 0], [255, 80, 60, 255], [60, 200, 255, 255], [120, 255, 90, 255],
+const COLORS = [[0, 0, 0, 0], [255, 80, 60, 255], [60, 200, 255, 255], [120, 255, 90, 255],
   [255, 220, 40, 255], [220, 90, 255, 255], [255, 150, 40, 255], [40, 255, 200, 255]];
 
 let state = null; // {imageIds, segImageIds, segmentationId, width, height}
@@ -87,9 +87,7 @@ export function frameMask(k) {
 }
 
 export function setFrameMask(k, u8) {
-  const img = cache.getImage(state.segImageIds[k]);
-  img.voxelManager.getScalarData().set(u8);
-  if (img.voxelManager.modifiedSlices) img.voxelManager.modifiedSlices.add?.(0);
+  cache.getImage(state.segImageIds[k]).voxelManager.getScalarData().set(u8);
 }
 
 export function maskChanged() {
@@ -143,5 +141,4 @@ export function canvasToImage(cx, cy) {
 
 export const onRendered = (element, fn) => element.addEventListener(Enums.Events.IMAGE_RENDERED, fn);
 export const onFrameChanged = (element, fn) => element.addEventListener(Enums.Events.STACK_NEW_IMAGE, fn);
-export const onSegmentationRendered = (fn) => eventTarget.addEventListener(tEnums.Events.SEGMENTATION_RENDERED, fn);
 export const undo = () => utilities.HistoryMemo.DefaultHistoryMemo.undo();
