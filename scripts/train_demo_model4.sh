@@ -6,7 +6,8 @@
 # once (seed 0, 20% of subjects held out; the held-out split is never mixed in: `umind mix` refuses it), beside
 # synthetic rehearsal of the four sites (varied look, augmented, seeds 200000.., never used by an evaluation).
 # Stage 1 starts from the bundled demo model 3; stage N from WORK/stage<N-1>/final (or FROM=<folder>); LR overrides
-# the stage's learning rate.
+# the stage's learning rate; AUGMENT=F shows a fraction F of the images zoomed, shifted and toned (`umind train
+# --augment`).
 set -euo pipefail
 work=${1:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
 stage=${2:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
@@ -46,4 +47,4 @@ case "$stage" in
 esac
 exec "$umind" train --manifest "$work/$mix/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
   --batch-size 8 --val-fraction 0.02 --lr "$lr" --warmup-ratio 0.03 --epochs 20 --max-steps "$steps" \
-  --save-every 100 --eval-every 300 --keep-checkpoints 2 --log-every 20 --no-progress
+  --save-every 100 --eval-every 300 --keep-checkpoints 2 --log-every 20 --no-progress --augment "${AUGMENT:-0}"

@@ -302,6 +302,29 @@ def line_from_grid(line: Line, width: int, height: int) -> tuple[float, float, f
     )
 
 
+_SPAN_RE = re.compile(
+    rf"({re.escape(BOX_START)}|{re.escape(POINT_START)}|{re.escape(LINE_START)})(.*?)"
+    rf"({re.escape(BOX_END)}|{re.escape(POINT_END)}|{re.escape(LINE_END)})", re.S)
+_PAIR_RE = re.compile(r"\(\s*([-+]?\d+)\s*,\s*([-+]?\d+)\s*\)")
+
+
+def grid_pairs(text: str) -> list[tuple[int, int]]:
+    """Every (x, y) grid pair written inside a box, point or line of well-formed text (a training target or a
+    visual prompt); numbers outside those spans (a length in mm) are not coordinates."""
+    return [(int(x), int(y)) for span in _SPAN_RE.finditer(text) for x, y in _PAIR_RE.findall(span.group(2))]
+
+
+def map_grid_pairs(text: str, fn) -> str:
+    """`text` with every grid pair of its boxes, points and lines replaced by `fn(x, y)` (rounded half up and
+    clipped to 0..GRID), everything else unchanged: how a geometric change of the image (training-time
+    augmentation) carries over to the words about it. `fn` must keep x and y order (x1 <= x2 in a box)."""
+    def pair(m: re.Match) -> str:
+        x, y = fn(int(m.group(1)), int(m.group(2)))
+        return _pair(*(min(GRID, max(0, math.floor(float(v) + 0.5))) for v in (x, y)))
+
+    return _SPAN_RE.sub(lambda m: m.group(1) + _PAIR_RE.sub(pair, m.group(2)) + m.group(3), text)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------------------

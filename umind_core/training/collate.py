@@ -18,6 +18,7 @@ reads that view's image tokens. Packing works unchanged: the turns share the who
 
 from __future__ import annotations
 
+import copy
 import functools
 import numbers
 import os
@@ -31,6 +32,7 @@ from ..data.manifest import Conversation, ExamRecord, read_manifest
 from ..grounding import SEG_MASK
 from ..modeling.packing import PAD_SEGMENT
 from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, exam_prefix, turn_suffix
+from .augment import augment_record, draw, tone
 
 __all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "encode_exam_turns",
            "collate", "ManifestDataset", "to_rgb_uint8"]
@@ -317,11 +319,13 @@ class ManifestDataset(torch.utils.data.Dataset):
     one per record holding all its conversations as turns on one image prefix. An examination's items hold
     all its views (`encode_exam_turns`), packed or not.
 
-    `items[i]` is (record index, tuple of conversation indices).
+    `items[i]` is (record index, tuple of conversation indices). `augmented(p)` is the same data with a fraction
+    p of the single-image items zoomed, shifted and toned (`training.augment`): for training, never validation.
     """
 
     def __init__(self, manifest_path: str | os.PathLike, processor, num_mask_tokens: int = 16,
                  tasks: Sequence[str] | None = None, pack: bool = False):
+        self.augment, self.seed, self._draws = 0.0, 0, {}
         if tasks is not None:
             tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
             bad = [t for t in tasks if t not in TASKS]
@@ -348,6 +352,23 @@ class ManifestDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    def augmented(self, fraction: float, seed: int = 0) -> "ManifestDataset":
+        """A view of the same records whose items are augmented with probability `fraction`; each item's n-th
+        read draws from (seed, item, n), so a run is repeatable and every epoch sees other views."""
+        view = copy.copy(self)
+        view.augment, view.seed, view._draws = float(fraction), int(seed), {}
+        return view
+
+    def _augment(self, index: int, image: np.ndarray, masks: list, conversations: list):
+        n = self._draws.get(index, 0)
+        self._draws[index] = n + 1
+        rng = np.random.default_rng([self.seed, index, n])
+        if rng.random() >= self.augment:
+            return image, masks, conversations
+        image, masks, conversations = augment_record(to_rgb_uint8(image), masks, conversations,
+                                                     draw(rng, np.shape(image)[:2], masks, conversations))
+        return tone(image, rng), masks, conversations
+
     def __getitem__(self, index: int) -> EncodedSample:
         r, chosen = self.items[index]
         rec = self.records[r]
@@ -357,7 +378,10 @@ class ManifestDataset(torch.utils.data.Dataset):
             if isinstance(rec, ExamRecord):
                 return encode_exam_turns(self.processor, rec.load_images(), conversations, masks,
                                          self.num_mask_tokens)
-            return encode_turns(self.processor, rec.load_image(), conversations, masks, self.num_mask_tokens)
+            image = rec.load_image()
+            if self.augment > 0:
+                image, masks, conversations = self._augment(index, image, masks, conversations)
+            return encode_turns(self.processor, image, conversations, masks, self.num_mask_tokens)
         except CollateError as exc:
             which = f"conversation {chosen[0]}" if len(chosen) == 1 else f"conversations {list(chosen)}"
             raise CollateError(f"record {rec.id!r}, {which}: {exc}") from None

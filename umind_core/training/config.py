@@ -152,6 +152,9 @@ class TrainConfig:
     progress draws a tqdm bar; without it (a server's train job) every logged step is an INFO line
     "umind train: step N/TOTAL ...", which the job's status shows and the Slicer panel turns into progress.
 
+    augment is the fraction of training images shown zoomed, shifted and toned each time they are read
+    (`training.augment`; validation never is): 0 trains on the images as stored.
+
     mask_loss_weight is owned here, not by the model: it is a choice of one training run (a CLI flag, the
     server's recipe), like the learning rate. The model config's field of the same name is only where the
     forward pass reads it; `trainer.train` writes this value there at the start of every run (and logs when it
@@ -169,6 +172,7 @@ class TrainConfig:
     weight_decay: float = setting(0.0, 0.0)
     max_grad_norm: float = setting(1.0, 0.0)
     mask_loss_weight: float = setting(1.0, 0.0)
+    augment: float = setting(0.0, 0.0, 1.0)
     val_fraction: float = setting(0.1, 0.0, 1.0, hi_open=True)
     eval_every: int = setting(0, 0)
     save_every: int = setting(0, 0)

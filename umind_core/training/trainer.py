@@ -209,7 +209,8 @@ def _parts(accelerator, model, names: list[str], frozen: dict, manifest: Path, c
     # own generators: creating a loader iterator must not draw from the global RNG that dropout uses,
     # or a resumed run would see other dropout masks than the uninterrupted one
     train_loader = torch.utils.data.DataLoader(
-        torch.utils.data.Subset(dataset, train_items), batch_size=config.batch_size, sampler=sampler,
+        torch.utils.data.Subset(dataset.augmented(config.augment, config.seed) if config.augment else dataset,
+                                train_items), batch_size=config.batch_size, sampler=sampler,
         collate_fn=dataset.collate_fn, num_workers=config.num_workers,
         generator=torch.Generator().manual_seed(config.seed))
     rank, world = accelerator.process_index, accelerator.num_processes
