@@ -104,7 +104,7 @@ def annotation(rec) -> tuple[bytes, dict]:
     """The ground truth of one pool record as an annotator's submission: label map PNG + label info."""
     from PIL import Image
 
-    from umind_core.findings import FINDINGS
+    from umind_core.answers.findings import FINDINGS
     from umind_core.painter import LabelPainter
 
     masks = rec.load_masks()
@@ -228,7 +228,7 @@ def signal_study(manifest: Path, n: int, start_model: Path | None = None, target
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_iou
     from umind_core.evaluation.runner import record_frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(demo.load_model(start_model))
     rows = []

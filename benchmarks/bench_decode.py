@@ -27,7 +27,7 @@ import torch
 
 from umind_core import demo
 from umind_core.data import synthetic
-from umind_core.predictor import Predictor
+from umind_core.inference.predictor import Predictor
 
 MODES = ("eager", "static", "compiled", "tuned")
 

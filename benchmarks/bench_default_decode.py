@@ -64,7 +64,7 @@ def worker(mode: str, n_images: int, first_only: bool = False) -> dict:
     import inspect
 
     from umind_core import demo
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     images = _images(n_images)
     # the decoder's own answers (boxes as written), as in trees before the mask readout existed

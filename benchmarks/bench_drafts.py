@@ -29,7 +29,7 @@ def _masks(result) -> list[np.ndarray]:
 def compare(n_images: int) -> dict:
     from umind_core import demo
     from umind_core.data.synthetic import SITES, generate
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     model = demo.load_model(None)
     # the decoder's own answers (boxes and lines as written): drafts must reproduce every kind of token

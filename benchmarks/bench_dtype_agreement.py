@@ -33,7 +33,7 @@ DTYPES = ("float32", "bfloat16")
 def answers(model, records, queries) -> dict:
     """(record, task, prompt) -> Result, each distinct question asked once (the runner's order)."""
     from umind_core.evaluation.runner import record_frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(model, readout="tokens")  # the model's own answers: what bf16 may change
     out = {}
@@ -123,7 +123,7 @@ def demo_model(work: Path, n: int) -> dict:
 def layout_answers(model, n: int, max_new_tokens: int) -> tuple[dict, dict]:
     """A random-weight layout's greedy answers to a segment and an open question on `n` test images, and their
     token ids: {(image, task, prompt): Result}, {same key: ids}."""
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
     from umind_core.testing.samples import make_image
 
     predictor = Predictor(model, max_new_tokens=max_new_tokens, readout="tokens")

@@ -34,8 +34,8 @@ def _ms(fn, reps: int) -> float:
 def main(argv=None) -> int:
     from umind_core import demo, prompts
     from umind_core.data.synthetic import generate
-    from umind_core.decode_batch import _to_device
-    from umind_core.predictor import Predictor, _as_frame
+    from umind_core.inference.decode_batch import _to_device
+    from umind_core.inference.predictor import Predictor, _as_frame
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)

@@ -43,7 +43,7 @@ def _images(n: int, size: int) -> list[np.ndarray]:
 
 def _in_process(models: dict[str, str], images: list[np.ndarray], max_new_tokens: int) -> dict:
     from umind_core import demo
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     preds = {k: Predictor(demo.load_model(path), max_new_tokens=max_new_tokens) for k, path in models.items()}
     times: dict[str, dict[str, list[float]]] = {k: {t: [] for t in TASKS} for k in models}

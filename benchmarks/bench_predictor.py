@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from umind_core.modeling.tiny import build_model
-from umind_core.predictor import Predictor
+from umind_core.inference.predictor import Predictor
 
 
 def peak_rss_mb() -> float:

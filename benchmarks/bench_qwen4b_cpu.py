@@ -51,7 +51,7 @@ class Record:
 
 
 def _answer(record: Record, model, frame, max_new: int) -> None:
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     head = install_script_head(model)
     script = answer_script(model.tokenizer, label="lesion", box=None)

@@ -9,7 +9,7 @@ the direct masks, so the two halves do the same work.
 
     .venv/bin/python benchmarks/bench_server.py [--model DIR] [--size 256] [--repeats 30]
 
-`--clients 8` measures instead what batching concurrent requests (umind_core.scheduler) buys: the same mixed
+`--clients 8` measures instead what batching concurrent requests (umind_core.inference.scheduler) buys: the same mixed
 requests (segment, detect, interactive clicks, interpret; one per client and round, on 8 different images)
 sent one by one, then by that many clients at once; every concurrent reply is checked against the reply the
 same request got alone. It prints throughput and latency ratios measured in this one run.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from umind_core.modeling.fast_decode import GRAPH_MODES
+from umind_core.inference.fast_decode import GRAPH_MODES
 from umind_core.testing.server import same_reply, start_server
 
 PROMPT = "lesion"
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from umind_core import demo
     from umind_core.imageio import read_image
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -391,13 +391,8 @@ def _bench_images(size: int) -> list[np.ndarray]:
 def _main_in_process(args) -> int:
     """The concurrency plan without the server: what the scheduler and the batched Predictor give on their own."""
     from umind_core import demo
-    from umind_core.predictor import Job, Predictor
-    from umind_core.scheduler import (
-        DEFAULT_REGROUP_MS,
-        DEFAULT_WINDOW_MS,
-        BatchScheduler,
-        model_thread,
-    )
+    from umind_core.inference.predictor import Job, Predictor
+    from umind_core.inference.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS, BatchScheduler, model_thread
 
     images = _bench_images(args.size)
     kinds = {"umind_segment": ("segment", "lesion", {}), "umind_detect": ("detect", "lesion", {}),
@@ -413,7 +408,7 @@ def _main_in_process(args) -> int:
     plan = [[job(r) for r in reqs] for reqs in _mixed_requests(args.clients, args.per_client, IMAGES)]
     flat = [j for jobs in plan for j in jobs]
     window = DEFAULT_WINDOW_MS if args.window_ms is None else args.window_ms
-    # the model loads and runs on one thread, as in the server (umind_core.scheduler: where the model runs)
+    # the model loads and runs on one thread, as in the server (umind_core.inference.scheduler: where the model runs)
     executor = model_thread()
     predictor = executor.submit(lambda: Predictor(demo.load_model(args.model), max_new_tokens=args.max_new_tokens,
                                                   decode=args.decode)).result()

@@ -24,7 +24,7 @@ CLASSES = ("benign", "malignant")
 def readings(model, exams) -> list[dict]:
     from umind_core.evaluation.exams import best_view, exam_frames
     from umind_core.evaluation.runner import parse_diagnosis
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(model)
     rows = []

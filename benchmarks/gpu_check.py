@@ -55,7 +55,7 @@ def _answer(predictor, head, script, task, prompt, seg_id, device) -> tuple[dict
 
 def run(args) -> list[dict]:
     from umind_core.modeling.umind import UMindVL
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     device = torch.device(args.device)
     t0 = time.perf_counter()
@@ -68,7 +68,7 @@ def run(args) -> list[dict]:
     seg_id = model.seg_mask_id
     script = answer_script(model.tokenizer, box=None if args.answer == "ref" else (120, 340, 260, 480))
     # eager: the scripted answer is applied at the LM head, which the fast decode path folds into its own
-    # weights (modeling/fast_decode.py); these times are transformers' forward
+    # weights (inference/fast_decode.py); these times are transformers' forward
     # readout "tokens": the scripted answer (a box and a mask) comes back as scripted, not turned into boxes
     predictor = Predictor(model, max_new_tokens=len(script) + model.num_mask_tokens + 4, batch_size=args.frames,
                           decode="eager", readout="tokens")

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from umind_core import demo
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
     rows = {look: scan(predictor, held_out_set(Path(args.work), look, args.n)) for look in LOOKS}

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from umind_core import grounding, prompts
+from umind_core.answers import grounding
+from umind_core import prompts
 
 
 def answer_script(tokenizer, label: str = "thyroid nodule", box: tuple[int, int, int, int] | None = (120, 340, 260, 480),

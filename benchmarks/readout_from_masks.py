@@ -128,7 +128,7 @@ def _latency(model, manifest: Path, images: int = 8, rounds: int = 3) -> dict:
 
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.runner import record_frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     records = read_manifest(manifest)
     frames = {site: [record_frame(r) for r in records if r.site == site][:images] for _, _, site in LATENCY_ASKS}

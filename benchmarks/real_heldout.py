@@ -101,7 +101,7 @@ def hc18(predictor, manifest: Path) -> dict:
 def busi(predictor, manifest: Path) -> dict:
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.class_scores import class_scores
-    from umind_core.findings import answer_finding
+    from umind_core.answers.findings import answer_finding
     from umind_core.prompts import build_user_text
 
     truth, said, scores = [], [], []
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         return 2
     from umind_core.atomic import write_text
     from umind_core.demo import load_model
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(load_model(args.model))
     t0 = time.perf_counter()

@@ -186,7 +186,7 @@ def pseudo_labels(records) -> tuple[dict, dict]:
     what to ask (`SITE_TARGETS`); its annotations are never read. An image with no mask kept gets no label."""
     from umind_core import demo
     from umind_core.evaluation.runner import record_frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
     frames = {r.id: record_frame(r) for r in records}
@@ -255,7 +255,7 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
         return candidates[:n], {}
     from umind_core import demo
     from umind_core.evaluation.runner import record_frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(demo.load_model(None))
     if rule in ("uncertainty", "uncertainty_balanced"):

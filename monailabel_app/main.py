@@ -35,7 +35,7 @@ from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.datastore import Datastore, DefaultLabelTag
 from monailabel.tasks.activelearning.first import First
 from umind_core.model_identity import model_name, model_version
-from umind_core.modeling.step_builder import hold_builds_while
+from umind_core.inference.step_builder import hold_builds_while
 
 from lib.activelearning import MostUncertain, RandomUnlabeled, UMindUncertainty
 from lib.conf import parse_conf

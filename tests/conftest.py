@@ -38,7 +38,7 @@ def tiny_model_factory():
 
 def task_answers(width: int = 256, height: int = 256) -> dict[str, tuple[str | None, str]]:
     """One (prompt, answer) per task for the single-lesion image of make_image: what the trained fixture learns."""
-    from umind_core import grounding as g
+    from umind_core.answers import grounding as g
 
     (y0, y1, x0, x1), = lesion_boxes(height, width, 1)
     box = g.box_to_grid(x0, y0, x1 - 1, y1 - 1, width, height)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from umind_core.decode_batch import Decoded
+from umind_core.inference.decode_batch import Decoded
 
 
 def force_answer(monkeypatch, text: str, mask_groups: int = 0) -> None:
     """Every answer is `text`; its mask groups get fixed random queries (the decoder still runs)."""
-    from umind_core import predictor as P
+    from umind_core.inference import predictor as P
 
     original = P.Predictor._result
     gen = torch.Generator().manual_seed(0)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import make_image, task_answers
-from umind_core.predictor import Job, Predictor, PredictorError
-from umind_core.scheduler import BatchScheduler
+from umind_core.inference.predictor import Job, Predictor, PredictorError
+from umind_core.inference.scheduler import BatchScheduler
 
 _SIZES = {0: (256, 256), 1: (192, 256), 2: (256, 224)}  # image seed -> (height, width): three prefix lengths
 
@@ -112,7 +112,7 @@ def test_compiled_step_on_a_stacked_batch_equals_static(trained_tiny, mode, n, r
 @pytest.mark.parametrize("mode", ["static", "tuned"])
 def test_a_batch_narrows_to_its_live_rows_and_answers_as_each_alone(trained_tiny, monkeypatch, mode):
     """Once half the rows have finished, the others decode on a copy of the cache that holds only them."""
-    from umind_core.modeling.fast_decode import FastDecoder
+    from umind_core.inference.fast_decode import FastDecoder
 
     pytest.importorskip("torch._dynamo")
     narrowed, original = [], FastDecoder.narrowed
@@ -136,7 +136,7 @@ def test_a_batch_narrows_to_its_live_rows_and_answers_as_each_alone(trained_tiny
 
 
 def test_tuned_batches_run_in_buckets_of_rows(trained_tiny):
-    from umind_core.modeling.fast_decode import FastDecoder
+    from umind_core.inference.fast_decode import FastDecoder
 
     tuned, compiled = FastDecoder(trained_tiny, tune=True), FastDecoder(trained_tiny, compile=True)
     assert [tuned.rows_for(b) for b in range(1, 11)] == [1, 2, 4, 4, 8, 8, 8, 8, 16, 16]
@@ -442,7 +442,7 @@ def test_scheduler_regroup_never_holds_a_lone_client():
 
 def test_stacked_cache_hides_holes():
     """A row whose prefix is shorter attends to exactly its own slots: the stacked cache's valid mask."""
-    from umind_core.modeling.fast_decode import StaticKVCache
+    from umind_core.inference.fast_decode import StaticKVCache
 
     def cache(length, value):
         k = torch.full((1, 2, 8, 4), float(value))
@@ -550,8 +550,8 @@ def test_a_batch_failing_after_early_answers_reruns_only_the_unanswered(trained_
 
 
 def test_prompt_split_feeds_the_long_rows_first_columns_apart_where_that_pays():
-    from umind_core.modeling.fast_decode import StaticKVCache
-    from umind_core.decode_batch import PROMPT_PART_POSITIONS, _prompt_split
+    from umind_core.inference.fast_decode import StaticKVCache
+    from umind_core.inference.decode_batch import PROMPT_PART_POSITIONS, _prompt_split
 
     def cache(rows):
         return StaticKVCache([torch.zeros(rows, 1, 128, 2)], [torch.zeros(rows, 1, 128, 2)], 10)
@@ -571,7 +571,7 @@ def test_prompt_split_feeds_the_long_rows_first_columns_apart_where_that_pays():
 
 def test_a_split_prompt_feed_answers_as_each_alone(trained_tiny, monkeypatch):
     """The mixed batch (clicks, a box and plain prompts) is fed in two parts, and every job still answers as alone."""
-    from umind_core import decode_batch
+    from umind_core.inference import decode_batch
 
     splits = []
     real = decode_batch._prompt_split

@@ -17,7 +17,7 @@ import capacity_probe
 from umind_core.data import synthetic
 from umind_core.imageio import Frame
 from umind_core.modeling.umind import UMindVL
-from umind_core.predictor import Predictor
+from umind_core.inference.predictor import Predictor
 
 
 def test_a_deepened_demo_model_answers_as_the_original_until_it_trains(tmp_path):

@@ -374,7 +374,7 @@ def test_parallel_inputs_run_the_model_on_one_thread(tmp_path, capsys, model_dir
     the scheduler's worker or the input threads; alone, everything stays on the calling thread."""
     import threading
 
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     seen: list[str] = []
     for name in ("predict_many", "predict_batch"):

@@ -17,9 +17,9 @@ import pytest
 
 from fixtures_imaging import dicom_mono, dicom_mono_multiframe, ramp
 from forced_answer import force_answer
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.cli import main
-from umind_core.grounding import Box, Line
+from umind_core.answers.grounding import Box, Line
 from umind_core.imageio import line_length
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.data.conversations import attach_conversations
 from umind_core.data.manifest import Conversation, read_manifest, write_synthetic_dataset
 from umind_core.prompts import ASSISTANT_END, chat_prompt

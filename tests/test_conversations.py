@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.data.conversations import (
     FOREIGN_ANATOMY,
     REFUSAL_ANSWERS,

@@ -33,7 +33,7 @@ def test_missing_model_resolves_to_the_demo_folder(demo_model):
 
 def test_demo_model_segments_a_held_out_kidney(demo_model):
     from umind_core.data.synthetic import generate
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     sample = generate(seed=1_000_003, site="kidney", size=256)
     (kidney,) = [o for o in sample.objects if o.label == "kidney"]
@@ -89,7 +89,7 @@ def test_demo_model_reads_the_committed_real_fetal_heads(demo_model, tmp_path):
     from umind_core.cli import main as umind
     from umind_core.data.manifest import read_manifest
     from umind_core.imageio import Frame
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     fixtures = Path(__file__).resolve().parent / "fixtures" / "hc18"
     assert umind(["import", "hc18", str(fixtures), "--out", str(tmp_path / "hc18")]) == 0

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "monailabel_app"))
 
 
 def test_unit_file_decode_mode_is_the_documented_default():
-    from umind_core.modeling.fast_decode import DECODE_MODES
+    from umind_core.inference.fast_decode import DECODE_MODES
 
     (exec_start,) = [ln for ln in DEPLOY.splitlines() if ln.startswith("ExecStart=")]
     unit_mode = re.search(r"--conf decode (\w+)", exec_start).group(1)

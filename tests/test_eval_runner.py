@@ -23,7 +23,7 @@ from umind_core.evaluation.runner import (
     score,
     write_eval,
 )
-from umind_core.results import GroundedObject, Result
+from umind_core.answers.results import GroundedObject, Result
 
 FRACTIONS = [k for k in SUMMARY_KEYS
              if k not in ("keypoint_error_px", "keypoint_error_mm", "head_circumference_mad_mm")]
@@ -162,7 +162,7 @@ def test_a_stored_head_circumference_is_scored_as_hc18_scores_it(tmp_path):
     the record's spacing and the mean absolute difference in mm is a headline, beside the relative error."""
     from umind_core.data.manifest import Annotations, ManifestObject, ManifestRecord
     from umind_core.evaluation.runner import summary_table
-    from umind_core.landmarks import ellipse_axes, ellipse_perimeter
+    from umind_core.answers.landmarks import ellipse_axes, ellipse_perimeter
 
     yy, xx = np.mgrid[0:120, 0:160]
     mask = ((xx - 80) / 50.0) ** 2 + ((yy - 60) / 40.0) ** 2 <= 1
@@ -332,7 +332,7 @@ def test_class_scores_rank_the_answer_a_model_was_taught():
     from umind_core import demo
     from umind_core.data.synthetic import generate
     from umind_core.evaluation.class_scores import auc, class_scores
-    from umind_core.findings import normal_finding
+    from umind_core.answers.findings import normal_finding
     from umind_core.prompts import build_user_text
 
     model = demo.load_model(None)

@@ -20,7 +20,7 @@ from umind_core.evaluation.exams import (
     score_exam,
 )
 from umind_core.evaluation.runner import EvalError, aggregate, evaluate, write_eval
-from umind_core.results import Result
+from umind_core.answers.results import Result
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_eval_on_an_exam_manifest_writes_the_exam_metrics(untrained_run):
 
 
 def test_the_exam_reading_sees_all_views_and_the_baseline_one(manifest, tiny_model_factory, monkeypatch):
-    from umind_core import predictor as P
+    from umind_core.inference import predictor as P
 
     seen = []
     set_exam, predict_batch = P.Predictor.set_exam, P.Predictor.predict_batch
@@ -204,7 +204,7 @@ class _OraclePredictor:
         self.exam, self.view, self.stray = exam, view, stray
 
     def predict_exam(self, task, prompt):
-        from umind_core.results import GroundedObject
+        from umind_core.answers.results import GroundedObject
 
         record = self.exam.view_record(self.view)
         masks = record.load_masks()
@@ -248,7 +248,7 @@ class _CaliperOracle(_OraclePredictor):
     """predict_exam("measure"): the truth caliper of `view` (the view the model chooses to draw it in)."""
 
     def predict_exam(self, task, prompt):
-        from umind_core.results import GroundedObject
+        from umind_core.answers.results import GroundedObject
 
         record = self.exam.view_record(self.view)
         line = next(ln for o in record.annotations.objects for ln in o.lines if ln.name == prompt)

@@ -14,13 +14,14 @@ import pytest
 import torch
 
 from forced_answer import force_answer
-from umind_core import grounding, prompts
+from umind_core.answers import grounding
+from umind_core import prompts
 from umind_core.data.exams import write_exam_dataset
 from umind_core.data.manifest import MAX_EXAM_VIEWS, read_manifest
-from umind_core.grounding import Box, Line
+from umind_core.answers.grounding import Box, Line
 from umind_core.imageio import Frame, line_length
-from umind_core.predictor import Predictor, PredictorError
-from umind_core.results import Result
+from umind_core.inference.predictor import Predictor, PredictorError
+from umind_core.answers.results import Result
 from umind_core.training.collate import to_rgb_uint8
 
 EXAM_TASKS = {"segment": "thyroid nodule", "detect": "thyroid nodule", "keypoints": "thyroid nodule",
@@ -73,7 +74,7 @@ def test_the_prompt_is_the_exam_conversations_layout(predictor, exam_views):
     `prompts.exam_prefix` through the processor, then `turn_suffix` of the canonical exam wording."""
     model = predictor.model
     seen = {}
-    from umind_core import predictor as P
+    from umind_core.inference import predictor as P
 
     original = P.Predictor._result
 

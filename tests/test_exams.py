@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.cli import main
 from umind_core.data.check import check_manifest, training_manifest
 from umind_core.data.conversations import build_exam_conversations

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.data.manifest import Conversation
 from umind_core.training import IGNORE_INDEX, CollateError, collate, encode_turns
 from umind_core.training.collate import encode_exam_turns

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from conftest import make_image, task_answers
-from umind_core.modeling import fast_decode, step_builder
-from umind_core.predictor import Predictor, PredictorError
+from umind_core.inference import fast_decode, step_builder
+from umind_core.inference.predictor import Predictor, PredictorError
 
 TASKS = list(task_answers())  # segment, detect, keypoints, measure, diagnose, report, ask
 
@@ -153,8 +153,8 @@ def test_a_step_of_several_tokens_equals_the_eager_forward_on_a_cache_with_holes
 def test_the_lean_image_prefix_equals_transformers_prefix(trained_tiny, layout):
     """The fast decoder's prefix (lean layers, M-RoPE positions and DeepStack handed over) against transformers'
     forward: the same keys and values in every layer and the same image states the mask decoder reads."""
-    from umind_core.decode_batch import BatchDecoder
-    from umind_core.predictor import _as_frame
+    from umind_core.inference.decode_batch import BatchDecoder
+    from umind_core.inference.predictor import _as_frame
 
     if layout == "two frames":
         frames, kind = [_as_frame(make_image(0)), _as_frame(make_image(1))], "encode"
@@ -305,7 +305,7 @@ def test_demo_model_drafted_answers_equal_eager():
 
 
 def test_answer_drafts_offer_only_continuations_two_answers_agreed_on():
-    from umind_core.answer_drafts import AnswerDrafts
+    from umind_core.inference.answer_drafts import AnswerDrafts
 
     drafts = AnswerDrafts(context=2, longest=4)
     prompt = [7, 8]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from umind_core import grounding as g
-from umind_core.grounding import (
+from umind_core.answers import grounding as g
+from umind_core.answers.grounding import (
     BOX_END,
     BOX_START,
     GRID,

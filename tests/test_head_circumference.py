@@ -21,11 +21,12 @@ import pytest
 
 import fixtures_imaging as fx
 from forced_answer import force_answer
-from umind_core import demo, grounding
+from umind_core import demo
+from umind_core.answers import grounding
 from umind_core.cli import main
 from umind_core.imageio import read_markups_json, read_study
-from umind_core.landmarks import OUTLINE_POINTS, ellipse_axes, ellipse_outline, ramanujan_perimeter
-from umind_core.results import GroundedObject, Result
+from umind_core.answers.landmarks import OUTLINE_POINTS, ellipse_axes, ellipse_outline, ramanujan_perimeter
+from umind_core.answers.results import GroundedObject, Result
 
 ROOT = Path(__file__).resolve().parents[1]
 H, W = 160, 200
@@ -62,7 +63,7 @@ def _plane_mm(lps: np.ndarray) -> np.ndarray:
 
 def _force_head(monkeypatch, mask: np.ndarray) -> None:
     """The model segments the fetal head with one mask group, which decodes to ``mask``."""
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     force_answer(monkeypatch, grounding.format_mask("fetal head"), mask_groups=1)
     monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))

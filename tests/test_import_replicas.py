@@ -331,7 +331,7 @@ def test_coco_finding_categories_become_diagnoses_with_lesion_objects(tmp_path):
                                           ("healthy", "normal"), ("thyroid nodule", None), ("nodule", None),
                                           ("carotid artery", None), ("lesion", None)])
 def test_finding_words(name, finding):
-    from umind_core.findings import finding_word
+    from umind_core.answers.findings import finding_word
 
     assert finding_word(name) == finding
 

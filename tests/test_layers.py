@@ -150,3 +150,29 @@ def test_lower_packages_do_not_import_upper_ones():
     bad = [f"{a} -> {b}: {line}" for a, edges in _core_graph().items() if a.startswith(LOWER)
            for b, line in edges.items() if b.startswith(UPPER)]
     assert not bad, "\n".join(bad)
+
+
+#: what each package that shows the architecture may import from the rest of umind_core (prefixes): the answer rules
+#: sit on the image and mask utilities only, the network knows the grammar's tokens but not how it is served, and
+#: inference is the one place the three meet
+ALLOWED = {
+    "umind_core.answers": ("umind_core.atomic", "umind_core.imageio", "umind_core.masks", "umind_core.painter"),
+    "umind_core.modeling": ("umind_core.answers.grounding", "umind_core.atomic"),
+    "umind_core.inference": ("umind_core.answers", "umind_core.data.manifest", "umind_core.imageio",
+                             "umind_core.masks", "umind_core.modeling", "umind_core.prompts"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_architecture_packages_import_only_what_their_role_allows(package):
+    bad = [f"{a} -> {b}: {line}" for a, edges in _core_graph().items() if a.startswith(package + ".") or a == package
+           for b, line in edges.items() if not b.startswith(package) and not b.startswith(ALLOWED[package])]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_answer_rules_load_without_torch():
+    """The server's edge and the CLI's parsing read answers before any model loads: no module of answers/ imports
+    torch, at the top or inside a function."""
+    bad = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "umind_core" / "answers").glob("*.py"))
+           for line, module in _imports(path) if module.split(".")[0] == "torch"]
+    assert not bad, "\n".join(bad)

@@ -20,10 +20,11 @@ import pytest
 import SimpleITK as sitk
 
 import fixtures_imaging as fx
-from umind_core import batch, demo, grounding
+from umind_core import batch, demo
+from umind_core.answers import grounding
 from umind_core.cli import main
 from umind_core.imageio import line_length, read_markups_json, read_study
-from umind_core.results import GroundedObject, Result
+from umind_core.answers.results import GroundedObject, Result
 
 ROOT = Path(__file__).resolve().parents[1]
 COL_MM, ROW_MM = 0.15, 0.30  # non-square pixels: x (columns) 0.015 cm, y (rows) 0.03 cm, as the regions say
@@ -45,8 +46,8 @@ def _regions_cine(path: Path, n: int = 30) -> Path:
 
 def _force_answer(monkeypatch, text: str, mask: np.ndarray | None = None) -> None:
     """Every answer the Predictor builds is ``text`` (and its mask groups decode to ``mask``)."""
-    from umind_core import predictor as P
-    from umind_core.decode_batch import Decoded
+    from umind_core.inference import predictor as P
+    from umind_core.inference.decode_batch import Decoded
 
     original = P.Predictor._result
 

@@ -1,5 +1,5 @@
 """Boxes, lesion calipers and organ landmarks read off the masks the model segments: the caliper rule
-(`umind_core.calipers`), the landmark rule (`umind_core.landmarks`) and the Predictor's `readout="mask"`, on single
+(`umind_core.answers.calipers`), the landmark rule (`umind_core.answers.landmarks`) and the Predictor's `readout="mask"`, on single
 images and examinations."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from forced_answer import force_answer
 
-from umind_core import grounding, prompts
-from umind_core.calipers import caliper_target, lesion_axes, main_component, mask_axes
+from umind_core.answers import grounding
+from umind_core import prompts
+from umind_core.answers.calipers import caliper_target, lesion_axes, main_component, mask_axes
 from umind_core.data import synthetic
-from umind_core.grounding import Line
+from umind_core.answers.grounding import Line
 from umind_core.imageio import Frame, line_length
-from umind_core.landmarks import (
+from umind_core.answers.landmarks import (
     ellipse_axes,
     ellipse_perimeter,
     landmark_target,
@@ -25,8 +26,8 @@ from umind_core.landmarks import (
     ramanujan_perimeter,
 )
 from umind_core.masks import mask_box
-from umind_core.predictor import Predictor, PredictorError
-from umind_core.results import Result
+from umind_core.inference.predictor import Predictor, PredictorError
+from umind_core.answers.results import Result
 
 
 def _ellipse(h=128, w=160, cx=80.0, cy=60.0, a=40.0, b=15.0, angle=0.0) -> np.ndarray:

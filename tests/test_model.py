@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import CHAT, make_image, mask_sample
-from umind_core import grounding
+from umind_core.answers import grounding
 
 
 def test_grounding_tokens_reuse_existing_ids_and_add_the_rest(tiny_model_factory):

@@ -2,7 +2,7 @@
 import it, and the copies that cannot import it (the Slicer module's Lib, which runs inside Slicer without
 umind_core or the app) are held to the owner here, on tables of cases.
 
-- the finding list: `umind_core.findings` (the app's trainer and answers, the evaluation, the Slicer module);
+- the finding list: `umind_core.answers.findings` (the app's trainer and answers, the evaluation, the Slicer module);
 - the wire contract of the label info and the task presets: `monailabel_app/lib/wire.py` (Slicer: `contract`,
   `requests.TASK_PRESETS`; the browser viewer: `web/src/contract.json`);
 - label painting: `umind_core.painter.LabelPainter` (Slicer: `UMindLib.painter`);
@@ -16,7 +16,7 @@ umind_core or the app) are held to the owner here, on tables of cases.
 - training settings: `umind_core.training.config.TrainConfig` (names, types, ranges, defaults) and its one
   validator `check_setting` (the CLI's flags, the app's recipe `lib/conf.py SERVER_RECIPE`, conf keys and train
   requests; the app's loop settings are declared with the same `setting`);
-- an ellipse's outline (a head circumference's closed curve): `umind_core.landmarks.ellipse_outline` (Slicer:
+- an ellipse's outline (a head circumference's closed curve): `umind_core.answers.landmarks.ellipse_outline` (Slicer:
   `UMindLib.geometry.ellipse_outline`).
 """
 
@@ -39,7 +39,7 @@ from UMindLib import contract  # noqa: E402
 from UMindLib import painter as slicer_painter  # noqa: E402
 from UMindLib.requests import TASK_PRESETS  # noqa: E402
 
-from umind_core import findings  # noqa: E402
+from umind_core.answers import findings  # noqa: E402
 from umind_core.evaluation import runner  # noqa: E402
 from umind_core.painter import LabelPainter  # noqa: E402
 
@@ -132,7 +132,7 @@ def test_the_slicer_module_asks_for_a_readout_where_the_app_takes_one():
     whose model lists the choice in its config (the stock extension's view of the same param)."""
     import main
 
-    from umind_core.predictor import READOUTS
+    from umind_core.inference.predictor import READOUTS
 
     assert contract.READOUTS == READOUTS
     runtime = types.SimpleNamespace(conf=types.SimpleNamespace(labels=("lesion",)))
@@ -254,7 +254,7 @@ def test_a_nested_structure_survives_the_label_map_and_its_organ_gets_it_back():
 def test_results_and_stacks_paint_with_the_painter():
     from umind_core.imageio import Geometry
     from umind_core.outputs import label_stack
-    from umind_core.results import GroundedObject, Result
+    from umind_core.answers.results import GroundedObject, Result
 
     _, paints = PAINT_CASES["a gland painted after its nodule"]
     objects = [GroundedObject(label=name, mask=mask) for name, mask, _ in paints]
@@ -287,7 +287,7 @@ def test_one_box_iou_in_both_conventions(a, b):
     """The owner computes in float32 (MONAI's `box_iou`), the signal's former copy in float64: equal to 1e-6."""
     from lib.activelearning.signals import task_disagreement
     from umind_core.evaluation.metrics import box_iou
-    from umind_core.results import GroundedObject, Result
+    from umind_core.answers.results import GroundedObject, Result
 
     assert box_iou(a, b, inclusive=True) == pytest.approx(_pixel_iou(a, b), rel=1e-6, abs=1e-6)
     if a[2] > a[0] and a[3] > a[1]:  # continuous corners: the published detection figures' convention
@@ -515,10 +515,10 @@ def test_what_the_slicer_module_sends_as_frames_the_server_reads():
                                      ((3.2, 7.1, 61.9, 7.1, 32.55, 0.4, 32.55, 13.8), 17)])
 def test_the_slicer_ellipse_outline_is_the_core_rule(axes, n):
     """A head circumference's closed curve goes through the same points in the Slicer module as in the server's
-    markups file: `UMindLib.geometry.ellipse_outline` is a copy of `umind_core.landmarks.ellipse_outline`."""
+    markups file: `UMindLib.geometry.ellipse_outline` is a copy of `umind_core.answers.landmarks.ellipse_outline`."""
     from UMindLib import geometry as slicer_geometry
 
-    from umind_core import landmarks
+    from umind_core.answers import landmarks
 
     assert slicer_geometry.OUTLINE_POINTS == landmarks.OUTLINE_POINTS
     kw = {} if n is None else {"n": n}

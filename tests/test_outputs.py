@@ -7,7 +7,7 @@ import pytest
 
 from umind_core.imageio import Geometry, read_study
 from umind_core.outputs import OutputError, box_mask, frame_markups, label_stack
-from umind_core.results import GroundedObject, Result
+from umind_core.answers.results import GroundedObject, Result
 
 EYE = tuple(float(v) for v in np.eye(3).ravel())
 CINE = Geometry("cine", (3, 8, 10), (1.0,) * 3, (0.0,) * 3, EYE, format="nrrd")

@@ -1,4 +1,4 @@
-"""Projections through oneDNN-packed weights (umind_core/modeling/packed_linear.py): the same products as
+"""Projections through oneDNN-packed weights (umind_core/inference/packed_linear.py): the same products as
 F.linear, a row's result independent of the rows beside it, and plain weights wherever packing is not wanted."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from umind_core.modeling import fast_decode, packed_linear
-from umind_core.modeling.packed_linear import PackedWeight, linear, unpackable_reason
+from umind_core.inference import fast_decode, packed_linear
+from umind_core.inference.packed_linear import PackedWeight, linear, unpackable_reason
 
 
 def _weight_and_bias(out_features=1536, in_features=256):

@@ -10,9 +10,9 @@ from conftest import lesion_boxes, make_image, task_answers
 
 from umind_core.imageio import Frame
 from umind_core.masks import mask_box
-from umind_core.predictor import Predictor, PredictorError
+from umind_core.inference.predictor import Predictor, PredictorError
 from umind_core.prompts import PromptError
-from umind_core.results import GroundedObject, Result
+from umind_core.answers.results import GroundedObject, Result
 
 (Y0, Y1, X0, X1), = lesion_boxes(256, 256, 1)
 
@@ -285,7 +285,7 @@ def test_results_carry_the_models_confidence(predictor, tmp_path):
 def test_token_end_offsets_equal_decoding_every_prefix(trained_tiny, text):
     """`_char_offsets` takes one batched decode where the pieces add up to the text, and decodes prefixes where
     they do not (characters split across byte tokens): either way, the offsets decoding each prefix gives."""
-    from umind_core.predictor import _char_offsets
+    from umind_core.inference.predictor import _char_offsets
 
     tok = trained_tiny.tokenizer
     ids = tok(text, add_special_tokens=False)["input_ids"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from umind_core import grounding
-from umind_core.grounding import Box, Point
+from umind_core.answers import grounding
+from umind_core.answers.grounding import Box, Point
 from umind_core.prompts import (
     ASSISTANT_END,
     INTERACTIVE_TARGET,

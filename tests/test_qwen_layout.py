@@ -18,7 +18,8 @@ import torch
 
 from conftest import make_image
 from qwen_small import plant_answer
-from umind_core import grounding, prompts
+from umind_core.answers import grounding
+from umind_core import prompts
 from umind_core.tools import qwen_layout, qwen_published, qwen_vocab
 from umind_core.modeling.base_folder import safetensors_names
 from umind_core.modeling.umind import UMindModelError, UMindVL
@@ -121,7 +122,7 @@ class _Captured(Exception):
 
 def test_chat_template_and_predictor_give_the_same_token_ids(model):
     """What the Predictor feeds (captured at the model) equals the published template rendered and tokenised."""
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     img = make_image(0)
     fed: list[list[int]] = []
@@ -159,7 +160,7 @@ def _user_text(predictor, task, prompt, visual) -> str:
 
 
 def test_grounded_answer_with_a_mask_through_the_predictor(planted):
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = Predictor(UMindVL.from_pretrained(planted), max_new_tokens=32)
     predictor.set_image(make_image(0, height=200, width=300))

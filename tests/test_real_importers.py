@@ -23,7 +23,7 @@ from umind_core.data.manifest import read_manifest
 from umind_core.data.split import group_split, hash_split, record_groups
 from umind_core.importers import import_dataset
 from umind_core.importers.hc18 import filled_annotation
-from umind_core.landmarks import ellipse_axes, ellipse_perimeter, ramanujan_perimeter
+from umind_core.answers.landmarks import ellipse_axes, ellipse_perimeter, ramanujan_perimeter
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hc18"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from umind_core import grounding
+from umind_core.answers import grounding
 from umind_core.modeling.tiny import QWEN_SPECIAL_TOKENS
 from umind_core.modeling.umind import UMindVL
 

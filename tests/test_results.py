@@ -14,7 +14,7 @@ from umind_core.imageio import (
     Geometry, physical_to_pixel, read_markups_json, read_study, write_label_map,
     write_markups_json,
 )
-from umind_core.results import GroundedObject, Result, ResultFormatError
+from umind_core.answers.results import GroundedObject, Result, ResultFormatError
 
 
 def _mask(h=48, w=64, box=(10, 5, 30, 20)):

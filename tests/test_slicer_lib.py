@@ -76,7 +76,7 @@ def frame_labels():
 
 def server_result_dict(frame_index=1, spacing=SPACING[:2]):
     """A Result dict exactly as umind_core writes it (its to_dict), with physical filled."""
-    from umind_core.results import GroundedObject, Result
+    from umind_core.answers.results import GroundedObject, Result
 
     mask = np.zeros(DIMS[1::-1], bool)
     mask[5:10, 5:20] = True
@@ -431,8 +431,8 @@ def test_a_head_circumference_becomes_a_closed_curve_on_its_ellipse_with_its_len
     points lie on the ellipse, whose length Slicer shows (the length measurement on, as a line's) and measures
     within 1% of the stated perimeter; the server's markups file with that curve loads as the same curve."""
     from umind_core.imageio import write_markups_json
-    from umind_core.landmarks import OUTLINE_POINTS, ellipse_axes
-    from umind_core.results import GroundedObject, Result
+    from umind_core.answers.landmarks import OUTLINE_POINTS, ellipse_axes
+    from umind_core.answers.results import GroundedObject, Result
 
     dims, (sx, sy) = (200, 160, 3), SPACING[:2]
     volume = make_volume(scene, dims=dims, name="head")
@@ -561,7 +561,7 @@ class ExamStub:
         import copy
 
         from umind_core.imageio import read_study
-        from umind_core.results import Result
+        from umind_core.answers.results import Result
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
         from lib.exam import ExamView, exam_reply
@@ -655,7 +655,7 @@ def _lps(node):
 
 
 def test_session_runs_an_exam_and_places_each_views_markups_on_its_volume_in_its_geometry(scene, tmp_path):
-    from umind_core.results import GroundedObject
+    from umind_core.answers.results import GroundedObject
 
     objects = [GroundedObject(label="lesion", line=(5, 6, 40, 30), view=0),
                GroundedObject(label="lesion", line=(10, 8, 50, 20), box=(10, 8, 50, 20), view=1)]
@@ -699,7 +699,7 @@ def test_a_segment_exam_places_each_views_label_map_on_its_volume(scene, tmp_pat
     """The server's inline label map of each view (`lib/exam.py _view_label`) -> a segmentation on that view's
     volume with exactly that view's mask; a view without an object gets its (empty) segment too, so a rerun clears
     it."""
-    from umind_core.results import GroundedObject
+    from umind_core.answers.results import GroundedObject
 
     mask = np.zeros((40, 60), bool)  # the second volume's frame: 40 rows of 60
     mask[10:25, 20:45] = True
@@ -759,7 +759,7 @@ def _swapped(ex):
 
 
 def test_session_reads_frames_of_a_clip_as_one_exam(scene, tmp_path):
-    from umind_core.results import GroundedObject
+    from umind_core.answers.results import GroundedObject
 
     objects = [GroundedObject(label="apex", points=[(7, 6)], view=0),
                GroundedObject(label="apex", points=[(9, 8)], view=1)]
@@ -783,7 +783,7 @@ def test_session_reads_frames_of_a_clip_as_one_exam(scene, tmp_path):
 def test_a_segment_of_a_clips_frames_puts_each_frames_mask_on_the_proxy(scene, tmp_path):
     """Frames of one clip as views: each view's label map covers the whole clip with the mask on its frame; the
     proxy volume holds one frame, so each view's segmentation takes that frame's slice."""
-    from umind_core.results import GroundedObject
+    from umind_core.answers.results import GroundedObject
 
     mask = np.zeros((40, 60), bool)
     mask[5:15, 10:30] = True

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from umind_core.data.manifest import Conversation
-from umind_core.grounding import grid_pairs, map_grid_pairs
+from umind_core.answers.grounding import grid_pairs, map_grid_pairs
 from umind_core.training.augment import Augmentation, augment_record, draw, tone
 
 

@@ -124,7 +124,7 @@ def test_info_decode_status_comes_from_the_loaded_predictor_only(tiny_model_fact
     it, before a request loaded the model."""
     from lib.model_holder import ModelHolder
 
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     holder = ModelHolder()
     assert holder.decode_status() is None and holder.loads == 0

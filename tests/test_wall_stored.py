@@ -212,8 +212,8 @@ def test_nifti_and_nrrd_with_bytes_after_their_data_are_caught(tmp_path, name, f
 
 def test_a_command_returns_only_after_a_background_build_in_progress_ended(monkeypatch):
     from umind_core import cli
-    from umind_core.modeling import step_builder
-    from umind_core.modeling.step_builder import BackgroundBuilder
+    from umind_core.inference import step_builder
+    from umind_core.inference.step_builder import BackgroundBuilder
 
     class Owner:
         def idle_seconds(self):
@@ -259,7 +259,7 @@ def test_a_build_that_will_not_end_is_cut_off_with_the_commands_own_status(tmp_p
 import sys, threading, time, argparse
 sys.path.insert(0, {str(ROOT)!r})
 from umind_core import cli
-from umind_core.modeling.step_builder import BackgroundBuilder
+from umind_core.inference.step_builder import BackgroundBuilder
 cli.BUILD_STOP_S = 0.5
 class Owner:
     def idle_seconds(self):

@@ -1,6 +1,6 @@
 """UMind core: the UMind-VL model and everything that needs no server.
 
-Heavy names (torch, transformers) load on first use, so `umind_core.grounding` and the CLI's argument parsing
+Heavy names (torch, transformers) load on first use, so `umind_core.answers.grounding` and the CLI's argument parsing
 stay fast and importable where torch is absent.
 """
 
@@ -13,9 +13,9 @@ _LAZY = {
     "UMindModelError": ("umind_core.modeling.umind", "UMindModelError"),
     "UMindConfig": ("umind_core.modeling.config", "UMindConfig"),
     "LoraSettings": ("umind_core.modeling.config", "LoraSettings"),
-    "Predictor": ("umind_core.predictor", "Predictor"),
-    "Result": ("umind_core.results", "Result"),
-    "GroundedObject": ("umind_core.results", "GroundedObject"),
+    "Predictor": ("umind_core.inference.predictor", "Predictor"),
+    "Result": ("umind_core.answers.results", "Result"),
+    "GroundedObject": ("umind_core.answers.results", "GroundedObject"),
     "demo_model_dir": ("umind_core.demo", "demo_model_dir"),
     "load_model": ("umind_core.demo", "load_model"),
 }

@@ -44,7 +44,7 @@ from .imageio import (
 from .frames import FrameSpec, FrameSpecError
 from .frames import parse_frames as _parse_frames
 from .outputs import frame_markups, geometry_info, write_viewer_files
-from .results import Result
+from .answers.results import Result
 
 __all__ = [
     "BatchError",

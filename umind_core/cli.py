@@ -57,9 +57,9 @@ def _stop_background_work(command: str, code: int) -> None:
     mid-C++ and the process aborted with exit 134 after its work had succeeded (3 of 9 runs of `umind infer` on a
     loaded machine); one still running after the wait (a max-autotune build takes minutes there) is cut off by a
     hard exit with the command's own status, after the output is flushed (results are written atomically)."""
-    if "umind_core.modeling.step_builder" not in sys.modules:
+    if "umind_core.inference.step_builder" not in sys.modules:
         return  # no model was loaded: nothing runs in the background
-    from umind_core.modeling.step_builder import stop_all_builders
+    from umind_core.inference.step_builder import stop_all_builders
 
     if not stop_all_builders(timeout=BUILD_STOP_S):
         print(f"umind {command}: stopped a background decode build (it only speeds up later answers)",

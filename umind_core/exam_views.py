@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from .data.manifest import MAX_EXAM_VIEWS, site_conflict
 from .imageio import Study
-from .results import Result
+from .answers.results import Result
 
 __all__ = ["MAX_EXAM_VIEWS", "ExamViewError", "check_view_sites", "study_site", "view_result"]
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from .imageio import Geometry, Study, frame_spacing, write_label_map, write_markups_json
 from .painter import LabelPainter
-from .results import Result
+from .answers.results import Result
 
 __all__ = ["OutputError", "TooManyLabels", "LabelStack", "label_stack", "box_mask", "frame_markups", "ViewerFiles",
            "write_viewer_files", "nothing_found_name", "all_unparsable", "geometry_info"]

@@ -20,8 +20,8 @@ import numbers
 import re
 from dataclasses import dataclass, field
 
-from . import grounding
-from .grounding import Box, GroundingError, Point
+from .answers import grounding
+from .answers.grounding import Box, GroundingError, Point
 
 __all__ = [
     "TASKS",

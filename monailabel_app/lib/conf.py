@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from umind_core.data.manifest import MAX_EXAM_VIEWS
-from umind_core.modeling.fast_decode import DECODE_MODES
-from umind_core.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
+from umind_core.inference.fast_decode import DECODE_MODES
+from umind_core.inference.scheduler import DEFAULT_REGROUP_MS, DEFAULT_WINDOW_MS
 from umind_core.training.config import TrainConfig, TrainingError, check_settings, read_setting, setting
 
 from umind_core.booleans import as_bool
@@ -171,12 +171,12 @@ class AppConfig:
     image_dirs: tuple[Path, ...] = ()
     #: web origins (scheme://host[:port]) allowed to call the server from a browser; empty = none (lib/wall/cors.py)
     cors_origins: tuple[str, ...] = ()
-    #: how long concurrent infer requests are gathered into one batch (umind_core.scheduler); 0 = what is queued
+    #: how long concurrent infer requests are gathered into one batch (umind_core.inference.scheduler); 0 = what is queued
     batch_window_ms: float = DEFAULT_WINDOW_MS
-    #: how long a batch may wait for the callers answered lately to come back (umind_core.scheduler, which says
+    #: how long a batch may wait for the callers answered lately to come back (umind_core.inference.scheduler, which says
     #: why its default); 0 = off
     batch_regroup_ms: float = DEFAULT_REGROUP_MS
-    #: how the served Predictor decodes (umind_core.modeling.fast_decode): "" = UMIND_DECODE or "auto"
+    #: how the served Predictor decodes (umind_core.inference.fast_decode): "" = UMIND_DECODE or "auto"
     decode: str = ""
 
 

@@ -22,12 +22,12 @@ from umind_core.exam_views import (
     study_site,
     view_result,
 )
-from umind_core.findings import answer_finding
+from umind_core.answers.findings import answer_finding
 from umind_core.frames import current_frame, parse_frames
 from umind_core.imageio import Frame, Geometry, Study, label_map_suffix, read_study
 from umind_core.outputs import frame_markups, geometry_info, write_viewer_files
 from umind_core.prompts import TEMPLATES
-from umind_core.results import Result
+from umind_core.answers.results import Result
 
 from .model_holder import MODEL_THREAD
 from .params import current_slice, parse_prompt

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from umind_core.scheduler import MODEL_THREAD_PREFIX, model_thread
+from umind_core.inference.scheduler import MODEL_THREAD_PREFIX, model_thread
 
 __all__ = ["MODEL_THREAD", "ModelSpec", "ModelHolder", "holder"]
 
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 #: The one thread that loads the served model and runs its batches (the infer scheduler hands them here). torch's
 #: OpenMP runtime makes every other thread that runs parallel work slower: measured, the server kept 1.1 of 2
-#: cores busy answering on its scheduler thread after loading on a request thread (umind_core.scheduler, README
+#: cores busy answering on its scheduler thread after loading on a request thread (umind_core.inference.scheduler, README
 #: "Many annotators").
 MODEL_THREAD = model_thread()
 
@@ -101,8 +101,8 @@ def _on_model_thread(fn, *args):
 
 
 def _load(spec: ModelSpec):
-    from umind_core.modeling.fast_decode import serving_mode
-    from umind_core.predictor import Predictor
+    from umind_core.inference.fast_decode import serving_mode
+    from umind_core.inference.predictor import Predictor
 
     logger.info(f"umind: loading model {spec.model or 'demo'} version {spec.version} on {spec.device}")
     return Predictor(load_model(spec), max_new_tokens=spec.max_new_tokens, decode=serving_mode(spec.decode or None),

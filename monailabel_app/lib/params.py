@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from umind_core.frames import current_frame
 from umind_core.imageio import Geometry, frame_itk_axes, frame_normal_axis
-from umind_core.predictor import PredictorError, checked_readout
+from umind_core.inference.predictor import PredictorError, checked_readout
 from umind_core.prompts import MAX_PROMPT_CHARS, PromptError, VisualPrompt
 
 from umind_core.booleans import as_bool

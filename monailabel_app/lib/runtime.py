@@ -21,7 +21,7 @@ _SCHEDULER: list[tuple[object, object]] = []
 #: serialises its own use (its per-image state is never touched by two threads at once).
 PREDICT_LOCK = threading.Lock()
 #: the folder of the workdir where inductor keeps its on-disk caches (step graphs, autotuning results), so that a
-#: restarted server builds its decode steps faster (umind_core.modeling.step_builder.use_compile_cache)
+#: restarted server builds its decode steps faster (umind_core.inference.step_builder.use_compile_cache)
 COMPILE_CACHE_DIR = "compile_cache"
 logger = logging.getLogger(__name__)
 #: versions this process failed to load (version -> error) and what it serves in their place; per process,
@@ -69,7 +69,7 @@ class Runtime:
 
     def scheduler(self):
         """(BatchScheduler, version) for the served Predictor: the way /infer requests reach the model."""
-        from umind_core.scheduler import BatchScheduler
+        from umind_core.inference.scheduler import BatchScheduler
 
         predictor, version = self.predictor()
         if not _SCHEDULER or _SCHEDULER[0][0] is not predictor:

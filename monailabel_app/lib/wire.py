@@ -13,7 +13,7 @@ tests/test_one_owner.py holds that copy to this module.
 
 from __future__ import annotations
 
-from umind_core.findings import FINDINGS
+from umind_core.answers.findings import FINDINGS
 
 __all__ = ["FINDINGS", "LABEL_NAMES", "ANSWER", "MARKUPS", "FINDING", "REPORT", "LANDMARK_TARGET", "LABEL_INFO_KEYS",
            "PARAMS", "CLIENT_KEY", "CLIENT_VALUE", "SEGMENT_MODEL", "INTERACTIVE_MODEL", "DETECT_MODEL",

@@ -23,7 +23,7 @@ With `--exam` every input is one examination (a folder of 2-4 views, or one file
 conversation; its outputs are laid out per view (`_infer_exam.py`).
 
 Within a process, `--parallel N` inputs are read, answered and written at once by N threads whose frames meet in
-one `BatchScheduler` (umind_core.scheduler): a folder of single-frame images runs in shared batches, and one
+one `BatchScheduler` (umind_core.inference.scheduler): a folder of single-frame images runs in shared batches, and one
 input's reading or writing overlaps another's forward pass.
 """
 
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="frames per forward pass (default 8)")
     parser.add_argument("--parallel", type=int, default=4, metavar="N",
                         help="inputs read, answered and written at once; their frames share forward passes "
-                             "(umind_core.scheduler; default 4, 1 = one input after the other)")
+                             "(umind_core.inference.scheduler; default 4, 1 = one input after the other)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the process's accelerator or cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -139,7 +139,7 @@ def validate_request(args: argparse.Namespace) -> Request:
         raise InferError(f"--parallel must be at least 1, got {args.parallel}")
     if args.max_new_tokens < 1:
         raise InferError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    from ..modeling.fast_decode import DECODE_MODES
+    from ..inference.fast_decode import DECODE_MODES
 
     if args.decode is not None and args.decode not in DECODE_MODES:
         raise InferError(f"--decode must be one of {', '.join(DECODE_MODES)}, got {args.decode!r}")
@@ -181,7 +181,7 @@ class _Context:
         if self.scheduler is None:
             return self.predictor.predict_batch(frames, r.task, r.prompt, box=r.box, points=r.points,
                                                 labels=r.labels)
-        from ..predictor import Job
+        from ..inference.predictor import Job
 
         return self.scheduler.predict([Job(f, r.task, r.prompt, r.box, r.points, r.labels) for f in frames])
 
@@ -317,10 +317,10 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from .. import demo
-    from ..modeling.fast_decode import serving_mode
-    from ..modeling.step_builder import default_compile_cache
-    from ..predictor import Predictor
-    from ..scheduler import BatchScheduler, model_thread
+    from ..inference.fast_decode import serving_mode
+    from ..inference.step_builder import default_compile_cache
+    from ..inference.predictor import Predictor
+    from ..inference.scheduler import BatchScheduler, model_thread
 
     quiet = args.quiet
     say = (lambda msg: None) if quiet else (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     predictor = None
     # an examination is one conversation of its own (no batch to share): examinations run one after another
     parallel = args.parallel > 1 and len(mine) > 1 and not request.exam
-    # with parallel inputs the model loads and runs on one thread of its own (see umind_core.scheduler: torch's
+    # with parallel inputs the model loads and runs on one thread of its own (see umind_core.inference.scheduler: torch's
     # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
     model_executor = model_thread() if parallel and pending else None
 

@@ -17,7 +17,7 @@ Rules (the reason in brackets groups skipped records in the summary):
 - the image, every object mask and the scan mask exist [missing file], Pillow reads them and the frame exists
   [unreadable file], and masks have the image's size [mask size];
 - every diagnosis (image level, object level, and the answer of a ready-made diagnose conversation) names a class
-  of `umind_core.findings.FINDINGS` [unknown finding];
+  of `umind_core.answers.findings.FINDINGS` [unknown finding];
 - ``mask_objects`` of a ready-made conversation points at an object with a mask [conversation];
 - a mask file is one object (non-zero = object). A mask with more than one non-zero value is a multi-class
   label map: it is split by value when the object declares ``label_names`` (mask value -> name, the same
@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from ..findings import FINDINGS, answer_finding, normal_finding
+from ..answers.findings import FINDINGS, answer_finding, normal_finding
 from .manifest import (MAX_EXAM_VIEWS, AnyRecord, ExamRecord, ManifestError, ManifestObject, ManifestRecord, _Invalid,
                        is_exam, rebase, record_from_json, site_conflict, write_manifest)
 

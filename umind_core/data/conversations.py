@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import grounding
+from ..answers import grounding
 from ..prompts import EXAM_TEMPLATES, TASKS, TEMPLATES, build_exam_text, build_user_text
 from .manifest import (Conversation, ExamRecord, ManifestObject, ManifestRecord, object_box, read_manifest, rebase,
                        write_manifest)

@@ -30,7 +30,7 @@ Schema of one line (keys in this order when written; unknown top-level keys are 
      "source": {"generator": "umind synthetic", "seed": 123}}  # example of an extra key, kept as is
 
 Coordinates are pixels of the image (x = column, y = row, pixel centres on integers, origin top-left);
-conversion to the model's 0..1000 grid happens in ``umind_core.grounding``. A message ``role`` is
+conversion to the model's 0..1000 grid happens in ``umind_core.answers.grounding``. A message ``role`` is
 ``system``, ``user`` or ``assistant``; ``content`` is a string or a list of content parts (objects).
 Blank lines are ignored. Images load through Pillow (PNG, JPEG, BMP, TIFF, GIF; ``frame`` seeks in
 multi-frame files).

@@ -36,9 +36,9 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..calipers import AXES, lesion_axes
+from ..answers.calipers import AXES, lesion_axes
 from ..imageio import line_length
-from ..landmarks import ORGANS, ramanujan_perimeter
+from ..answers.landmarks import ORGANS, ramanujan_perimeter
 from ..masks import mask_box
 
 SITES: tuple[str, ...] = ("breast", "thyroid", "kidney", "fetal_head")

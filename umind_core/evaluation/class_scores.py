@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..data.manifest import Conversation
-from ..findings import FINDINGS
+from ..answers.findings import FINDINGS
 from ..training.collate import IGNORE_INDEX, collate, encode_turns
 
 __all__ = ["class_scores", "auc"]

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import new_temp_dir, replace_dir, write_text
-from ..landmarks import RECORD_MEASUREMENTS
+from ..answers.landmarks import RECORD_MEASUREMENTS
 from . import metrics as M
 from .exams import EXAM_NOTE, EXAM_TASKS, aggregate_exams, evaluate_exams, exam_scorable, exam_tables
 from .scoring import (  # noqa: F401  (re-exported: the evaluation's public names)
@@ -225,7 +225,7 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
     for examinations only), each read whole and by its single best view (`exams.score_exam`). `readout` says where
     boxes and lesion calipers come from (`predictor.READOUTS`); a ready Predictor keeps its own."""
     from ..data.manifest import ExamRecord
-    from ..predictor import Predictor, PredictorError
+    from ..inference.predictor import Predictor, PredictorError
 
     explicit = tasks is not None
     tasks = _check_tasks(tasks, EVAL_TASKS + tuple(t for t in EXAM_TASKS if t not in EVAL_TASKS))

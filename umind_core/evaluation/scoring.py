@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..findings import SCORED_FINDINGS, answer_finding
+from ..answers.findings import SCORED_FINDINGS, answer_finding
 from ..imageio import line_length
-from ..landmarks import RECORD_MEASUREMENTS, ellipse_perimeter
+from ..answers.landmarks import RECORD_MEASUREMENTS, ellipse_perimeter
 from . import metrics as M
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 
 EVAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "refusal")
 SPATIAL_TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure")
-DIAGNOSIS_LABELS: tuple[str, ...] = SCORED_FINDINGS  # the finding list's scored classes (umind_core.findings)
+DIAGNOSIS_LABELS: tuple[str, ...] = SCORED_FINDINGS  # the finding list's scored classes (umind_core.answers.findings)
 IOU_THRESHOLD = 0.5
 #: Refusal questions use the templates the conversation builder trains refusals with (segment, detect, ask).
 REFUSAL_TASKS: tuple[str, ...] = ("segment", "detect", "ask")

@@ -174,7 +174,7 @@ def _first_answer(ds: KitDataset, item: KitItem, result) -> Answer:
 def answer_items(predictor, ds: KitDataset, items: Sequence[KitItem], *, grounded: bool = True,
                  on_chunk: Callable[[int], None] | None = None) -> list[Answer]:
     """Ask every row its kit prompt, in chunks; for seg rows whose answer names no location, ask the grounded way."""
-    from ..predictor import Job
+    from ..inference.predictor import Job
 
     out: list[Answer] = []
     for start in range(0, len(items), _CHUNK):
@@ -360,7 +360,7 @@ def run_u2bench(load_model: Callable[[], Any] | None, release: str | Path, out: 
     counts: dict[str, int] = {}
     predictor, bar = None, None
     if load_model is not None:
-        from ..predictor import Predictor
+        from ..inference.predictor import Predictor
 
         model = load_model()
         predictor = model if isinstance(model, Predictor) else Predictor(

@@ -41,7 +41,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..data.manifest import Annotations, Keypoint, ManifestObject, ManifestRecord
-from ..findings import finding_word, gravest
+from ..answers.findings import finding_word, gravest
 from ..masks import mask_box
 from .common import ImportContext, RowSkipped, SourceError, label_name, lesion_label, load_json
 

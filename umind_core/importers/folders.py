@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.manifest import Annotations, ManifestRecord
-from ..findings import finding_word
+from ..answers.findings import finding_word
 from .common import (PIL_SUFFIXES, ImportContext, RowSkipped, SourceError, foreground, is_lesion_kind, label_name,
                      lesion_label, mask_pieces, read_label_png)
 

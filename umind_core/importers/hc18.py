@@ -37,7 +37,7 @@ import numpy as np
 
 from ..data.manifest import Annotations, ManifestRecord
 from ..data.split import GROUP_KEY
-from ..landmarks import ellipse_axes, ellipse_perimeter
+from ..answers.landmarks import ellipse_axes, ellipse_perimeter
 from .common import ImportContext, RowSkipped, SourceError, read_label_png
 
 DESCRIPTION = "HC18 release folder (training_set/NNN_HC.png + _Annotation.png, training_set_pixel_size_and_HC.csv)"

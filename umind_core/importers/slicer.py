@@ -64,7 +64,7 @@ def is_default_name(name: object) -> bool:
 def _line_word(structure: str | None, site: str | None) -> str | None:
     """What a default-named line measures: the structure's own line (`landmarks.ORGANS`) or "<structure> length";
     without a structure, the site's organ's line; None when neither says."""
-    from ..landmarks import ORGANS
+    from ..answers.landmarks import ORGANS
 
     if structure:
         organ = ORGANS.get(structure.lower())

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..atomic import new_temp_dir, replace_dir
-from ..grounding import GROUNDING_TOKENS, SEG_MASK
+from ..answers.grounding import GROUNDING_TOKENS, SEG_MASK
 from .base_folder import BaseFolderError, check_tokenizer, check_weights, read_config
 from .config import CONFIG_NAME, LoraSettings, UMindConfig
 from .mask_decoder import DynamicConvMaskDecoder

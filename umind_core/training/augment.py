@@ -23,7 +23,7 @@ import numpy as np
 from scipy import ndimage
 
 from ..data.manifest import Conversation
-from ..grounding import GRID, grid_pairs, map_grid_pairs
+from ..answers.grounding import GRID, grid_pairs, map_grid_pairs
 
 __all__ = ["Augmentation", "PHOTOMETRIC", "ZOOM", "augment_record", "draw", "tone"]
 

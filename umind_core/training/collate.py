@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..data.manifest import Conversation, ExamRecord, read_manifest
-from ..grounding import SEG_MASK
+from ..answers.grounding import SEG_MASK
 from ..modeling.packing import PAD_SEGMENT
 from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, exam_prefix, turn_suffix
 from .augment import augment_record, draw, tone

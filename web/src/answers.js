@@ -77,7 +77,7 @@ export function redraw(frame) {
       el('line', { class: cls, x1: a[0], y1: a[1], x2: b[0], y2: b[1], 'data-line': it.line.join(',') });
       el('text', { class: 'label length', x: b[0] + 6, y: b[1] }, withLength(it));
     } else if (it.kind === 'ellipse') {
-      // two axis lines (x1 y1 x2 y2 each), as umind_core.landmarks.ellipse_outline reads them
+      // two axis lines (x1 y1 x2 y2 each), as umind_core.answers.landmarks.ellipse_outline reads them
       const [a1, b1, a2, b2, c1, d1, c2, d2] = it.ellipse;
       const cx = (a1 + a2) / 2; const cy = (b1 + b2) / 2;
       const u = [(a2 - a1) / 2, (b2 - b1) / 2]; const v = [(c2 - c1) / 2, (d2 - d1) / 2];

@@ -18,7 +18,7 @@ import numpy as np
 
 from umind_core.evaluation.metrics import box_iou, mask_iou
 from umind_core.masks import mask_box
-from umind_core.results import Result
+from umind_core.answers.results import Result
 
 from ..conf import SIGNALS
 

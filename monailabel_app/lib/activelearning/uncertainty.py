@@ -32,7 +32,7 @@ from monailabel.interfaces.tasks.scoring import ScoringMethod
 from monailabel.interfaces.tasks.strategy import Strategy
 
 from umind_core.imageio import ImageReadError, read_study
-from umind_core.results import Result
+from umind_core.answers.results import Result
 
 from ..wall.caps import check_image_budget
 from ..wall.errors import BadRequest

@@ -33,13 +33,13 @@ from typing import Any, ClassVar
 
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
-from umind_core.findings import answer_finding
+from umind_core.answers.findings import answer_finding
 from umind_core.frames import parse_frames
 from umind_core.imageio import Geometry, Study, frame_spacing, label_map_suffix, line_length, read_study
-from umind_core.landmarks import ellipse_perimeter
+from umind_core.answers.landmarks import ellipse_perimeter
 from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geometry_info, write_viewer_files
-from umind_core.predictor import Job
-from umind_core.results import Result
+from umind_core.inference.predictor import Job
+from umind_core.answers.results import Result
 
 from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts

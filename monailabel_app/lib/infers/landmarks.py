@@ -3,7 +3,7 @@ length in mm when spacing is known."""
 
 from monailabel.interfaces.tasks.infer_v2 import InferType
 
-from umind_core.predictor import READOUTS
+from umind_core.inference.predictor import READOUTS
 
 from .base import UMindInferTask
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from umind_core.findings import normal_finding
+from umind_core.answers.findings import normal_finding
 from umind_core.imageio import MarkupsError, Study, frame_spacing, line_length, parse_markups, physical_to_pixel
 
 from ..wire import FINDING, FINDINGS, LANDMARK_TARGET, MARKUPS, PARAMS, REPORT

@@ -35,7 +35,7 @@ def summary(predictor, records: list) -> dict:
 
 def score_sets(model, sets: dict[str, list], max_new_tokens: int = 256) -> dict[str, dict]:
     """{set name: summary} for a UMindVL (or a ready Predictor)."""
-    from umind_core.predictor import Predictor
+    from umind_core.inference.predictor import Predictor
 
     predictor = model if isinstance(model, Predictor) else Predictor(model, max_new_tokens=max_new_tokens)
     return {name: summary(predictor, records) for name, records in sets.items()}

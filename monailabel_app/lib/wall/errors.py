@@ -62,7 +62,7 @@ class UpstreamTimeout(UpstreamError):
 def _client_errors() -> tuple[type[BaseException], ...]:
     from umind_core.frames import FrameSpecError
     from umind_core.imageio import ImageReadError
-    from umind_core.predictor import PredictorError
+    from umind_core.inference.predictor import PredictorError
     from umind_core.prompts import PromptError
 
     from ..conf import ConfError

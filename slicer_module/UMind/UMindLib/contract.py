@@ -1,6 +1,6 @@
 """The module's copy of the server's wire contract: the names both sides must spell alike.
 
-The owner is the app's ``monailabel_app/lib/wire.py`` (findings from ``umind_core.findings``); neither can be
+The owner is the app's ``monailabel_app/lib/wire.py`` (findings from ``umind_core.answers.findings``); neither can be
 imported inside Slicer, so this copy holds what the module sends: the label info's keys, the finding classes,
 the request marker, the interactive model, the trainer and what reads an examination (the model and its tasks,
 owned by the app's ``infers/interpret.py``). The task presets (model and prompt key per task) are in
@@ -40,6 +40,6 @@ TRAINER = "umind_lora"
 EXAM_MODEL = "umind_interpret"
 EXAM_TASKS = ("diagnose", "report", "ask", "measure", "detect", "keypoints", "segment")
 #: the params key a detect, landmarks or measure request names where its coordinates come from, and its values
-#: (`umind_core.predictor.READOUTS`, the default first): read off the mask the model segments, or as it writes them
+#: (`umind_core.inference.predictor.READOUTS`, the default first): read off the mask the model segments, or as it writes them
 READOUT = "readout"
 READOUTS = ("mask", "tokens")

@@ -20,7 +20,7 @@ __all__ = [
     "OUTLINE_POINTS", "ellipse_outline",
 ]
 
-#: points of an ellipse's closed curve (the server's `umind_core.landmarks.OUTLINE_POINTS`)
+#: points of an ellipse's closed curve (the server's `umind_core.answers.landmarks.OUTLINE_POINTS`)
 OUTLINE_POINTS = 64
 
 
@@ -129,7 +129,7 @@ def ellipse_outline(axes: Sequence[float], n: int = OUTLINE_POINTS) -> list[tupl
     """``n`` pixel points (x, y) along the ellipse whose long and short axes are the 8 numbers ``axes`` (a result's
     ``ellipse``, two lines in pixels), from the long axis's second end at equal steps of its parameter.
 
-    A tested copy of the server's `umind_core.landmarks.ellipse_outline` (umind_core is not installed inside Slicer),
+    A tested copy of the server's `umind_core.answers.landmarks.ellipse_outline` (umind_core is not installed inside Slicer),
     so that a head circumference's closed curve goes through the points of the server's markups file. The affine image
     of a circle in pixels is the ellipse in mm on non-square pixels too."""
     if len(axes) != 8:

@@ -3,7 +3,7 @@
 MONAI Label answers /infer with multipart/form-data (a ``params`` JSON part and a label-map file
 part), with the file alone (output=image) or with JSON alone (output=json). The stock Slicer
 client chokes on the JSON-only form; here all three come out as one `ParsedReply`, and
-`InferReply.from_parsed` reads the UMind params (results of `umind_core.results.Result.to_dict`)
+`InferReply.from_parsed` reads the UMind params (results of `umind_core.answers.results.Result.to_dict`)
 without importing umind_core, which is not installed inside Slicer. An examination's reply (several views, one
 answer) is `ExamReply.from_parsed`; each of its views reads as a single-image `InferReply` (`ExamView.infer_reply`),
 so one set of builders places single-image and examination results alike.

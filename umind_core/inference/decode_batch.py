@@ -15,7 +15,7 @@ run on the model, because that is where the speed is and where rows can leak int
   cache back to the image prefix for the next prompt.
 
 Only the model's public parts are used (`UMindVL`: processor, tokenizer, `rope_index`, `image_spans`,
-`image_states`, its forward) and `modeling.fast_decode`'s decoder and cache.
+`image_states`, its forward) and `fast_decode`'s decoder and cache.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import prompts
+from .. import prompts
+from ..imageio import Frame
+from . import fast_decode
 from .answer_drafts import AnswerDrafts
-from .imageio import Frame
-from .modeling import fast_decode
 
 __all__ = ["PROMPT_PART_POSITIONS", "BatchDecoder", "Decoded", "ExamState", "ImageState", "Row"]
 

@@ -34,10 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .atomic import atomic_path, write_text
-from .imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
+from ..atomic import atomic_path, write_text
+from ..imageio import Frame, Geometry, Length, frame_axes_lps, frame_spacing, line_length, pixel_to_physical
+from ..painter import LabelPainter
 from .landmarks import ellipse_outline, ellipse_perimeter
-from .painter import LabelPainter
 
 __all__ = ["GroundedObject", "Result", "ResultFormatError", "RESULT_FORMAT"]
 

@@ -14,11 +14,11 @@ How the work is split:
   full resolution.
 - `predict_batch` runs many frames with one prompt (a cine clip, the slices of a volume) and `predict_many` runs
   jobs that share nothing (another image, another task, other clicks: concurrent requests gathered by
-  `umind_core.scheduler`) as batches through the same loop. With the fast decoder, rows of different image
+  `umind_core.inference.scheduler`) as batches through the same loop. With the fast decoder, rows of different image
   prefixes and prompt lengths share one cache with per-row holes (`fast_decode.StaticKVCache.stack`, prompts
   left-padded), so every row answers as it would alone; the eager path batches only rows of one frame size and
   one prompt. Sequences that finish early are fed padding that nobody reads.
-- Everything after the image prefix is text, fed by `modeling.fast_decode` on a preallocated cache without
+- Everything after the image prefix is text, fed by `fast_decode` on a preallocated cache without
   transformers' per-step overhead (`decode="static"`, optionally a compiled step: `"compiled"`, or one with frozen
   weights and autotuned products: `"tuned"`, or `"auto"`, the server's and `umind infer`'s default
   (`fast_decode.serving_mode`): tuned graphs built by a background thread while the steps that would wait for
@@ -53,13 +53,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import calipers as caliper_rule
-from . import grounding, landmarks, prompts
+from .. import prompts
+from ..answers import calipers as caliper_rule
+from ..answers import grounding, landmarks
+from ..answers.results import GroundedObject, Result
+from ..imageio import Frame, line_length
+from ..masks import drawn_objects, mask_box
+from . import fast_decode
 from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
-from .imageio import Frame, line_length
-from .masks import drawn_objects, mask_box
-from .modeling import fast_decode
-from .results import GroundedObject, Result
 
 __all__ = ["READOUTS", "Job", "Predictor", "PredictorError", "checked_readout"]
 
@@ -627,7 +628,7 @@ def _span_views(spans, n_views: int, warnings: list[str]) -> list[int | None]:
 
 def _as_exam(views) -> list[Frame]:
     """An examination's views as checked Frames; an error names the view and the problem."""
-    from .data.manifest import MAX_EXAM_VIEWS
+    from ..data.manifest import MAX_EXAM_VIEWS
 
     if isinstance(views, (Frame, np.ndarray)) or not isinstance(views, Iterable) or isinstance(views, (str, bytes)):
         raise PredictorError(f"an examination is a list of views (Frames or arrays), got {type(views).__name__}; "

@@ -109,7 +109,7 @@ def ellipse_perimeter(axes: Sequence[float], spacing: Sequence[float] | None):
     """The perimeter (`imageio.Length`) of the ellipse whose long and short axes are the 8 numbers `axes` (two lines
     in pixels, as `ellipse_axes` gives them): Ramanujan's from the semi-axes measured by `imageio.line_length`, so in
     mm with a calibrated spacing and in pixels, said so, without one."""
-    from .imageio import Length, line_length
+    from ..imageio import Length, line_length
 
     if len(axes) != 8:
         raise ValueError(f"an ellipse is two axis lines (8 numbers), got {len(axes)}")

@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..answers.results import Result
 from .predictor import Job, Predictor, PredictorError
-from .results import Result
 
 __all__ = ["BatchScheduler", "DEFAULT_WINDOW_MS", "DEFAULT_REGROUP_MS", "MODEL_THREAD_PREFIX", "MonotonicClock",
            "model_thread"]

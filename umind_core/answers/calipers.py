@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .masks import blobs
+from ..masks import blobs
 
 __all__ = ["AXES", "caliper_target", "lesion_axes", "main_component", "mask_axes"]
 
