@@ -147,7 +147,7 @@ def test_an_exams_caliper_readout_is_the_requests_choice(server):
     ("breast1", {"task": "report", "images": "breast2"}, 400, "must be a list"),
     ("breast1", {"task": "explain", "images": ["breast2"]}, 400, "examination's task must be one of"),
     ("cine", {"task": "report", "exam": "frames", "frames": [0, 1, 2, 3]}, 400, "max_exam_views = 3"),
-    ("cine", {"task": "report", "exam": "frames", "frames": [1]}, 400, "at least 2 frames"),
+    ("cine", {"task": "report", "exam": "frames", "frames": [1]}, 400, "at least 2 views; it has 1"),
     ("cine", {"task": "report", "exam": "views"}, 400, "exam must be 'frames'"),
     ("breast1", {"task": "measure", "prompt": "breast lesion long axis", "images": ["breast2"], "readout": 1}, 400,
      "readout must be one of mask, tokens, got 1"),

@@ -609,3 +609,37 @@ def test_the_benchmarks_score_masks_with_the_one_mask_iou():
         a, b = rng.random((40, 50)) > 0.6, rng.random((40, 50)) > 0.4
         assert mask_iou(a, b) == pytest.approx((a & b).sum() / (a | b).sum(), rel=1e-6)
     assert mask_iou(np.zeros((4, 4), bool), np.zeros((4, 4), bool)) == 1.0
+
+
+# ------------------------------------------------------------------------------------ an examination's views
+
+def test_the_number_of_an_examinations_views_has_one_rule():
+    """`umind infer --exam`, the server's door (`images`) and its frames mode count views with
+    `exam_views.check_view_count` and read them into one `StudyView` (the count was written three times and the
+    view twice, as `_View` and `lib.exam.ExamView`)."""
+    import re
+
+    from lib import exam
+    from lib.wall import exam_ref
+    from lib.wall.errors import BadRequest
+
+    from umind_core import exam_views
+    from umind_core.commands import _infer_exam
+
+    assert exam_ref.check_view_count is exam_views.check_view_count and exam.check_exam_count is exam_ref.check_exam_count
+    assert "check_view_count" in Path(_infer_exam.__file__).read_text(encoding="utf-8")
+    assert exam.StudyView is exam_views.StudyView
+    for count, ok in ((0, False), (1, False), (2, True), (exam_views.MAX_EXAM_VIEWS, True),
+                      (exam_views.MAX_EXAM_VIEWS + 1, False)):
+        try:
+            exam_views.check_view_count(count, "files")
+        except exam_views.ExamViewError as exc:
+            assert not ok and f"({'files'})" in str(exc)
+        else:
+            assert ok, count
+    with pytest.raises(BadRequest, match=r"4 views \(x\), more than the 3 allowed by max_exam_views = 3"):
+        exam_ref.check_exam_count(4, "x", 3)
+    again = re.compile(r"at least 2 (views|frames)|views? *< *2\b")
+    copies = [str(p.relative_to(ROOT)) for top in ("umind_core", "monailabel_app") for p in (ROOT / top).rglob("*.py")
+              if p.name != "exam_views.py" and again.search(p.read_text(encoding="utf-8"))]
+    assert not copies, copies

@@ -564,15 +564,16 @@ class ExamStub:
         from umind_core.answers.results import Result
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
-        from lib.exam import ExamView, exam_reply
+        from lib.exam import exam_reply
+        from umind_core.exam_views import StudyView
 
         p = json.loads(multipart_fields(ex)["params"][1])
         own = read_study(self.files[ex.query["image"]])
         if p.get("exam") == "frames":
-            views = [ExamView(ex.query["image"], own, own.frames[k], []) for k in p["frames"]]
+            views = [StudyView(ex.query["image"], own, own.frames[k]) for k in p["frames"]]
         else:
             studies = [own] + [read_study(self.files[i]) for i in p["images"][1:]]
-            views = [ExamView(i, s, s.frames[0], []) for i, s in zip(p["images"], studies)]
+            views = [StudyView(i, s, s.frames[0]) for i, s in zip(p["images"], studies)]
         result = Result(task=p["task"], answer=self.answer, objects=copy.deepcopy(self.objects))
         result.attach_views([v.frame for v in views])
         body = exam_reply(result, views, p["task"], p.get("prompt"), calibrate=True)
@@ -729,7 +730,8 @@ def test_an_exam_view_label_that_is_not_base64_is_a_reply_error():
 
 
 def test_exam_errors_reach_the_user_verbatim_and_place_nothing(scene, tmp_path):
-    detail = "the examination has 5 views (the request's image and 4 in images), over the cap max_exam_views = 4"
+    detail = ("the examination has 5 views (the request's image and 4 in images), more than the 4 allowed by "
+              "max_exam_views = 4; choose fewer")
     with ExamStub(tmp_path, []) as stub:
         a, b = (make_volume(scene, dims=(60, 40, 1), name=n) for n in ("a", "b"))
         session = UMindSession(scene, UMindClient(stub.proxy.url, timeout=60))

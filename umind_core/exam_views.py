@@ -9,17 +9,40 @@ those rules so that both say the same thing about the same files.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from .data.manifest import MAX_EXAM_VIEWS, site_conflict
-from .imageio import Study
 from .answers.results import Result
+from .data.manifest import MAX_EXAM_VIEWS, MIN_EXAM_VIEWS, site_conflict
+from .imageio import Frame, Study
 
-__all__ = ["MAX_EXAM_VIEWS", "ExamViewError", "check_view_sites", "study_site", "view_result"]
-
+__all__ = ["MAX_EXAM_VIEWS", "MIN_EXAM_VIEWS", "ExamViewError", "StudyView", "check_view_count", "check_view_sites",
+           "study_site", "view_result"]
 
 class ExamViewError(ValueError):
     """Views that cannot be read as one examination; the message names the view and the problem."""
+
+
+@dataclass
+class StudyView:
+    """One view of an examination as a request reads it (`umind infer --exam`, the server's exam request): where it
+    came from (a path, a datastore id), the study read from it, the frame that is the view, and what the reader is
+    told about it (a clip read at one frame). A manifest's view is `data.manifest.ExamView`, which holds a file and
+    its annotations rather than pixels."""
+    source: str
+    study: Study
+    frame: Frame
+    notes: list[str] = field(default_factory=list)
+
+
+def check_view_count(count: int, what: str, cap: int = MAX_EXAM_VIEWS,
+                     cap_rule: str = "the model reads at once") -> None:
+    """Refuse an examination of fewer than MIN_EXAM_VIEWS views or more than `cap` (`cap_rule` says whose cap: the
+    model's, or a server's `max_exam_views`); `what` says what was counted, so the message names it."""
+    if count < MIN_EXAM_VIEWS:
+        raise ExamViewError(f"an examination needs at least {MIN_EXAM_VIEWS} views; it has {count} ({what})")
+    if count > cap:
+        raise ExamViewError(f"the examination has {count} views ({what}), more than the {cap} {cap_rule}; "
+                            "choose fewer")
 
 
 def study_site(study: Study, recorded: str | None = None) -> str | None:

@@ -13,16 +13,10 @@ segment's masks come back per view as that view's label map, inline (`_view_labe
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from pathlib import Path
 
-from umind_core.exam_views import (
-    ExamViewError,
-    check_view_sites,
-    study_site,
-    view_result,
-)
 from umind_core.answers.findings import answer_finding
+from umind_core.exam_views import ExamViewError, StudyView, check_view_sites, study_site, view_result
 from umind_core.frames import current_frame, parse_frames
 from umind_core.imageio import Frame, Geometry, Study, label_map_suffix, read_study
 from umind_core.outputs import frame_markups, geometry_info, write_viewer_files
@@ -34,21 +28,13 @@ from .params import current_slice, parse_prompt
 from .reply_files import reply_path
 from .wall.caps import check_image_budget
 from .wall.errors import BadRequest
-from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES
+from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES, check_exam_count
 from .wire import prompt_key
 
-__all__ = ["EXAM_FRAMES", "ExamView", "answer_exam", "exam_prompt", "exam_reply", "is_exam_request", "read_exam"]
+__all__ = ["EXAM_FRAMES", "answer_exam", "exam_prompt", "exam_reply", "is_exam_request", "read_exam"]
 
 #: the `exam` value that makes the selected frames of the request's own image the views
 EXAM_FRAMES = "frames"
-
-
-@dataclass
-class ExamView:
-    image: str  # datastore id ("upload" for an uploaded request image)
-    study: Study
-    frame: Frame
-    warnings: list[str]
 
 
 def is_exam_request(opts: dict) -> bool:
@@ -64,7 +50,7 @@ def _frame_of(study: Study, current: int | None) -> tuple[Frame, list[str]]:
     return study.frames[k], notes
 
 
-def read_exam(opts: dict, study: Study, conf) -> list[ExamView]:
+def read_exam(opts: dict, study: Study, conf) -> list[StudyView]:
     """The examination's views, checked (BadRequest): the request's own `study` first."""
     mode = opts.get("exam")
     if mode not in (None, "", False, EXAM_FRAMES):
@@ -73,19 +59,15 @@ def read_exam(opts: dict, study: Study, conf) -> list[ExamView]:
         if opts.get(EXAM_PATHS):
             raise BadRequest("give either images (other datastore images as views) or exam: 'frames', not both")
         idx = parse_frames(opts.get("frames")).select(study.geometry, current=current_slice(opts), past_end="refuse")
-        if len(idx) > conf.max_exam_views:
-            raise BadRequest(f"the examination has {len(idx)} views (the selected frames), over the cap "
-                             f"max_exam_views = {conf.max_exam_views}; choose fewer with 'frames'")
-        if len(idx) < 2:
-            raise BadRequest(f"exam: 'frames' needs at least 2 frames as views, the selection has {len(idx)}")
+        check_exam_count(len(idx), "the frames selected with 'frames'", conf.max_exam_views)
         image = str((opts.get(EXAM_IDS) or ["image"])[0])
-        return [ExamView(image, study, study.frames[k], []) for k in idx]
+        return [StudyView(image, study, study.frames[k]) for k in idx]
     paths, ids = opts[EXAM_PATHS], opts[EXAM_IDS]
     views = []
     for i, (path, image) in enumerate(zip(paths, ids)):
         view_study = study if i == 0 else _read_view(path, image, conf)
         frame, notes = _frame_of(view_study, current_slice(opts) if i == 0 else None)
-        views.append(ExamView(image, view_study, frame, [f"view {i + 1} ({image}): {n}" for n in notes]))
+        views.append(StudyView(image, view_study, frame, [f"view {i + 1} ({image}): {n}" for n in notes]))
     _check_sites(views, opts.get(EXAM_SITES) or [None] * len(views))
     return views
 
@@ -98,41 +80,41 @@ def _read_view(path: str, image: str, conf) -> Study:
         raise BadRequest(f"view {image!r}: {exc.detail}") from None
 
 
-def _check_sites(views: list[ExamView], recorded: list) -> None:
+def _check_sites(views: list[StudyView], recorded: list) -> None:
     try:
-        check_view_sites([v.image for v in views], [study_site(v.study, r) for v, r in zip(views, recorded)])
+        check_view_sites([v.source for v in views], [study_site(v.study, r) for v, r in zip(views, recorded)])
     except ExamViewError as exc:
         raise BadRequest(str(exc)) from None
 
 
-def answer_exam(predictor, views: list[ExamView], task: str, prompt: str | None,
+def answer_exam(predictor, views: list[StudyView], task: str, prompt: str | None,
                 readout: str | None = None) -> Result:
     """The model's answer about all views, on the model thread (never beside a batch); `predict_exam` measures each
     object with its own view's spacing."""
     return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, [v.frame for v in views], readout).result()
 
 
-def exam_reply(result: Result, views: list[ExamView], task: str, prompt: str | None, calibrate: bool) -> dict:
+def exam_reply(result: Result, views: list[StudyView], task: str, prompt: str | None, calibrate: bool) -> dict:
     """The answer JSON: the answer and objects (each with its 0-based `view`), and per view its image, frame,
     geometry and the markups of its objects in that geometry (where the client loads that view)."""
     out_views = []
     for k, view in enumerate(views):
         geometry = view.study.output_geometry(calibrate=calibrate)
         mine = view_result(result, k, view.frame.index, view.frame.size)
-        entry = {"view": k, "image": view.image, "frame": view.frame.index,
+        entry = {"view": k, "image": view.source, "frame": view.frame.index,
                  "geometry": geometry_info(view.study, geometry),
-                 "markups": frame_markups([mine], geometry), "warnings": view.warnings}
+                 "markups": frame_markups([mine], geometry), "warnings": view.notes}
         if task == "segment" and not result.unparsable:
             entry["label"] = _view_label(mine, view, geometry, prompt or TEMPLATES["segment"].default_target)
         out_views.append(entry)
     cls = answer_finding(result.answer) if task == "diagnose" else None
     return {"task": task, "prompt": prompt, "answer": result.answer, "text": result.text, "class": cls,
             "objects": [o.to_dict() for o in result.objects], "confidence": result.confidence,
-            "warnings": result.warnings + [w for v in views for w in v.warnings],
+            "warnings": result.warnings + [w for v in views for w in v.notes],
             "exam": {"views": out_views}}
 
 
-def _view_label(mine: Result, view: ExamView, geometry: Geometry, target: str) -> dict:
+def _view_label(mine: Result, view: StudyView, geometry: Geometry, target: str) -> dict:
     """A view's masks as the label map a single-image segment of that view returns (its format, in its geometry),
     inline and base64-encoded: one reply carries every view's, and a client decodes each as it decodes a single
     image's label file. Named by the target (value 1), also when nothing was found, so its segment is cleared."""

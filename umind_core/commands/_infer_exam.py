@@ -41,45 +41,27 @@ class ExamItem:
         return str(self.path)
 
 
-@dataclass
-class _View:
-    source: str
-    study: object  # imageio.Study
-    frame: object  # imageio.Frame
-    note: str | None = None
-
-
 def _views(item: ExamItem, request) -> list:
     """The examination's views in reading order, checked: count and sites (ValueError naming the problem)."""
-    from ..exam_views import check_view_sites, study_site
+    from ..exam_views import StudyView, check_view_count, check_view_sites, study_site
     from ..frames import current_frame
 
     if len(item.files) == 1:
         study = _read(item.files[0], request.axis)
-        views = [_View(f"{item.files[0]} frame {k}", study, study.frames[k])
+        views = [StudyView(f"{item.files[0]} frame {k}", study, study.frames[k])
                  for k in request.frames.select(study.geometry, item.display)]
-        _check_count(len(views), "selected frames (--frames)")
+        check_view_count(len(views), "selected frames (--frames)")
     else:
-        _check_count(len(item.files), "image files in the folder")
+        check_view_count(len(item.files), "image files in the folder")
         views = []
         for path in item.files:
             study = _read(path, request.axis)
             n = study.geometry.n_frames
             k = current_frame(study.geometry.kind, n)
-            note = None if n == 1 else f"{path.name}: a clip of {n} frames, frame {k} was read as the view"
-            views.append(_View(str(path), study, study.frames[k], note))
+            notes = [] if n == 1 else [f"{path.name}: a clip of {n} frames, frame {k} was read as the view"]
+            views.append(StudyView(str(path), study, study.frames[k], notes))
     check_view_sites([v.source for v in views], [study_site(v.study) for v in views])
     return views
-
-
-def _check_count(count: int, what: str) -> None:
-    from ..exam_views import MAX_EXAM_VIEWS, ExamViewError
-
-    if count > MAX_EXAM_VIEWS:
-        raise ExamViewError(f"the examination has {count} views ({what}), more than the {MAX_EXAM_VIEWS} the model "
-                            "reads at once; split it or choose fewer")
-    if count < 2:
-        raise ExamViewError(f"an examination needs at least 2 views; it has {count} ({what})")
 
 
 def process_exam(ctx, index: int, item: ExamItem) -> Record:
@@ -110,7 +92,7 @@ def process_exam(ctx, index: int, item: ExamItem) -> Record:
     doc = {"format": batch.RESULTS_FORMAT, "version": batch.RESULTS_VERSION, "exam": True,
            "input": str(item.path), "model": ctx.model_name, "task": ctx.request.task, "request": wanted,
            "answer": result.answer, "text": result.text, "objects": [o.to_dict() for o in result.objects],
-           "warnings": result.warnings + [v.note for v in views if v.note], "confidence": result.confidence,
+           "warnings": result.warnings + [n for v in views for n in v.notes], "confidence": result.confidence,
            "views": view_docs, "elapsed_s": round(time.perf_counter() - t0, 3)}
     write_text(out_dir / batch.RESULTS_NAME, json.dumps(doc, indent=2))
     return Record(index, item.display, item.name, "done", frames=len(views))

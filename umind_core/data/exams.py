@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from . import synthetic as syn
+from .manifest import MIN_EXAM_VIEWS
 from .synthetic import SITES, SyntheticError, SyntheticSample, appearance_of, render_scene
 
 __all__ = ["EXAM_VIEWS", "DEFAULT_VIEWS", "ExamSample", "generate_exam", "exam_record",
@@ -84,9 +85,9 @@ def _check(seed, site, n_views, size) -> None:
     if site is not None and site not in SITES:
         raise SyntheticError(f"site {site!r} is not one of {SITES}")
     if n_views is not None and (isinstance(n_views, bool) or not isinstance(n_views, (int, np.integer))
-                                or n_views < 2):
-        raise SyntheticError(f"n_views must be an integer of at least 2 (an examination has several views), "
-                             f"got {n_views!r}")
+                                or n_views < MIN_EXAM_VIEWS):
+        raise SyntheticError(f"n_views must be an integer of at least {MIN_EXAM_VIEWS} (an examination has several "
+                             f"views), got {n_views!r}")
     syn._check_args(int(seed) if isinstance(seed, (int, np.integer)) else 0, site, size, None, None)
 
 

@@ -368,6 +368,9 @@ class ManifestRecord:
 #: tokens in one sequence, and four covers the usual sets (two planes of a lesion, both thyroid lobes in two
 #: planes, a fetal biometry set)
 MAX_EXAM_VIEWS = 4
+#: the fewest views a request or a generated examination reads together (one image is asked as a single image; a
+#: manifest may still hold an examination of one view)
+MIN_EXAM_VIEWS = 2
 def site_conflict(sites: Sequence[str | None], site: str | None = None) -> tuple[int, str, str] | None:
     """The first view that shows another site than the views before it (and the examination's own `site`):
     (0-based index, its site, the site before it), or None. The views of one examination show one site: the

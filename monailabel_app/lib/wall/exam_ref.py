@@ -10,10 +10,12 @@ dropped. Counted against the conf key `max_exam_views` before any image is read.
 
 from __future__ import annotations
 
+from umind_core.exam_views import ExamViewError, check_view_count
+
 from .errors import BadRequest
 from .names import is_name, name_problem
 
-__all__ = ["EXAM_PATHS", "EXAM_IDS", "EXAM_SITES", "check_exam_images"]
+__all__ = ["EXAM_PATHS", "EXAM_IDS", "EXAM_SITES", "check_exam_count", "check_exam_images"]
 
 #: request key the wall fills with the views' server paths (the request's image first); never a client's
 EXAM_PATHS = "_umind_exam_paths"
@@ -41,12 +43,7 @@ def check_exam_images(request: dict, out: dict, datastore, max_views: int, image
         raise BadRequest("images is empty: an examination needs the datastore ids of its views")
     if image_is_id and images[0] == own:
         images = images[1:]
-    views = 1 + len(images)
-    if views < 2:
-        raise BadRequest("images names only the request's own image: an examination needs at least 2 views")
-    if views > max_views:
-        raise BadRequest(f"the examination has {views} views (the request's image and {len(images)} in images), "
-                         f"over the cap max_exam_views = {max_views}")
+    check_exam_count(1 + len(images), f"the request's image and {len(images)} in images", max_views)
     seen = {own} if image_is_id else set()
     for i in images:
         if not is_name(i):
@@ -66,3 +63,11 @@ def _site(datastore, image_id: str) -> str | None:
     `PUT /datastore/image/info`), if any."""
     site = (datastore.get_image_info(image_id) or {}).get("site")
     return site.strip().lower() if isinstance(site, str) and site.strip() else None
+
+
+def check_exam_count(count: int, what: str, cap: int) -> None:
+    """`exam_views.check_view_count` (the one rule) under the server's cap `max_exam_views`, as a 400."""
+    try:
+        check_view_count(count, what, cap, f"allowed by max_exam_views = {cap}")
+    except ExamViewError as exc:
+        raise BadRequest(str(exc)) from None
