@@ -66,7 +66,7 @@ def _force_head(monkeypatch, mask: np.ndarray) -> None:
     from umind_core.inference.predictor import Predictor
 
     force_answer(monkeypatch, grounding.format_mask("fetal head"), mask_groups=1)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.9], 0.1))
     monkeypatch.setattr(demo, "has_demo_model", lambda: False)  # the untrained tiny model, no --model
 
 

@@ -58,7 +58,7 @@ def _force_answer(monkeypatch, text: str, mask: np.ndarray | None = None) -> Non
 
     monkeypatch.setattr(P.Predictor, "_result", _result)
     if mask is not None:
-        monkeypatch.setattr(P.Predictor, "_masks", lambda self, state, b, dec, size: ([mask], [0.9], 0.1))
+        monkeypatch.setattr(P.Predictor, "_masks", lambda self, features, queries, size: ([mask], [0.9], 0.1))
     monkeypatch.setattr(demo, "has_demo_model", lambda: False)  # the untrained tiny model, no --model
 
 

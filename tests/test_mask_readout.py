@@ -104,7 +104,7 @@ def _frame(spacing=(0.1, 0.1)):
 def _segment_answer(monkeypatch, mask: np.ndarray) -> None:
     """The model answers the lesion with one mask group, which decodes to `mask`."""
     force_answer(monkeypatch, grounding.format_mask("breast lesion"), mask_groups=1)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.9], 0.1))
 
 
 def _read_off(predictor, monkeypatch, mask: np.ndarray, task: str, prompt: str, readout: str):
@@ -180,8 +180,8 @@ def test_an_exams_lesion_caliper_is_drawn_in_the_view_where_the_lesion_is_longes
     masks = {(64, 96): _ellipse(64, 96, 48.0, 32.0, 40.0, 20.0), (80, 56): _ellipse(80, 56, 28.0, 40.0, 20.0, 8.0)}
     force_answer(monkeypatch, "View 1: " + grounding.format_mask("breast lesion") + " View 3: "
                  + grounding.format_mask("breast lesion"), mask_groups=2)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
-        [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
+        [masks[size].copy() for _ in queries], [0.9] * len(queries), 0.1))
     row = predictor._exam_row("measure", "breast lesion short axis")
     assert row.user_text == prompts.build_exam_text("segment", "breast lesion") and row.readout == "short axis"
     res = predictor.predict_exam("measure", "breast lesion short axis", views=views)
@@ -212,7 +212,7 @@ def test_a_detection_boxes_each_lesion_of_the_mask_and_drops_specks(predictor, m
 def test_an_organ_in_two_pieces_is_one_box(predictor, monkeypatch):
     mask, lesions = _blob_mask()
     force_answer(monkeypatch, grounding.format_mask("kidney"), mask_groups=1)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.9], 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.9], 0.1))
     predictor.set_image(_frame())
     (obj,) = predictor.predict("detect", "kidney").objects
     assert obj.box == mask_box(lesions[0] | lesions[1])  # both pieces, not the speck
@@ -232,8 +232,8 @@ def test_an_exam_detection_boxes_each_views_mask_in_that_view(predictor, monkeyp
     masks = {(64, 96): _ellipse(64, 96, 48.0, 32.0, 20.0, 10.0), (128, 160): _blob_mask()[0]}
     force_answer(monkeypatch, "View 1: " + grounding.format_mask("breast lesion") + " View 2: "
                  + grounding.format_mask("breast lesion"), mask_groups=2)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
-        [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
+        [masks[size].copy() for _ in queries], [0.9] * len(queries), 0.1))
     res = predictor.predict_exam("detect", "breast lesion", views=views)
     assert [(o.view, o.box) for o in res.objects] == [(0, mask_box(masks[(64, 96)]))] + [
         (1, mask_box(m)) for m in _blob_mask()[1]]
@@ -393,7 +393,7 @@ def test_only_organs_with_a_rule_have_their_landmarks_read_off_a_mask():
 
 def _organ_answer(monkeypatch, organ: str, mask: np.ndarray) -> None:
     force_answer(monkeypatch, grounding.format_mask(organ), mask_groups=1)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: ([mask.copy()], [0.8], 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.8], 0.1))
 
 
 def test_a_kidneys_landmarks_are_read_off_its_mask(predictor, monkeypatch):
@@ -432,8 +432,8 @@ def test_an_exams_landmarks_are_read_in_each_view_that_shows_the_organ(predictor
     masks = {(64, 96): _ellipse(64, 96, 48.0, 32.0, 30.0, 12.0), (128, 160): _ellipse(angle=1.0)}
     force_answer(monkeypatch, "View 1: " + grounding.format_mask("fetal head") + " View 2: "
                  + grounding.format_mask("fetal head"), mask_groups=2)
-    monkeypatch.setattr(Predictor, "_masks", lambda self, state, b, dec, size: (
-        [masks[size].copy() for _ in dec.mask_queries], [0.9] * len(dec.mask_queries), 0.1))
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
+        [masks[size].copy() for _ in queries], [0.9] * len(queries), 0.1))
     res = predictor.predict_exam("keypoints", "fetal head", views=views)
     expected = [(v, name, pytest.approx(xy)) for v, size in enumerate(masks)
                 for name, xy in organ_landmarks("fetal head", masks[size])]

@@ -378,36 +378,38 @@ class Predictor:
         return results  # type: ignore[return-value]
 
     def _result(self, state: ImageState, b: int, dec: Decoded, task, prompt, warnings) -> Result:
-        if isinstance(state, ExamState):
-            return self._exam_result(state, dec, task, prompt, warnings)
-        model, frame = self.model, state.frames[b]
-        width, height = frame.size
+        """Row b's answer. A single image is read as an examination of one view whose objects carry no view; an
+        examination's objects sit in the view their ``View k:`` marker names, in that view's pixels, each mask
+        decoded against its own view's image features."""
+        exam = isinstance(state, ExamState)
+        frames = state.frames if exam else [state.frames[b]]
+        features = state.image_states if exam else [state.image_states[b]]
         ids, text, parsed, garbled = self._read(dec, warnings)
+        views = _span_views(parsed.objects, len(frames), warnings) if exam else [0] * len(parsed.objects)
         t0 = time.perf_counter()
-        masks, mask_scores, mask_entropy = self._masks(state, b, dec, (height, width)) if garbled is None \
-            else ([], [], None)
+        groups = _view_groups(parsed.objects, views, len(dec.mask_queries)) if exam \
+            else {0: list(range(len(dec.mask_queries)))}
+        masks, mask_scores, mask_entropy = ({}, {}, None) if garbled is not None \
+            else self._view_masks(features, frames, dec, groups)
         mask_s = time.perf_counter() - t0
-        offsets = _char_offsets(model.tokenizer, ids)
-        masks, mask_scores = dict(enumerate(masks)), dict(enumerate(mask_scores))
+        offsets = _char_offsets(self.model.tokenizer, ids)
         objects: list[GroundedObject] = []
-        for span in parsed.objects:
+        for span, v in zip(parsed.objects, views):
+            if v is None:
+                continue
+            width, height = frames[v].size
             token_score = _span_score(span.char_span, offsets, dec.token_probs)
-            objects += _span_objects(span, width, height, masks, mask_scores, token_score)
-        result = Result(
-            task=task,
-            prompt=prompt or "",
-            text=text,
-            answer=parsed.answer,
-            objects=objects,
-            warnings=warnings,
-            timings={"mask_s": mask_s},
-            frame_index=frame.index,
-            source=frame.source,
-            image_size=(width, height),
-            confidence=_confidence(dec, mask_entropy),
-            unparsable=garbled is not None,
-        )
-        result.attach_geometry(frame)
+            objects += _span_objects(span, width, height, masks, mask_scores, token_score, view=v if exam else None)
+        where = {"source": None, "image_size": None,
+                 "views": [{"source": f.source, "frame_index": f.index, "image_size": list(f.size)} for f in frames]} \
+            if exam else {"source": frames[0].source, "image_size": tuple(frames[0].size)}
+        result = Result(task=task, prompt=prompt or "", text=text, answer=parsed.answer, objects=objects,
+                        warnings=warnings, timings={"mask_s": mask_s}, frame_index=frames[0].index,
+                        confidence=_confidence(dec, mask_entropy), unparsable=garbled is not None, **where)
+        if exam:
+            result.attach_views(frames)
+        else:
+            result.attach_geometry(frames[0])
         return result
 
     def _read(self, dec: Decoded, warnings: list[str]):
@@ -424,58 +426,28 @@ class Predictor:
             parsed = grounding.ParseResult([], "", parsed.warnings, 0)
         return ids, text, parsed, garbled
 
-    def _exam_result(self, state: ExamState, dec: Decoded, task, prompt, warnings) -> Result:
-        """An examination's answer: each object in the view its ``View k:`` marker names, in that view's pixels."""
-        ids, text, parsed, garbled = self._read(dec, warnings)
-        views = _span_views(parsed.objects, len(state.frames), warnings)
-        t0 = time.perf_counter()
-        masks, mask_scores, mask_entropy = self._exam_masks(state, dec, parsed.objects, views) \
-            if garbled is None else ({}, {}, None)
-        mask_s = time.perf_counter() - t0
-        offsets = _char_offsets(self.model.tokenizer, ids)
-        objects: list[GroundedObject] = []
-        for span, v in zip(parsed.objects, views):
-            if v is None:
+    def _view_masks(self, features: list[torch.Tensor], frames: list[Frame], dec: Decoded,
+                    groups: dict[int, list[int]]):
+        """({group index: mask}, {group index: score}, entropy): the mask groups of each view decoded against that
+        view's image features and at its size, one decoder call per view; the entropy is per pixel over all."""
+        masks, scores, parts = {}, {}, []
+        for v, gs in sorted(groups.items()):
+            if not gs:
                 continue
-            width, height = state.frames[v].size
-            token_score = _span_score(span.char_span, offsets, dec.token_probs)
-            objects += _span_objects(span, width, height, masks, mask_scores, token_score, view=v)
-        result = Result(
-            task=task, prompt=prompt or "", text=text, answer=parsed.answer, objects=objects, warnings=warnings,
-            timings={"mask_s": mask_s}, frame_index=state.frames[0].index, source=None, image_size=None,
-            confidence=_confidence(dec, mask_entropy), unparsable=garbled is not None,
-            views=[{"source": f.source, "frame_index": f.index, "image_size": list(f.size)} for f in state.frames],
-        )
-        result.attach_views(state.frames)
-        return result
+            width, height = frames[v].size
+            view_masks, view_scores, entropy = self._masks(features[v], [dec.mask_queries[g] for g in gs],
+                                                           (height, width))
+            masks.update(zip(gs, view_masks))
+            scores.update(zip(gs, view_scores))
+            parts.append((entropy, len(gs) * width * height))
+        if len(parts) == 1:
+            return masks, scores, parts[0][0]
+        pixels = sum(n for _, n in parts)
+        return masks, scores, (sum(e * n for e, n in parts) / pixels if pixels else None)
 
-    def _exam_masks(self, state: ExamState, dec: Decoded, spans, views: list[int | None]):
-        """({group index: mask}, {group index: score}, entropy) with each mask group decoded against the image
-        states of its object's view and at that view's size (one decoder call per view)."""
-        by_view: dict[int, list[int]] = {}
-        for span, v in zip(spans, views):
-            if v is not None:
-                by_view.setdefault(v, []).extend(m.index for m in span.masks if m.index < len(dec.mask_queries))
-        masks, scores, entropy, pixels = {}, {}, 0.0, 0
-        for v, groups in sorted(by_view.items()):
-            if not groups:
-                continue
-            width, height = state.frames[v].size
-            picked = Decoded(mask_queries=[dec.mask_queries[g] for g in groups])
-            view_masks, view_scores, view_entropy = self._masks(state, v, picked, (height, width))
-            masks.update(zip(groups, view_masks))
-            scores.update(zip(groups, view_scores))
-            entropy += view_entropy * len(groups) * width * height
-            pixels += len(groups) * width * height
-        return masks, scores, (entropy / pixels if pixels else None)
-
-    def _masks(self, state: ImageState, b: int, dec: Decoded, size: tuple[int, int]):
-        if not dec.mask_queries:
-            return [], [], None
+    def _masks(self, features: torch.Tensor, queries: list[torch.Tensor], size: tuple[int, int]):
         with torch.no_grad():
-            logits = self.model.decode_masks(
-                [torch.stack(dec.mask_queries)], [state.image_states[b]], [size]
-            )[0].float()
+            logits = self.model.decode_masks([torch.stack(queries)], [features], [size])[0].float()
         probs = torch.sigmoid(logits)
         masks = (logits > self.mask_threshold).cpu().numpy()
         scores = []
@@ -623,6 +595,15 @@ def _span_views(spans, n_views: int, warnings: list[str]) -> list[int | None]:
             out.append(None)
         else:
             out.append(span.view - 1)
+    return out
+
+
+def _view_groups(spans, views: list[int | None], n_groups: int) -> dict[int, list[int]]:
+    """{view: the mask groups of the objects placed in it}, groups the decoder produced only."""
+    out: dict[int, list[int]] = {}
+    for span, v in zip(spans, views):
+        if v is not None:
+            out.setdefault(v, []).extend(m.index for m in span.masks if m.index < n_groups)
     return out
 
 
