@@ -10,7 +10,8 @@ umind_core or the app) are held to the owner here, on tables of cases.
 - a mask's box: `umind_core.masks.mask_box` (the app's trainer export and active-learning signal too);
 - a line's length: `umind_core.imageio.line_length` (the generator, the evaluation and the importers, no wrappers);
 - format sniffing and header reading: `umind_core.imageio` (`sniff_format`, `detect_format`, `read_header`; the
-  files `umind infer` takes from a folder);
+  files `umind infer` takes from a folder; Slicer: `UMindLib.labelfiles.sniff_label_format` for label files);
+- an examination's view count and a request's view: `umind_core.exam_views` (the CLI, the server's door and frames);
 - the current frame: `umind_core.frames.current_frame` (the server's frame specs and interactive requests;
   Slicer: `UMindLib.requests.current_frame`, used by the session and the panel);
 - training settings: `umind_core.training.config.TrainConfig` (names, types, ranges, defaults) and its one
@@ -643,3 +644,39 @@ def test_the_number_of_an_examinations_views_has_one_rule():
     copies = [str(p.relative_to(ROOT)) for top in ("umind_core", "monailabel_app") for p in (ROOT / top).rglob("*.py")
               if p.name != "exam_views.py" and again.search(p.read_text(encoding="utf-8"))]
     assert not copies, copies
+
+
+def test_the_slicer_label_file_sniffing_is_imageios_rule(tmp_path):
+    """The Slicer module tells a reply's label file by its first bytes with its own copy (Slicer's Python has no
+    umind_core): on real files of every format imageio sniffs, and on near misses, it names the same format where it
+    reads one (NRRD, PNG, NIfTI-1, gzipped NIfTI-1) and none elsewhere."""
+    import gzip
+
+    import SimpleITK as sitk
+    from PIL import Image
+    from UMindLib import labelfiles
+
+    from umind_core.imageio import sniff_format
+
+    labels = (np.arange(48, dtype=np.uint8).reshape(6, 8) % 3)
+    files = {}
+    for name in ("a.nrrd", "a.nii", "a.nii.gz", "a.mha"):
+        sitk.WriteImage(sitk.GetImageFromArray(labels), str(tmp_path / name))
+        files[name] = tmp_path / name
+    Image.fromarray(labels).save(tmp_path / "a.png")
+    Image.fromarray(labels * 80).convert("RGB").save(tmp_path / "a.jpg")
+    files.update({"a.png": tmp_path / "a.png", "a.jpg": tmp_path / "a.jpg"})
+    nifti = (tmp_path / "a.nii").read_bytes()
+    near = {"NRRD-short": b"NRRD\n" + b"x" * 600, "nifti-2": nifti[:344] + b"n+2\x00" + nifti[348:],
+            "nifti-no-null": nifti[:344] + b"n+1x" + nifti[348:], "dicom": b"\x00" * 128 + b"DICM" + b"\x00" * 500,
+            "junk": b"\x01" * 600}
+    for name, data in near.items():
+        (tmp_path / name).write_bytes(data)
+        files[name] = tmp_path / name
+    readable = {"nrrd": "nrrd", "png": "png", "nifti": "nifti", "nifti-gz": "nifti"}
+    for name, path in files.items():
+        raw = path.read_bytes()
+        raw = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        owner = sniff_format(path)
+        want = None if name == "nifti-2" else readable.get(owner)  # NIfTI-2 is no label file of the module's
+        assert labelfiles.sniff_label_format(raw) == want, (name, owner)

@@ -32,7 +32,7 @@ import numpy as np
 
 from .geometry import as_matrix, ras_to_lps
 
-__all__ = ["LabelFileError", "LabelArray", "decode_label_file", "encode_nrrd", "encode_png",
+__all__ = ["LabelFileError", "LabelArray", "decode_label_file", "encode_nrrd", "encode_png", "sniff_label_format",
            "encode_image_nrrd"]
 
 
@@ -81,6 +81,18 @@ def _through_file(suffix: str, write: Callable[[str], None], read: Callable[[str
                                  f"{last.replace(path, name)}") from exc
 
 
+def sniff_label_format(raw: bytes) -> str | None:
+    """"nrrd", "png" or "nifti" (NIfTI-1) from a label file's first bytes (already gunzipped), else None: the copy,
+    for Slicer's Python, of `umind_core.imageio.sniff_format`'s rule for these three (tests/test_one_owner.py)."""
+    if raw[:7] == b"NRRD000":
+        return "nrrd"
+    if raw[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if len(raw) >= 348 and raw[344:348] in (b"n+1\x00", b"ni1\x00"):
+        return "nifti"
+    return None
+
+
 def decode_label_file(data: bytes, filename: str = "label") -> LabelArray:
     """Bytes of a .nrrd, .nii, .nii.gz or .png label map -> `LabelArray` (3D, k first).
 
@@ -94,16 +106,14 @@ def decode_label_file(data: bytes, filename: str = "label") -> LabelArray:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise LabelFileError(f"{filename}: corrupt gzip stream: {exc}") from exc
-    if raw[:4] == b"NRRD":
-        fmt = "nrrd"
+    fmt = sniff_label_format(raw)
+    if fmt == "nrrd":
         _refuse_detached_nrrd(raw, filename)
-    elif raw[:8] == b"\x89PNG\r\n\x1a\n":
-        fmt = "png"
+    elif fmt == "png":
         if len(raw) > 25 and raw[12:16] == b"IHDR" and raw[25] == _PNG_GREY_ALPHA:
             raise LabelFileError(f"{filename}: grey+alpha PNG is not supported for label maps "
                                  f"(save it as greyscale)")
-    elif len(raw) >= 348 and raw[344:347] in (b"n+1", b"ni1"):
-        fmt = "nifti"
+    elif fmt == "nifti":
         _refuse_nifti_nan(raw, filename)
     else:
         raise LabelFileError(f"{filename}: not a NRRD, NIfTI-1 or PNG label map")
