@@ -9,4 +9,13 @@ cd "$ROOT"
 bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node and npm)" >&2
 # with no arguments the whole suite; arguments that name tests or options replace the default path
 [ $# -gt 0 ] || set -- tests
-exec python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
+# UMIND_TEST_WORKERS processes (default 2; 0 = one process): each test file runs whole in one worker, so the
+# servers and models a file shares are started once, as in one process; one OpenMP thread each unless set, as two
+# workers' thread teams on 2 cores would stall each other
+workers="${UMIND_TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != 0 ]; then
+  parallel=(-n "$workers" --dist loadfile)
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+fi
+exec python -m pytest -q -p no:cacheprovider --timeout=900 "${parallel[@]}" "$@"

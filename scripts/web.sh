@@ -3,11 +3,13 @@
 # once: the build is kept in a cache outside the checkout under a hash of the lock file and the sources, so a
 # later call (another clone, the next CI run) copies it in milliseconds and starts neither npm nor node.
 #   scripts/web.sh            # build or reuse; prints where the viewer is and how long it took
-# Needs node >= 18 and npm (Debian: apt-get install nodejs npm). UMIND_WEB_CACHE overrides the cache folder.
+# Needs node >= 18 and npm (Debian: apt-get install nodejs npm). UMIND_WEB_CACHE overrides the cache folder,
+# UMIND_WEB_OUT the folder the build is copied to (web/dist, which the server serves unless UMIND_VIEWER_DIR says).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WEB="$ROOT/web"
 CACHE="${UMIND_WEB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/umind-web}"
+OUT="${UMIND_WEB_OUT:-$WEB/dist}"
 start=$(date +%s.%N)
 lock_key=$(cat "$WEB/package.json" "$WEB/package-lock.json" | sha256sum | cut -c1-16)
 build_key=$( { echo "$lock_key"; cat "$WEB/build.mjs"; find "$WEB/src" -type f | LC_ALL=C sort | xargs cat; } \
@@ -37,6 +39,6 @@ if [ ! -f "$CACHE/dist-$build_key/index.html" ]; then
   fi
   flock -u 9
 fi
-rm -rf "$WEB/dist.tmp" && cp -r "$CACHE/dist-$build_key" "$WEB/dist.tmp"
-rm -rf "$WEB/dist" && mv "$WEB/dist.tmp" "$WEB/dist"
-echo "umind: viewer ready in web/dist ($(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $start}") s; served at /viewer/)"
+rm -rf "$OUT.tmp" && cp -r "$CACHE/dist-$build_key" "$OUT.tmp"
+rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+echo "umind: viewer ready in ${UMIND_WEB_OUT:-web/dist} ($(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $start}") s; served at /viewer/)"

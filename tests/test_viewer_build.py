@@ -42,20 +42,23 @@ def test_every_npm_package_is_pinned_exactly_and_locked():
 
 
 def test_a_second_build_reuses_the_first_without_node_or_npm(tmp_path):
-    """After one build, scripts/web.sh copies the cached build: it succeeds on a PATH with no node and no npm."""
+    """After one build, scripts/web.sh copies the cached build: it succeeds on a PATH with no node and no npm. Built
+    into a folder of its own (UMIND_WEB_OUT), so that the viewer other tests serve from web/dist never goes away."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("viewer not built: scripts/web.sh needs node and npm (apt-get install nodejs npm)")
-    env = {**os.environ, "UMIND_WEB_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "dist"
+    env = {**os.environ, "UMIND_WEB_CACHE": str(tmp_path / "cache"), "UMIND_WEB_OUT": str(out)}
     first = subprocess.run(["bash", str(ROOT / "scripts" / "web.sh")], env=env, capture_output=True, text=True,
                            timeout=900)
     assert first.returncode == 0, first.stderr[-2000:]
-    info = json.loads((WEB / "dist" / "build-info.json").read_text())
+    info = json.loads((out / "build-info.json").read_text())
+    (out / "index.html").unlink()  # the second call must put the build back
     bare = _path_without_node(tmp_path)
     again = subprocess.run([str(bare / "bash"), str(ROOT / "scripts" / "web.sh")],
                            env={**env, "PATH": str(bare)}, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads((WEB / "dist" / "build-info.json").read_text()) == info
-    assert (WEB / "dist" / "index.html").is_file() and (WEB / "dist" / "assets" / "app.js").is_file()
+    assert json.loads((out / "build-info.json").read_text()) == info
+    assert (out / "index.html").is_file() and (out / "assets" / "app.js").is_file()
 
 
 def test_without_node_a_missing_build_is_one_line_naming_what_to_install(tmp_path):
