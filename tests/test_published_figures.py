@@ -746,3 +746,23 @@ def test_viewer_row_is_its_result_file():
         r = t[task]
         assert (f"| {r['viewer_median_s']:.3f} | {r['server_median_s']:.3f} | {r['viewer_share_median_s']:.3f} | "
                 f"{r['goal_ratio']:.2f} |") in notes, task
+
+
+def test_refusal_readout_row_is_its_result_file():
+    """Refusals with both readouts: benchmarks/README.md's short row and results/NOTES.md against refusal_readout.json,
+    and the differing cases it names are the file's."""
+    import json
+
+    res = json.loads((RESULTS / "refusal_readout.json").read_text())
+    d, b = res["sets"]["default"], res["sets"]["scanner_b"]
+    assert d["mask"]["n"] == d["tokens"]["n"] == 400 and b["mask"]["n"] == 400
+    short = _short_row("Refusals read off masks against written coordinates |")
+    assert d["mask"]["accuracy"] == d["tokens"]["accuracy"]
+    assert f"default look {d['mask']['accuracy']:.3f} both" in short
+    assert len(d["right_with_tokens_only"]) == len(d["right_with_mask_only"]) == 1 and "1 of 400 differs each way" in short
+    assert f"`scanner_b` {b['mask']['accuracy']:.3f} against {b['tokens']['accuracy']:.3f}" in short
+    notes = _flat(RESULTS / "NOTES.md")
+    assert f"default look: {d['mask']['accuracy']:.4f} with both" in notes
+    assert f"`scanner_b`: {b['mask']['accuracy']:.4f} read off masks against {b['tokens']['accuracy']:.4f} written" in notes
+    for case in d["right_with_tokens_only"] + d["right_with_mask_only"] + b["right_with_mask_only"]:
+        assert f"`{case}`" in notes
