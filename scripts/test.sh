@@ -10,12 +10,10 @@ bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node
 # with no arguments the whole suite; arguments that name tests or options replace the default path
 [ $# -gt 0 ] || set -- tests
 # UMIND_TEST_WORKERS processes (default 2; 0 = one process): each test file runs whole in one worker, so the
-# servers and models a file shares are started once, as in one process; one OpenMP thread each unless set, as two
-# workers' thread teams on 2 cores would stall each other
+# servers and models a file shares are started once, as in one process. Torch keeps its own thread count: with
+# OMP_NUM_THREADS=1 the shared tiny fixture (conftest.trained_tiny) memorises its landmark answer wrong (x 256 for
+# 84.5; test_predictor fails the same in one process) and tuned decode graphs build 2-4x slower
 workers="${UMIND_TEST_WORKERS:-2}"
 parallel=()
-if [ "$workers" != 0 ]; then
-  parallel=(-n "$workers" --dist loadfile)
-  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-fi
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
 exec python -m pytest -q -p no:cacheprovider --timeout=900 "${parallel[@]}" "$@"
