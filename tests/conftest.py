@@ -75,15 +75,26 @@ def train_on_tasks(model, steps: int = 120, lr: float = 5e-3, seed: int = 0):
     torch.manual_seed(seed)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    for step in range(steps):
-        enc, labels, targets = batches[step % len(batches)]
-        loss = model(**enc, labels=labels, mask_targets=targets).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    # a fixed thread count: what 210 steps memorise depends on the order of its sums, and with one OpenMP thread
+    # the landmark answer came out at the image's edge (x 256 for 84.5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    try:
+        for step in range(steps):
+            enc, labels, targets = batches[step % len(batches)]
+            loss = model(**enc, labels=labels, mask_targets=targets).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+#: the threads `train_on_tasks` trains with, whatever the machine or OMP_NUM_THREADS says (the 2 cores it was tuned on)
+TRAIN_THREADS = 2
 
 
 @pytest.fixture(scope="session")
