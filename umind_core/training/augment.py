@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import ndimage
 
-from ..data.manifest import Conversation
 from ..answers.grounding import GRID, grid_pairs, map_grid_pairs
+from ..data.manifest import Conversation
+from ..masks import mask_box
 
 __all__ = ["Augmentation", "PHOTOMETRIC", "ZOOM", "augment_record", "draw", "tone"]
 
@@ -47,9 +48,9 @@ def _extent(masks: Sequence[np.ndarray | None], conversations: Sequence[Conversa
     xs, ys = [], []
     for m in masks:
         if m is not None and np.any(m):
-            rows, cols = np.nonzero(np.any(m, 1))[0], np.nonzero(np.any(m, 0))[0]
-            xs += [cols[0], cols[-1] + 1]
-            ys += [rows[0], rows[-1] + 1]
+            x1, y1, x2, y2 = mask_box(m)
+            xs += [x1, x2 + 1]
+            ys += [y1, y2 + 1]
     for conv in conversations:
         for msg in conv.messages:
             for gx, gy in grid_pairs(msg["content"]) if isinstance(msg.get("content"), str) else ():
