@@ -100,3 +100,22 @@ def test_an_augmented_dataset_is_a_view_and_its_draws_repeat(tmp_path):
     assert np.array_equal(first[0], again[0])  # the n-th read of an item is the same in every run
     assert not np.array_equal(first[0], second[0])  # and the next read is another view
     assert ds.augmented(0.0)._augment(7, image, masks, convs)[0] is image  # a fraction of 0 leaves it alone
+
+
+def test_a_grey_scan_is_warped_and_toned_once_with_the_three_channel_result():
+    from umind_core.training.augment import one_plane
+    from umind_core.training.collate import to_rgb_uint8
+
+    image, masks, convs = _scan()
+    rgb = np.repeat(image[..., None], 3, axis=2)
+    assert one_plane(rgb).shape == image.shape and one_plane(image[..., None]).shape == image.shape
+    doppler = rgb.copy()
+    doppler[60, 60] = (255, 0, 0)
+    assert one_plane(doppler) is doppler or np.array_equal(one_plane(doppler), doppler)
+    aug = draw(np.random.default_rng(5), image.shape, masks, convs)
+    assert aug != Augmentation()
+    three, m3, c3 = augment_record(rgb, masks, convs, aug)
+    one, m1, c1 = augment_record(one_plane(rgb), masks, convs, aug)
+    three, one = tone(three, np.random.default_rng(9), p=1.0), tone(one, np.random.default_rng(9), p=1.0)
+    assert one.ndim == 2 and np.array_equal(to_rgb_uint8(one), three)  # same pixels, a third of the work
+    assert all(np.array_equal(a, b) for a, b in zip(m1, m3)) and c1 == c3

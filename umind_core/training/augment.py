@@ -26,7 +26,7 @@ from ..answers.grounding import GRID, grid_pairs, map_grid_pairs
 from ..data.manifest import Conversation
 from ..masks import mask_box
 
-__all__ = ["Augmentation", "PHOTOMETRIC", "ZOOM", "augment_record", "draw", "tone"]
+__all__ = ["Augmentation", "PHOTOMETRIC", "ZOOM", "augment_record", "draw", "one_plane", "tone"]
 
 #: zoom factors drawn log-uniformly (1/ZOOM .. ZOOM): HC18 heads span about 3x in size across its views
 ZOOM = 1.4
@@ -87,6 +87,18 @@ def _warp(array: np.ndarray, aug: Augmentation, order: int) -> np.ndarray:
     if array.ndim == 2:
         return ndimage.affine_transform(array, [inv, inv], offset=offset, order=order, cval=0, mode="constant")
     return np.stack([_warp(array[..., c], aug, order) for c in range(array.shape[2])], axis=2)
+
+
+def one_plane(image: np.ndarray) -> np.ndarray:
+    """A grey scan as one H x W plane (from an RGB image whose channels are equal, or H x W x 1); a colour image as
+    it is. Why: a grey scan read as RGB would be warped and toned three times over, channel by channel, for the same
+    result; the encoder makes the plane RGB again (`collate.to_rgb_uint8`)."""
+    image = np.asarray(image)
+    if image.ndim == 3 and image.shape[2] == 1:
+        return image[..., 0]
+    if image.ndim == 3 and all(np.array_equal(image[..., 0], image[..., c]) for c in range(1, image.shape[2])):
+        return image[..., 0]
+    return image
 
 
 def tone(image: np.ndarray, rng: np.random.Generator, p: float = PHOTOMETRIC) -> np.ndarray:

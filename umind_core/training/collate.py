@@ -32,7 +32,7 @@ from ..data.manifest import Conversation, ExamRecord, read_manifest
 from ..answers.grounding import SEG_MASK
 from ..modeling.packing import PAD_SEGMENT
 from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, exam_prefix, turn_suffix
-from .augment import augment_record, draw, tone
+from .augment import augment_record, draw, one_plane, tone
 
 __all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "encode_exam_turns",
            "collate", "ManifestDataset", "to_rgb_uint8"]
@@ -365,7 +365,7 @@ class ManifestDataset(torch.utils.data.Dataset):
         rng = np.random.default_rng([self.seed, index, n])
         if rng.random() >= self.augment:
             return image, masks, conversations
-        image, masks, conversations = augment_record(to_rgb_uint8(image), masks, conversations,
+        image, masks, conversations = augment_record(one_plane(to_rgb_uint8(image)), masks, conversations,
                                                      draw(rng, np.shape(image)[:2], masks, conversations))
         return tone(image, rng), masks, conversations
 
