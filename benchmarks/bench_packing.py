@@ -11,6 +11,7 @@ conversations per second for each and their ratio. Data loading is included, as 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="timed optimizer steps per mode")
     parser.add_argument("--image-size", type=int, default=256)
+    parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         raw = write_synthetic_dataset(Path(tmp) / "data", 64, seed0=0, size=256, progress=False)
@@ -60,6 +62,14 @@ def main() -> None:
     print(f"small config, {args.image_size} px, {torch.get_num_threads()} threads, {args.steps} steps each: "
           f"one conversation per sample {unpacked:.1f} conversations/s, packed per image {packed:.1f} "
           f"conversations/s = {packed / unpacked:.2f}x")
+    if args.out:
+        from umind_core.atomic import write_text
+
+        write_text(args.out, json.dumps({"config": "small", "image_size": args.image_size, "steps": args.steps,
+                                         "threads": torch.get_num_threads(),
+                                         "conversations_per_s": {"unpacked": round(unpacked, 2),
+                                                                 "packed": round(packed, 2)},
+                                         "ratio": round(packed / unpacked, 2)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

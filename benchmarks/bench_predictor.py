@@ -7,11 +7,14 @@
 
 The weights are untrained, so answers are noise; the work per call is what is measured, and both sides of every
 comparison do the same work (same prompt, same number of generated tokens).
+
+`python benchmarks/bench_predictor.py --out benchmarks/results/predictor.json` also writes every figure printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import statistics
 import time
@@ -19,8 +22,9 @@ import time
 import numpy as np
 import torch
 
-from umind_core.modeling.tiny import build_model
+from umind_core.atomic import write_text
 from umind_core.inference.predictor import Predictor
+from umind_core.modeling.tiny import build_model
 
 
 def peak_rss_mb() -> float:
@@ -80,6 +84,7 @@ def main() -> None:
     # one mask group (one forward), end of turn. Longer answers shift time from the prompt to decoding.
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
     model = build_model("small")
@@ -124,6 +129,20 @@ def main() -> None:
     print(f"(c) {args.frames}-frame clip: one at a time {args.frames / t_single:.1f} frames/s, batched "
           f"(batch {args.batch_size}) {args.frames / t_batched:.1f} frames/s, ratio {t_single / t_batched:.2f}x")
     print(f"(d) peak resident memory {peak_rss_mb():.0f} MB")
+    if args.out:
+        figures = {"config": "small", "size": args.size, "threads": torch.get_num_threads(),
+                   "new_tokens": args.new_tokens, "repeats": args.repeats,
+                   "mask_tokens_ms": {"one_by_one": round(t_seq * 1e3, 2), "one_forward": round(t_one * 1e3, 2),
+                                      "ratio": round(t_seq / t_one, 2)},
+                   "cached_prompt_ms": {"cold": round(t_cold * 1e3, 2), "warm": round(t_warm * 1e3, 2),
+                                        "ratio": round(t_cold / t_warm, 2), "tokens_warm": warm_tokens,
+                                        "tokens_cold": cold_tokens},
+                   "clip": {"frames": args.frames, "batch_size": args.batch_size,
+                            "frames_per_s_single": round(args.frames / t_single, 2),
+                            "frames_per_s_batched": round(args.frames / t_batched, 2),
+                            "ratio": round(t_single / t_batched, 2)},
+                   "peak_rss_mb": round(peak_rss_mb())}
+        write_text(args.out, json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

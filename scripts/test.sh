@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The README's test command: sets up .venv when missing (scripts/env.sh), then runs the whole suite.
-# Arguments go to pytest (e.g. scripts/test.sh tests/test_grounding.py).
+# Arguments go to pytest (e.g. scripts/test.sh tests/test_grounding.py). `--quick` first: the edit-test loop's
+# subset, every test not marked slow, server or model (tests/conftest.py marks the model fixtures' users).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/env.sh"
 cd "$ROOT"
-# the browser viewer, built once and reused (its tests skip with one line when it cannot be built)
-bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node and npm)" >&2
+quick=()
+if [ "${1:-}" = --quick ]; then shift; quick=(-m "not slow and not server and not model"); fi
+# the browser viewer, built once and reused (its tests skip with one line when it cannot be built; --quick uses
+# whatever build is there)
+[ ${#quick[@]} -gt 0 ] || bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node and npm)" >&2
 # with no arguments the whole suite; arguments that name tests or options replace the default path
 [ $# -gt 0 ] || set -- tests
 # UMIND_TEST_WORKERS processes (default 2; 0 = one process): each test file runs whole in one worker, so the
@@ -15,4 +19,4 @@ bash scripts/web.sh || echo "umind: viewer not built; its tests skip (needs node
 workers="${UMIND_TEST_WORKERS:-2}"
 parallel=()
 [ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
-exec python -m pytest -q -p no:cacheprovider --timeout=900 "${parallel[@]}" "$@"
+exec python -m pytest -q -p no:cacheprovider --timeout=900 "${parallel[@]}" "${quick[@]}" "$@"

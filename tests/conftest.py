@@ -106,6 +106,18 @@ def trained_tiny():
     return train_on_tasks(build_model("tiny", lora=None), steps=210, lr=2e-3)
 
 
+#: fixtures that build or train a model: a test that asks for one is left out of the quick subset
+MODEL_FIXTURES = frozenset({"trained_tiny", "tiny_model_factory"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `model` every test that asks for a model fixture, so that `scripts/test.sh --quick` (which deselects
+    `slow`, `server` and `model`) leaves out what builds, trains or serves a model, without each file saying so."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 def pytest_terminal_summary(terminalreporter):
     """The PACS/OHIF modules skip when system packages are missing: say so in one line, whatever `-r` asks."""
     from system_packages import SKIP_PREFIX

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -20,6 +21,7 @@ from umind_core.modeling.umind import UMindVL
 from umind_core.inference.predictor import Predictor
 
 
+@pytest.mark.slow
 def test_a_deepened_demo_model_answers_as_the_original_until_it_trains(tmp_path):
     n = capacity_probe.deepen(capacity_probe.DEMO, tmp_path / "deep", 2, 1)
     cfg = json.loads((tmp_path / "deep" / "base" / "config.json").read_text())

@@ -207,6 +207,7 @@ def test_a_failure_while_labels_are_set_aside_puts_them_back(env, monkeypatch):
     assert_unchanged(ds, studies, before, old_label)
 
 
+@pytest.mark.slow
 def test_a_kill_mid_write_leaves_the_old_label_and_the_restart_clears_the_temporary(env, tmp_path):
     ds, studies, up, old_label = env
     before = snapshot(ds, studies)

@@ -57,6 +57,7 @@ def _held_out_summary(model, tmp_path, appearance: str, seed0: int, tasks: str) 
     return evaluate(model, manifest, tasks=tasks, progress=False, max_new_tokens=128).metrics
 
 
+@pytest.mark.slow
 def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path):
     """The card's headline numbers come from `umind eval` on 200 held-out images; the first 12 of them (same
     seeds) must land near them: this fails for an untrained or wrongly packaged model."""
@@ -71,6 +72,7 @@ def test_umind_eval_on_held_out_images_agrees_with_the_card(demo_model, tmp_path
     assert calipers < 0.26, calipers  # demo model 1, which never learned calipers: 0.726 here
 
 
+@pytest.mark.slow
 def test_umind_eval_on_the_appearance_it_never_trained_on(demo_model, tmp_path):
     """The card's `scanner_b` figures (another probe geometry, speckle, gain and lesion echogenicity): a model
     that keys on the texture of its own training images fails here (demo model 1 on these 12 images: segmentation

@@ -325,6 +325,7 @@ def test_cli_eval_errors_are_one_line(manifest, tmp_path, capsys, monkeypatch, a
     assert err[-1].startswith("umind eval: error:") and needle in err[-1]
 
 
+@pytest.mark.slow
 def test_class_scores_rank_the_answer_a_model_was_taught():
     """Each finding's score is the likelihood of its answer: a probability over the classes, whose likeliest class
     is the synthetic truth on most breast images for the bundled model (diagnosis accuracy 0.84 on its held-out

@@ -183,6 +183,7 @@ def _margin(report: str) -> str:
     return next(k for k, words in sorted(MARGIN_WORDS.items(), key=lambda kv: -len(kv[1])) if words in report)
 
 
+@pytest.mark.slow
 def test_a_malignant_lesion_shows_its_signs_in_at_least_one_plane_and_the_report_names_them():
     suspicious = {"spiculated", "irregular", "microlobulated"}
     malignant = [e for e in (generate_exam(s, "breast", size=SIZE) for s in range(60)) if e.diagnosis == "malignant"]

@@ -140,6 +140,7 @@ def test_single_image_batches_carry_no_mask_views(model):
     assert sample.image_grid_thw.shape == (1, 3)
 
 
+@pytest.mark.slow
 def test_generated_exam_manifest_trains_packed_and_unpacked(model, tmp_path):
     """`umind synth --exams` output through ManifestDataset: one packed item per examination, every view in it."""
     from umind_core.data.conversations import attach_conversations

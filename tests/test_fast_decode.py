@@ -242,6 +242,7 @@ def test_an_answer_longer_than_its_room_grows_the_cache_and_equals_eager(trained
     _assert_same(eager, fast)
 
 
+@pytest.mark.slow
 def test_demo_model_fast_equals_eager_including_a_refusal():
     from umind_core import demo
     from umind_core.data import synthetic
@@ -285,6 +286,7 @@ def test_drafted_answers_equal_eager(trained_tiny, mode):
         _assert_same(e, f)
 
 
+@pytest.mark.slow
 def test_demo_model_drafted_answers_equal_eager():
     """The same on the shipped model: real templates (refusals, reports), drafts that fail at box coordinates."""
     from umind_core import demo

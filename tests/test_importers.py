@@ -180,6 +180,7 @@ def test_nnunet_nifti_and_nrrd_carry_spacing_and_keep_orientation(tmp_path, endi
         assert np.array_equal(objs[2][1], _rect(40, 56, (30, 33, 5, 9)))
 
 
+@pytest.mark.slow
 def test_nnunet_manifest_trains_two_steps(tmp_path):
     from umind_core.modeling.tiny import build_model
     from umind_core.training.trainer import TrainConfig, train

@@ -58,6 +58,7 @@ def test_relative_conf_model_resolves_against_the_working_directory(tmp_path, mo
         parse_conf({"model": "runs/nope/final"}, str(tmp_path / "studies"))
 
 
+@pytest.mark.slow
 def test_a_bad_conf_model_is_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "monailabel_app.lib.log_config", str(tmp_path / "studies"), "--port", "8000",
@@ -82,6 +83,7 @@ def test_serve_sh_makes_a_relative_model_absolute_where_it_was_typed(tmp_path):
     assert serve.index("python -m monailabel_app.lib.log_config") < serve.index("exec monailabel start_server")
 
 
+@pytest.mark.slow
 def test_each_server_logs_under_its_own_workdir(tmp_path):
     """Two servers from one checkout: each gets a logging config whose file handlers write its own workdir, none
     the checkout's monailabel_app/logs/app.log."""

@@ -285,6 +285,7 @@ def test_annotation_loop_from_demo_model_3_rows_are_the_benchmark():
         assert f"`{arm}` {seg}" in short, (arm, short)
 
 
+@pytest.mark.slow
 def test_annotation_loop_intervals_in_notes_and_benchmarks_are_the_benchmark():
     """The second demo-model-2 run's change-from-start intervals, recomputed from its per-sample values: every
     round in its NOTES.md, the last round in the full rows there and (the segmentation change) in

@@ -24,6 +24,8 @@ from umind_core.tools import qwen_layout, qwen_published, qwen_vocab
 from umind_core.modeling.base_folder import safetensors_names
 from umind_core.modeling.umind import UMindModelError, UMindVL
 
+pytestmark = pytest.mark.slow  # writes and loads a Qwen3-VL folder of the small config
+
 HUB_FILES = {"chat_template.json", "config.json", "generation_config.json", "merges.txt",
              "model.safetensors.index.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
              "video_preprocessor_config.json", "vocab.json"}

@@ -25,6 +25,8 @@ import requests
 from PIL import Image
 from server_utils import free_port, stop_process_group, wait_until_up
 
+pytestmark = pytest.mark.slow  # the README's own-data commands train and serve a model
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Train on your own data"
 

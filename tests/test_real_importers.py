@@ -315,6 +315,7 @@ def _shared(name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_real_hc18_annotations_agree_with_the_sonographers_hc():
     """The filled annotation's moment ellipse against the CSV's head circumference, on every 8th row of the 704
     (the importer's own fill and measure): 1.2 mm apart on average over all 704, 3.5 mm at most."""

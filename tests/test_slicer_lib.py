@@ -869,6 +869,7 @@ def breast_scan():
     return sample.image, (int(xs.mean()), int(ys.mean()))
 
 
+@pytest.mark.slow
 def test_client_info_infer_and_errors_verbatim(proxy):
     c = UMindClient(proxy.url.replace("http://", ""), timeout=300)
     info = c.info()

@@ -111,6 +111,7 @@ def lesions():
     return out
 
 
+@pytest.mark.slow
 def test_lesion_rules_hold_on_average(lesions):
     benign = np.array([c for m, c in lesions[:40] if not m])
     malignant = np.array([c for m, c in lesions[:40] if m])

@@ -185,6 +185,7 @@ def test_answer_mapping_to_the_kits_formats():
 
 # ------------------------------------------------------------------------------------------------ end to end
 
+@pytest.mark.slow
 def test_cli_runs_a_release_end_to_end(release, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "out"
     rc = cli.main(["u2bench", str(release), "--model", str(tiny_model_dir), "--out", str(out),

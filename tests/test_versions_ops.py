@@ -185,6 +185,7 @@ def test_umind_versions_lists_rolls_back_and_exports(workdir_with_versions, tmp_
     (["{empty}", "--force"], "--force goes with --rollback"),
     (["{empty}", "--rollback", "x"], "expected a version number"),
 ])
+@pytest.mark.slow
 def test_umind_versions_bad_input_exits_2_with_one_line(tmp_path, args, message):
     (tmp_path / "empty").mkdir()
     res = umind(*[a.format(missing=tmp_path / "nope", empty=tmp_path / "empty") for a in args])

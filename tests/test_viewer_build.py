@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the browser viewer with npm
+
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
 

@@ -250,6 +250,7 @@ def _parser(func):
     return p
 
 
+@pytest.mark.slow
 def test_a_build_that_will_not_end_is_cut_off_with_the_commands_own_status(tmp_path):
     """A build still running after BUILD_STOP_S: the process exits with the command's status (0 here), at once."""
     import subprocess
