@@ -816,3 +816,18 @@ def test_background_builds_wait_while_the_process_holds_them(monkeypatch):
         assert done.wait(GUARD_S) and again.wait(GUARD_S)
     finally:
         step_builder.hold_builds_while(None)
+
+
+def test_kernel_templates_are_compiled_once_and_render_as_a_fresh_compile():
+    from torch._inductor.codegen.common import KernelTemplate
+
+    fresh = KernelTemplate._template_from_string  # torch's own, or already memoised by an earlier tuned build
+    fast_decode._reuse_kernel_templates()
+    fast_decode._reuse_kernel_templates()  # once is enough: not wrapped twice
+    memo = KernelTemplate._template_from_string
+    assert getattr(memo, "_umind_reused", False) and getattr(memo, "__wrapped__", None) is not None
+    assert memo.__wrapped__ is getattr(fresh, "__wrapped__", fresh)
+    source = "{% for i in range(n) %}{{ i }}{{ sep }}{% endfor %}{{ text | indent_except_first(1) }}"
+    assert memo(source) is memo(source)  # one compile per source
+    context = {"n": 3, "sep": ",", "text": "a\nb"}
+    assert memo(source).render(**context) == memo.__wrapped__(source).render(**context) == "0,1,2,a\n    b"
