@@ -98,16 +98,44 @@ TRAIN_THREADS = 2
 
 
 @pytest.fixture(scope="session")
-def trained_tiny():
-    """A tiny model that has memorised one answer per task on make_image(0). Shared: do not modify it."""
+def trained_tiny(tmp_path_factory):
+    """A tiny model that has memorised one answer per task on make_image(0). Shared: do not modify it.
+
+    Under pytest-xdist the first worker to need it trains it and leaves its weights in the run's temporary folder;
+    the other worker waits for them and loads them (about a minute of training saved on 2 cores, same weights)."""
     from umind_core.modeling.tiny import build_model
 
-    # all weights train (as the demo model does): LoRA on a random tiny base memorises too slowly for a fixture
-    return train_on_tasks(build_model("tiny", lora=None), steps=210, lr=2e-3)
+    def trained():
+        # all weights train (as the demo model does): LoRA on a random tiny base memorises too slowly for a fixture
+        return train_on_tasks(build_model("tiny", lora=None), steps=210, lr=2e-3)
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return trained()
+    from filelock import FileLock  # a dependency of transformers' hub client
+
+    from umind_core.atomic import atomic_path
+
+    weights = tmp_path_factory.getbasetemp().parent / "trained_tiny.pt"  # the run's folder, beside each worker's
+    with FileLock(f"{weights}.lock"):
+        if weights.is_file():
+            model = build_model("tiny", lora=None)
+            model.load_state_dict(torch.load(weights, weights_only=True))
+            model.eval()
+            model.requires_grad_(False)
+            return model
+        model = trained()
+        with atomic_path(weights) as tmp:
+            torch.save(model.state_dict(), tmp)
+        return model
 
 
 #: fixtures that build or train a model: a test that asks for one is left out of the quick subset
 MODEL_FIXTURES = frozenset({"trained_tiny", "tiny_model_factory"})
+
+
+def pytest_configure(config):
+    # registered here rather than in pyproject.toml, whose hash decides when scripts/env.sh rebuilds .venv
+    config.addinivalue_line("markers", "model: builds, trains or loads a model (the model fixtures' users)")
 
 
 def pytest_collection_modifyitems(config, items):
