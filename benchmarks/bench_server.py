@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode", default=None,
                     help="the server's decode conf (in process: the Predictor's); compiled and tuned build a step "
                          "graph per batch size, so an untimed warm-up forms those batches first")
+    ap.add_argument("--out", default=None, help="without --clients: also write the overhead figures to this JSON")
     ap.add_argument("--in-process", action="store_true",
                     help="with --clients: the same plan through a BatchScheduler in this process, no HTTP")
     args = ap.parse_args(argv)
@@ -373,6 +374,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.median(second):.1f} ms ({len(second)} rounds)")
     print(f"  machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"label maps equal to the direct masks in every round: {same}")
+    if args.out:
+        from umind_core.atomic import write_text
+
+        def ms(v: float) -> float:
+            return round(v, 1)
+
+        write_text(args.out, json.dumps({
+            "model": args.model or "shipped demo model", "size": args.size, "prompt": PROMPT,
+            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "warmup": args.warmup,
+            "http_median_ms": ms(statistics.median(t[0] for t in rounds) * 1000),
+            "direct_median_ms": ms(statistics.median(t[1] for t in rounds) * 1000),
+            "overhead_median_ms": ms(med), "overhead_quartiles_ms": [ms(q1), ms(q3)],
+            "overhead_median_ci95_ms": [ms(lo), ms(hi)], "load_average": round(os.getloadavg()[0], 2),
+            "label_maps_equal": same}, indent=2) + "\n")
     return 0 if same else 1
 
 
