@@ -39,6 +39,20 @@ def test_gate_rejects_a_segmentation_gain_that_costs_detection():
     assert row["change"] == pytest.approx(0.14) and not row["worse"]
 
 
+@pytest.mark.parametrize("task,key,worse,better", [
+    ("segment", "segmentation_miou", 0.50, 0.70), ("detect", "detection_f1", 0.61, 0.81),
+    ("keypoints", "keypoint_error_rel_width", 0.09, 0.05), ("measure", "measurement_rel_error", 0.15, 0.08),
+    ("diagnose", "diagnosis_accuracy", 0.70, 0.90), ("refusal", "refusal_accuracy", 0.80, 1.0)])
+def test_gate_knows_which_way_is_better_for_every_task(task, key, worse, better):
+    """Each gated figure alone: a clearly worse value rejects (naming the task), a clearly better one promotes. A
+    score read as an error (or the reverse) would promote a version that refuses in-scope questions."""
+    tol = Tolerance()
+    promote, reason = decide({"suite": compare(summary(), summary(**{key: worse}), tol)}, tol)
+    assert not promote and f"{task} on suite" in reason
+    assert decide({"suite": compare(summary(), summary(**{key: better}), tol)}, tol) == (
+        True, "no task worse than the tolerance on any set")
+
+
 def test_gate_tolerances_are_absolute_for_scores_and_relative_for_errors():
     tol = Tolerance(score=0.02, error=0.05)
     # 0.019 lower score and 4.6% higher error hold; 0.021 lower and 5.5% higher do not

@@ -191,3 +191,21 @@ def test_the_served_model_loads_and_answers_on_the_model_thread(tmp_path, monkey
         model_holder.holder.clear()
     assert len(loaded_on) == 1 and loaded_on[0].startswith("umind-model"), loaded_on
     assert scheduler.executor is model_holder.MODEL_THREAD
+
+
+def test_every_frame_of_a_study_counts_against_max_pixels(tmp_path):
+    """A clip is decoded whole: 10 frames of 200 x 200 are 400,000 pixels, over a 150,000 cap that one frame
+    (40,000) would pass."""
+    import SimpleITK as sitk
+
+    from lib.wall.caps import check_image_budget
+
+    clip = tmp_path / "clip.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((10, 200, 200), np.uint8)), str(clip))
+    assert image_header_shape(str(clip)) == (10, 200, 200)
+    conf = parse_conf({"max_pixels": "150000"}, str(tmp_path))
+    with pytest.raises(BadRequest, match=r"400,000 pixels \(10 x 200 x 200\).*max_pixels = 150,000"):
+        check_image_budget(str(clip), conf)
+    one = tmp_path / "one.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((200, 200), np.uint8)), str(one))
+    assert check_image_budget(str(one), conf) == (200, 200)
