@@ -26,6 +26,15 @@ def _masks(result) -> list[np.ndarray]:
     return [o.mask for o in result.objects if o.mask is not None]
 
 
+def _difference(ma: list, mb: list, task: str, prompt) -> dict:
+    """How far two answers' masks differ: pixels that differ and the IoU of each pair (a count of differing masks
+    alone cannot tell a flipped pixel on a threshold from another object)."""
+    pairs = list(zip(ma, mb))
+    return {"task": task, "prompt": prompt, "masks": [len(ma), len(mb)],
+            "pixels": [int(np.count_nonzero(x != y)) for x, y in pairs],
+            "iou": [round(float(np.logical_and(x, y).sum() / max(np.logical_or(x, y).sum(), 1)), 5) for x, y in pairs]}
+
+
 def compare(n_images: int) -> dict:
     from umind_core import demo
     from umind_core.data.synthetic import SITES, generate
@@ -37,7 +46,7 @@ def compare(n_images: int) -> dict:
     stepped._engine.drafts = None  # the step-by-step decode this benchmark compares against
     images = [generate(seed=1_000_400 + i, site=SITES[i % len(SITES)], size=256).image for i in range(n_images)]
     out = {"answers": 0, "text_differences": 0, "mask_differences": 0, "draft_tokens": 0, "draft_tokens_kept": 0,
-           "seconds_drafts_on": 0.0, "seconds_drafts_off": 0.0}
+           "seconds_drafts_on": 0.0, "seconds_drafts_off": 0.0, "differing_masks": []}
     for _ in range(2):
         for image in images:
             drafted.set_image(image)
@@ -54,7 +63,9 @@ def compare(n_images: int) -> dict:
                 out["draft_tokens_kept"] += drafted.last_stats["draft_tokens_kept"]
                 out["text_differences"] += a.text != b.text
                 ma, mb = _masks(a), _masks(b)
-                out["mask_differences"] += len(ma) != len(mb) or any(not np.array_equal(x, y) for x, y in zip(ma, mb))
+                if len(ma) != len(mb) or any(not np.array_equal(x, y) for x, y in zip(ma, mb)):
+                    out["mask_differences"] += 1
+                    out["differing_masks"].append(_difference(ma, mb, task, prompt))
     out["off_over_on"] = out["seconds_drafts_off"] / out["seconds_drafts_on"]
     return out
 
@@ -65,8 +76,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "decode" / "drafts.json")
     args = ap.parse_args(argv)
     out = compare(args.images)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    from umind_core.atomic import write_text
+
+    write_text(args.out, json.dumps(out, indent=2) + "\n")
     print(json.dumps(out))
     return 0
 
