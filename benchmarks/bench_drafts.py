@@ -29,10 +29,11 @@ def _masks(result) -> list[np.ndarray]:
 def _difference(ma: list, mb: list, task: str, prompt) -> dict:
     """How far two answers' masks differ: pixels that differ and the IoU of each pair (a count of differing masks
     alone cannot tell a flipped pixel on a threshold from another object)."""
+    from umind_core.evaluation.metrics import mask_iou  # the one mask IoU
     pairs = list(zip(ma, mb))
     return {"task": task, "prompt": prompt, "masks": [len(ma), len(mb)],
             "pixels": [int(np.count_nonzero(x != y)) for x, y in pairs],
-            "iou": [round(float(np.logical_and(x, y).sum() / max(np.logical_or(x, y).sum(), 1)), 5) for x, y in pairs]}
+            "iou": [round(float(mask_iou(x, y)), 5) for x, y in pairs]}
 
 
 def compare(n_images: int) -> dict:

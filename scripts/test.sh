@@ -14,9 +14,14 @@ if [ "${1:-}" = --quick ]; then shift; quick=(-m "not slow and not server and no
 # with no arguments the whole suite; arguments that name tests or options replace the default path
 [ $# -gt 0 ] || set -- tests
 # UMIND_TEST_WORKERS processes (default 2; 0 = one process): each test file runs whole in one worker, so the
-# servers and models a file shares are started once, as in one process. Torch keeps its own thread count: with
-# OMP_NUM_THREADS=1 the whole suite took 15.4 min against 17.3, but tuned decode graphs built 2-4x slower
+# servers and models a file shares are started once, as in one process. Each worker computes on one OpenMP thread
+# (unless OMP_NUM_THREADS says otherwise): two workers of two threads each oversubscribed 2 cores. On a clean clone
+# the whole suite took 9.9 min so (1,626 passed), 18.0 min before with two threads a worker and before the shared
+# fixture and the reused kernel templates (test_fast_decode's tuned every-task test: 24 s against 197 s)
 workers="${UMIND_TEST_WORKERS:-2}"
 parallel=()
-[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
+if [ "$workers" != 0 ]; then
+  parallel=(-n "$workers" --dist loadfile)
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+fi
 exec python -m pytest -q -p no:cacheprovider --timeout=900 "${parallel[@]}" "${quick[@]}" "$@"
