@@ -782,3 +782,28 @@ def test_benchmarks_page_stays_a_short_table():
     long = [cell.strip()[:60] for line in text.splitlines() if line.startswith("|")
             for cell in line.strip().strip("|").split(" | ") if len(cell.strip()) > 400]
     assert not long, long
+
+
+def test_rows_once_without_a_result_file_are_their_files():
+    """Server overhead, the Predictor and packing gains, synthetic data and training times: each short row against
+    the file its command writes."""
+    import json
+    import re
+
+    srv = json.loads((RESULTS / "server_overhead.json").read_text())
+    lo, hi = srv["overhead_median_ci95_ms"]
+    assert srv["label_maps_equal"] and srv["repeats"] == 40
+    assert f"{srv['overhead_median_ms']:.1f} ms (95% interval {lo:.1f}-{hi:.1f} ms)" in _short_row("Server overhead |")
+    pred = json.loads((RESULTS / "predictor.json").read_text())
+    pack = json.loads((RESULTS / "packing.json").read_text())
+    assert (f"mask tokens in one forward {pred['mask_tokens_ms']['ratio']:.1f}x; cached prompt "
+            f"{pred['cached_prompt_ms']['ratio']:.1f}x; clip batched {pred['clip']['ratio']:.2f}x; packed training "
+            f"{pack['ratio']:.2f}x") in _short_row("Predictor and packing, small config |")
+    line = next(l for l in (RESULTS / "synthetic_time.txt").read_text().splitlines() if l.startswith("umind synth:"))
+    n, seconds = re.search(r"synth: (\d+) images .* in ([\d.]+) s", line).groups()
+    assert f"{int(n):,} images in {float(seconds):.1f} s ({int(n) / float(seconds):.1f} images/s)" in _short_row(
+        "Synthetic data |")
+    minutes = [f"{json.loads((RESULTS / 'demo_model4' / f'stage{k}_summary.json').read_text())['seconds'] / 60:.1f}"
+               for k in (1, 3, 4, 5)]
+    assert f"demo model 4's shipped stages: {', '.join(minutes[:3])} and {minutes[3]} min" in _short_row(
+        "Training time, every weight |")
