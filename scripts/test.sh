@@ -16,8 +16,8 @@ if [ "${1:-}" = --quick ]; then shift; quick=(-m "not slow and not server and no
 # UMIND_TEST_WORKERS processes (default 2; 0 = one process): each test file runs whole in one worker, so the
 # servers and models a file shares are started once, as in one process. Each worker computes on one OpenMP thread
 # (unless OMP_NUM_THREADS says otherwise): two workers of two threads each oversubscribed 2 cores. On a clean clone
-# the whole suite took 9.9 min so (1,626 passed), 18.0 min before with two threads a worker and before the shared
-# fixture and the reused kernel templates (test_fast_decode's tuned every-task test: 24 s against 197 s)
+# the whole suite took 9.9-10.3 min so (1,626-1,628 tests), 18.0 min before with two threads a worker and before the
+# shared fixture and the reused kernel templates (test_fast_decode's tuned every-task test: 24 s against 197 s)
 workers="${UMIND_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != 0 ]; then
