@@ -502,6 +502,12 @@ def test_the_app_builds_the_trainers_config_and_the_trainer_validates_it(tmp_pat
     assert (config.lr, config.max_steps, config.batch_size, config.epochs) == (3e-4, 40, 4,
                                                                               TrainConfig(output_dir="x").epochs)
     assert (config.val_fraction, config.full, config.output_dir) == (0.0, False, str(tmp_path))
+    # the trainer's augmentation is a train key like the others: off by default, a share in 0..1 when asked for
+    assert parse_train_params({}).trainer.augment == 0.0
+    assert parse_train_params({"augment": "0.8"}).trainer.augment == 0.8
+    assert parse_train_params({"augment": "0.8"}).record()["augment"] == 0.8
+    with pytest.raises(ConfError, match="augment"):
+        parse_train_params({"augment": "1.5"})
     # the app's parser let warmup_ratio 1 through and the run failed; the trainer's own rule now refuses it here
     with pytest.raises(ConfError, match="warmup_ratio"):
         parse_train_params({"warmup_ratio": "1"})

@@ -49,7 +49,9 @@ SERVER_RECIPE = {
     "keep_checkpoints": 1,
 }
 #: the TrainConfig fields a conf key or a train request may set (by the field's name); the rest stay the recipe's
-TRAINER_KEYS = ("epochs", "max_steps", "lr", "batch_size", "warmup_ratio", "seed")
+#: `augment` (the share of images read zoomed, shifted and toned; `umind train --augment`) stays 0 in the recipe:
+#: the loop's published runs trained without it, and a default that moves them is rerun with them
+TRAINER_KEYS = ("epochs", "max_steps", "lr", "batch_size", "warmup_ratio", "seed", "augment")
 #: the recipe's output folder until a run names its own (`TrainParams.trainer_config`)
 _NO_OUTPUT_YET = "(the run's)"
 
