@@ -90,29 +90,28 @@ def _warp(array: np.ndarray, aug: Augmentation, order: int) -> np.ndarray:
 
 
 def one_plane(image: np.ndarray) -> np.ndarray:
-    """A grey scan as one H x W plane (from an RGB image whose channels are equal, or H x W x 1); a colour image as
-    it is. Why: a grey scan read as RGB would be warped and toned three times over, channel by channel, for the same
-    result; the encoder makes the plane RGB again (`collate.to_rgb_uint8`)."""
+    """A grey scan as one H x W plane (from an image whose channels are all equal, H x W x 1 included); a colour image
+    as it is. Why: a grey scan read as RGB would be warped and toned three times over, channel by channel, for the same
+    result; the encoder makes the plane RGB again (`collate.to_rgb_uint8`). The one rule for what counts as grey here
+    (`tone` asks it too)."""
     image = np.asarray(image)
-    if image.ndim == 3 and image.shape[2] == 1:
-        return image[..., 0]
     if image.ndim == 3 and all(np.array_equal(image[..., 0], image[..., c]) for c in range(1, image.shape[2])):
         return image[..., 0]
     return image
 
 
 def tone(image: np.ndarray, rng: np.random.Generator, p: float = PHOTOMETRIC) -> np.ndarray:
-    """`data.augment.augment_image` on a grey scan (an RGB image whose channels are equal counts as grey; a colour
-    one, Doppler, is returned as it is): the scan is every non-black pixel with its holes filled, so padding and
-    the black around a sector stay black."""
+    """`data.augment.augment_image` on a grey scan (`one_plane`: equal channels count as grey, and come back with as
+    many channels; a colour one, Doppler, is returned as it is): the scan is every non-black pixel with its holes
+    filled, so padding and the black around a sector stay black."""
     from ..data.augment import augment_image
 
     image = np.asarray(image)
-    if image.ndim == 3:
-        if not (np.array_equal(image[..., 0], image[..., 1]) and np.array_equal(image[..., 0], image[..., 2])):
-            return image
-        return np.repeat(tone(image[..., 0], rng, p)[..., None], image.shape[2], axis=2)
-    return augment_image(image, ndimage.binary_fill_holes(image > 0), rng, p)
+    plane = one_plane(image)
+    if plane.ndim == 3:
+        return image
+    toned = augment_image(plane, ndimage.binary_fill_holes(plane > 0), rng, p)
+    return toned if image.ndim == 2 else np.repeat(toned[..., None], image.shape[2], axis=2)
 
 
 def augment_record(image: np.ndarray, masks: Sequence[np.ndarray | None], conversations: Sequence[Conversation],
