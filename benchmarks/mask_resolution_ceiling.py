@@ -58,13 +58,9 @@ def hc18_ceiling(manifest: Path) -> dict:
     """Per HC18 image: the head circumference (mm) off the annotation's mask and off that mask after the grid."""
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-    from umind_core.answers.landmarks import ellipse_axes, ellipse_perimeter
+    from umind_core.answers.landmarks import mask_perimeter
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_dice
-
-    def hc(mask: np.ndarray, spacing) -> float:
-        long_axis, short_axis = ellipse_axes(mask, spacing)
-        return ellipse_perimeter([*long_axis, *short_axis], spacing).value
 
     rows = []
     for rec in read_manifest(manifest):
@@ -73,8 +69,8 @@ def hc18_ceiling(manifest: Path) -> dict:
         grid = (h // LOGIT_PX, w // LOGIT_PX)
         back = through_grid(truth, grid)
         rows.append({"id": rec.id, "logits": list(grid), "sonographer_mm": rec.annotations.measurements["HC mm"],
-                     "annotation_mm": round(hc(truth, rec.spacing), 2),
-                     "through_grid_mm": round(hc(back, rec.spacing), 2),
+                     "annotation_mm": round(mask_perimeter(truth, rec.spacing).value, 2),
+                     "through_grid_mm": round(mask_perimeter(back, rec.spacing).value, 2),
                      "dice": round(float(mask_dice(back, truth)), 5)})
 
     def mad(a: str, b: str) -> float:

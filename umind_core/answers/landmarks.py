@@ -30,7 +30,7 @@ from .calipers import AXES, main_component
 
 __all__ = ["MEASURES", "ORGANS", "OUTLINE_POINTS", "PERIMETER", "RECORD_MEASUREMENTS", "OrganAxis",
            "ellipse_axes", "ellipse_outline", "ellipse_perimeter", "landmark_target", "line_target",
-           "measure_target", "organ_landmarks", "ramanujan_perimeter"]
+           "mask_perimeter", "measure_target", "organ_landmarks", "ramanujan_perimeter"]
 
 Point = tuple[float, float]
 Line = tuple[float, float, float, float]
@@ -115,6 +115,13 @@ def ellipse_perimeter(axes: Sequence[float], spacing: Sequence[float] | None):
         raise ValueError(f"an ellipse is two axis lines (8 numbers), got {len(axes)}")
     long_axis, short_axis = line_length(axes[:4], spacing), line_length(axes[4:], spacing)
     return Length(ramanujan_perimeter(long_axis.value / 2, short_axis.value / 2), long_axis.unit)
+
+
+def mask_perimeter(mask: np.ndarray, spacing: Sequence[float] | None):
+    """The perimeter (`imageio.Length`) of the ellipse with a drawn mask's second moments: a head circumference read
+    off a mask, as the HC18 importer checks its annotations and the benchmarks read masks. ValueError for an empty
+    mask."""
+    return ellipse_perimeter(sum(ellipse_axes(mask, spacing), ()), spacing)
 
 
 #: points of an ellipse's closed-curve markup: its polygon's perimeter is within 0.05% of the ellipse's, and Slicer's

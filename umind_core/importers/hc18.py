@@ -37,7 +37,7 @@ import numpy as np
 
 from ..data.manifest import Annotations, ManifestRecord
 from ..data.split import GROUP_KEY
-from ..answers.landmarks import ellipse_axes, ellipse_perimeter
+from ..answers.landmarks import ellipse_axes, mask_perimeter
 from .common import ImportContext, RowSkipped, SourceError, read_label_png
 
 DESCRIPTION = "HC18 release folder (training_set/NNN_HC.png + _Annotation.png, training_set_pixel_size_and_HC.csv)"
@@ -127,7 +127,7 @@ def _record(ctx: ImportContext, where: str, image: Path, annotation: Path | None
     objects, measurements = [], {}
     if labelled:
         mask = filled_annotation(read_label_png(annotation, (placed.height, placed.width)))
-        read = ellipse_perimeter(sum(ellipse_axes(mask, spacing), ()), spacing).value
+        read = mask_perimeter(mask, spacing).value
         if abs(read - hc) > HC_TOLERANCE * hc:
             raise RowSkipped("annotation's ellipse disagrees with the CSV's head circumference",
                              f"{read:.1f} mm read off the annotation, {hc} mm in the CSV")
