@@ -69,7 +69,7 @@ def hc18(predictor, manifest: Path) -> dict:
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_dice
 
-    dice, empty, hc_err, groups, t_seg, rows = [], 0, [], [], [], []
+    dice, empty, hc_diff, groups, t_seg, rows = [], 0, [], [], [], []
     records = read_manifest(manifest)
     for rec in records:
         truth = rec.load_masks()[0]
@@ -85,19 +85,19 @@ def hc18(predictor, manifest: Path) -> dict:
         hc = predictor.predict("measure", "head circumference")
         found = [o.physical.get("perimeter") for o in hc.objects if o.physical and o.physical.get("perimeter")]
         truth_hc = rec.annotations.measurements.get("HC mm")
-        hc_err.append(abs(found[0] - truth_hc) if found and truth_hc else None)
+        hc_diff.append(found[0] - truth_hc if found and truth_hc else None)  # signed, mm
         rows.append({"id": rec.id, "dice": round(float(dice[-1]), 4), "truth_hc_mm": truth_hc,
                      "hc_mm": round(float(found[0]), 2) if found else None})
-    signed = [r["hc_mm"] - r["truth_hc_mm"] for r in rows if r["hc_mm"] is not None and r["truth_hc_mm"]]
+    signed = [d for d in hc_diff if d is not None]
     rng = np.random.default_rng(0)
-    scored = [(e, g) for e, g in zip(hc_err, groups) if e is not None]
+    scored = [(abs(d), g) for d, g in zip(hc_diff, groups) if d is not None]
     return {"images": len(records), "subjects": len(set(groups)),
             "dice_mean": round(float(np.mean(dice)), 4), "dice_ci95": _interval(dice, groups, rng),
             "dice_median": round(float(np.median(dice)), 4), "empty_masks": empty,
             "dice_lowest": sorted((round(float(d), 4), r.id) for d, r in zip(dice, records))[:8],
             "hc_mad_mm": round(float(np.mean([e for e, _ in scored])), 3) if scored else None,
             "hc_mad_ci95": _interval([e for e, _ in scored], [g for _, g in scored], rng) if scored else None,
-            "hc_missing": len(hc_err) - len(scored),
+            "hc_missing": len(hc_diff) - len(scored),
             # the median and the sign say whether a few heads or a bias make the mean
             "hc_median_abs_mm": round(float(np.median(np.abs(signed))), 3) if signed else None,
             "hc_mean_signed_mm": round(float(np.mean(signed)), 3) if signed else None,
