@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from umind_core.atomic import write_text
 from umind_core.evaluation.metrics import mask_iou  # the one mask IoU (both empty: 1.0)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,8 +96,6 @@ def main() -> None:
                                              "results/hc18_resolution_ceiling.json with --hc18)")
     args = ap.parse_args()
     if args.hc18:
-        from umind_core.atomic import write_text
-
         result = hc18_ceiling(args.hc18)
         write_text(args.out or OUT.with_name("hc18_resolution_ceiling.json"), json.dumps(result, indent=2) + "\n")
         print({k: v for k, v in result.items() if k != "per_image"})
@@ -120,7 +119,7 @@ def main() -> None:
     for grid, by_label in scores.items():
         result["grids"][grid] = {label: {"mean_iou": round(float(np.mean(v)), 4), "min_iou": round(float(np.min(v)), 4),
                                          "n": len(v)} for label, v in sorted(by_label.items())}
-    (args.out or OUT).write_text(json.dumps(result, indent=2))
+    write_text(args.out or OUT, json.dumps(result, indent=2))
     for grid, rows in result["grids"].items():
         print(grid, {k: v["mean_iou"] for k, v in rows.items()})
 

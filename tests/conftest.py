@@ -88,6 +88,11 @@ def train_on_tasks(model, steps: int = 120, lr: float = 5e-3, seed: int = 0):
             opt.step()
     finally:
         torch.set_num_threads(threads)
+    return _for_reading(model)
+
+
+def _for_reading(model):
+    """The state a trained fixture is shared in: evaluation mode, no gradients."""
     model.eval()
     model.requires_grad_(False)
     return model
@@ -120,9 +125,7 @@ def trained_tiny(tmp_path_factory):
         if weights.is_file():
             model = build_model("tiny", lora=None)
             model.load_state_dict(torch.load(weights, weights_only=True))
-            model.eval()
-            model.requires_grad_(False)
-            return model
+            return _for_reading(model)
         model = trained()
         with atomic_path(weights) as tmp:
             torch.save(model.state_dict(), tmp)
