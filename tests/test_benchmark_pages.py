@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from umind_core.cli import main as cli_main
-from umind_core.data.manifest import ManifestRecord, write_manifest
+from umind_core.data.manifest import Record, write_manifest
 from umind_core.evaluation import u2bench as U
 from umind_core.evaluation.benchmarks import require_benchmark
 from umind_core.evaluation.u2bench_runner import headline, summarize
@@ -109,8 +109,8 @@ def test_u2bench_default_model_name_is_never_just_final(tmp_path):
 
 
 def test_require_benchmark_names_the_unmarked_records():
-    marked = ManifestRecord(id="ub1", image="x.png", extra={"source": {"format": "ultrabench", "dataset": "camus"}})
-    plain = [ManifestRecord(id=f"p{i}", image="x.png") for i in range(4)]
+    marked = Record(id="ub1", image="x.png", extra={"source": {"format": "ultrabench", "dataset": "camus"}})
+    plain = [Record(id=f"p{i}", image="x.png") for i in range(4)]
     require_benchmark([marked], "ultrabench")
     with pytest.raises(ValueError, match=r"is not an import of ultrabench: 4 of 5 record\(s\) carry no ultrabench "
                                          r"mark \(e.g. p0, p1, p2, \.\.\.\)"):
@@ -124,7 +124,7 @@ def test_eval_benchmark_ultrabench_refuses_a_plain_manifest_in_one_line_before_l
     import umind_core.demo as demo
 
     Image.new("L", (8, 8)).save(tmp_path / "a.png")
-    manifest = write_manifest([ManifestRecord(id="a", image="a.png", root=tmp_path)], tmp_path / "m.jsonl")
+    manifest = write_manifest([Record(id="a", image="a.png", root=tmp_path)], tmp_path / "m.jsonl")
 
     def no_load(*a, **k):
         raise AssertionError("the model must not load for a refused manifest")

@@ -10,7 +10,7 @@ import pytest
 
 from umind_core.cli import main
 from umind_core.data.manifest import (
-    ManifestRecord,
+    Record,
     read_manifest,
     write_manifest,
     write_synthetic_dataset,
@@ -31,17 +31,17 @@ def _mask(shape, *pixels):
     return m
 
 
-def _ub(dataset: str) -> ManifestRecord:
+def _ub(dataset: str) -> Record:
     """A record as importers/ultrabench.py marks it."""
-    return ManifestRecord(id=dataset, image="x.png", extra={"split": "test", "labels": {},
+    return Record(id=dataset, image="x.png", extra={"split": "test", "labels": {},
                                                             "source": {"format": "ultrabench", "dataset": dataset}})
 
 
 def test_record_marks():
     assert record_benchmark(_ub("open_kidney")) == ("ultrabench", "open_kidney")
-    assert record_benchmark(ManifestRecord(id="a", image="x.png", extra={"source_format": "UltraBench"})) == \
+    assert record_benchmark(Record(id="a", image="x.png", extra={"source_format": "UltraBench"})) == \
         ("ultrabench", "unnamed")
-    assert record_benchmark(ManifestRecord(id="a", image="x.png", extra={"source": {"generator": "umind"}})) is None
+    assert record_benchmark(Record(id="a", image="x.png", extra={"source": {"generator": "umind"}})) is None
     assert record_benchmark(None) is None
 
 
@@ -92,7 +92,7 @@ def test_benchmark_metrics_group_by_dataset_and_flag():
     seg = {"task": "segment", "label": "tumor", "_gt_masks": [_mask(s, (0, 0))], "_pred_mask": _mask(s, (0, 0))}
     dia = {"task": "diagnose", "true": "benign", "pred": "malignant"}
     samples = [{**seg, "_record": _ub("mmotu")}, {**dia, "_record": _ub("mmotu")},
-               {**seg, "_record": ManifestRecord(id="plain", image="x.png")}]
+               {**seg, "_record": Record(id="plain", image="x.png")}]
     auto = benchmark_metrics(samples)
     assert auto["name"] == "ultrabench" and list(auto["datasets"]) == ["mmotu"]
     assert auto["datasets"]["mmotu"]["segmentation"]["dice"] == 1.0
@@ -100,7 +100,7 @@ def test_benchmark_metrics_group_by_dataset_and_flag():
     forced = benchmark_metrics(samples, "ultrabench")  # the unmarked record joins "manifest"
     assert sorted(forced["datasets"]) == ["manifest", "mmotu"]
     assert benchmark_metrics(samples, "none") is None
-    assert benchmark_metrics([{**seg, "_record": ManifestRecord(id="p", image="x.png")}]) is None
+    assert benchmark_metrics([{**seg, "_record": Record(id="p", image="x.png")}]) is None
     with pytest.raises(ValueError, match="choose auto"):
         benchmark_metrics(samples, "medsegbench")
 

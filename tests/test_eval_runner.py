@@ -160,7 +160,7 @@ def test_wrong_oracle_gives_the_hand_computed_numbers(records):
 def test_a_stored_head_circumference_is_scored_as_hc18_scores_it(tmp_path):
     """A record holding "HC mm" (an HC18 import) is asked "head circumference"; the answer's ellipse is measured with
     the record's spacing and the mean absolute difference in mm is a headline, beside the relative error."""
-    from umind_core.data.manifest import Annotations, ManifestObject, ManifestRecord
+    from umind_core.data.manifest import Annotations, ManifestObject, Record
     from umind_core.evaluation.runner import summary_table
     from umind_core.answers.landmarks import ellipse_axes, ellipse_perimeter
 
@@ -168,7 +168,7 @@ def test_a_stored_head_circumference_is_scored_as_hc18_scores_it(tmp_path):
     mask = ((xx - 80) / 50.0) ** 2 + ((yy - 60) / 40.0) ** 2 <= 1
     Image.fromarray(mask.astype(np.uint8) * 255).save(tmp_path / "head.png")
     Image.fromarray(np.zeros((120, 160), np.uint8)).save(tmp_path / "image.png")
-    rec = ManifestRecord(id="hc", image="image.png", spacing=(0.2, 0.2), site="fetal_head", root=tmp_path,
+    rec = Record(id="hc", image="image.png", spacing=(0.2, 0.2), site="fetal_head", root=tmp_path,
                          annotations=Annotations([ManifestObject("fetal head", mask="head.png")],
                                                  measurements={"HC mm": 60.0}))
     (q,) = build_queries([rec], "measure")

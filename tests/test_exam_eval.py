@@ -51,11 +51,11 @@ def test_truth_sizes_and_best_view_of_generated_exams(exams):
     assert set(exam_truth_sizes(kidney)) == {"length", "width", "depth"}  # "kidney AP" is the depth
     # the lesion's long-axis plane: radial (breast), the nodule lobe's longitudinal (thyroid); kidney: longitudinal
     assert [best_view(e) for e in exams] == [0, 0, 0]
-    breast.images.reverse()  # the rule follows the caliper, not the order
+    breast.views.reverse()  # the rule follows the caliper, not the order
     try:
         assert best_view(breast) == 1
     finally:
-        breast.images.reverse()
+        breast.views.reverse()
     assert "long-axis" in BEST_VIEW_RULE
 
 
@@ -65,8 +65,8 @@ def _oracle(exam, reading: str, task: str) -> Result:
         return Result("diagnose", answer=f"{exam.annotations.diagnosis.capitalize()}. Irregular mass.")
     if reading == "exam":
         return Result("report", answer=exam.annotations.report)
-    long_axis = next(ln for o in exam.images[0].annotations.objects for ln in o.lines if ln.name.endswith("long axis"))
-    short = next(ln for o in exam.images[0].annotations.objects for ln in o.lines if ln.name.endswith("short axis"))
+    long_axis = next(ln for o in exam.views[0].annotations.objects for ln in o.lines if ln.name.endswith("long axis"))
+    short = next(ln for o in exam.views[0].annotations.objects for ln in o.lines if ln.name.endswith("short axis"))
     return Result("report", answer=f"Site: {exam.site}. Finding: mass. Size: {long_axis.length_mm:.1f} x "
                                    f"{short.length_mm:.1f} mm (long x short axis). Impression: benign.")
 
@@ -222,8 +222,8 @@ def test_exam_objects_are_scored_on_their_own_view(exams):
     from umind_core.evaluation.exams import exam_frames
 
     thyroid = exams[1]
-    shows = [{o.label for o in thyroid.images[k].annotations.objects if o.mask is not None}
-             for k in range(len(thyroid.images))]
+    shows = [{o.label for o in thyroid.views[k].annotations.objects if o.mask is not None}
+             for k in range(len(thyroid.views))]
     target = "thyroid nodule"
     showing = [k for k, labels in enumerate(shows) if target in labels]
     hidden = [k for k, labels in enumerate(shows) if target not in labels]
@@ -259,9 +259,9 @@ def test_an_exam_caliper_is_scored_once_on_the_view_it_was_drawn_in(exams):
     from umind_core.evaluation.exam_objects import exam_object_samples
     from umind_core.evaluation.exams import exam_frames
 
-    exam = next(e for e in exams if sum(1 for v in e.images for o in v.annotations.objects if o.lines) >= 2)
+    exam = next(e for e in exams if sum(1 for v in e.views for o in v.annotations.objects if o.lines) >= 2)
     names = {}
-    for k, view in enumerate(exam.images):
+    for k, view in enumerate(exam.views):
         for o in view.annotations.objects:
             for ln in o.lines:
                 if ln.length_mm:

@@ -34,9 +34,9 @@ def exam_views(tmp_path_factory):
     """The three views of a generated thyroid examination, as Frames with their own spacing."""
     path = write_exam_dataset(tmp_path_factory.mktemp("exam") / "ds", 2, seed0=1, sites=["thyroid"], size=64)
     exam = read_manifest(path)[0]
-    assert len(exam.images) == 3
+    assert len(exam.views) == 3
     return [Frame(pixels=im, spacing=v.spacing, index=v.frame, source=f"view{k + 1}.png")
-            for k, (im, v) in enumerate(zip(exam.load_images(), exam.images))]
+            for k, (im, v) in enumerate(zip(exam.load_images(), exam.views))]
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from umind_core.cli import main
 from umind_core.data.check import check_manifest, training_manifest
 from umind_core.data.conversations import build_exam_conversations
 from umind_core.data.exams import DEFAULT_VIEWS, exam_record, generate_exam, write_exam_dataset
-from umind_core.data.manifest import (MAX_EXAM_VIEWS, ExamRecord, ManifestError, ManifestRecord, read_manifest,
-                                      rebase, write_manifest)
+from umind_core.data.manifest import (MAX_EXAM_VIEWS, ManifestError, Record, View, read_manifest, rebase,
+                                      write_manifest)
 from umind_core.data.synthetic import SyntheticError
 from umind_core.prompts import IMAGE_PLACEHOLDER, exam_prefix
 
@@ -51,12 +51,13 @@ def test_exam_and_single_records_read_and_write_back_unchanged(dataset, tmp_path
     objs = _lines(dataset) + [single]
     path = _write(dataset.parent / "mixed.jsonl", objs)
     records = read_manifest(path)
-    assert [type(r) for r in records] == [ExamRecord] * 4 + [ManifestRecord]
+    assert all(type(r) is Record for r in records)  # one record type, whichever layout
+    assert [len(r.views) for r in records] == [DEFAULT_VIEWS[r.site] for r in records[:4]] + [1]
     exam = records[0]
-    assert exam.site == "breast" and len(exam.images) == DEFAULT_VIEWS["breast"]
-    assert exam.images[1].name == "anti-radial" and exam.images[1].spacing is not None
+    assert exam.site == "breast" and len(exam.views) == DEFAULT_VIEWS["breast"]
+    assert exam.views[1].name == "anti-radial" and exam.views[1].spacing is not None
     assert exam.annotations.report.startswith("Site: breast.") and not exam.annotations.objects
-    assert [len(v) for v in exam.load_masks()] == [len(v.annotations.objects) for v in exam.images]
+    assert [len(v) for v in exam.load_view_masks()] == [len(v.annotations.objects) for v in exam.views]
     out = write_manifest(records, dataset.parent / "again.jsonl")
     assert _lines(out) == objs  # both kinds come back key for key
 
@@ -77,6 +78,30 @@ def test_bad_exam_records_name_the_problem_and_line(dataset, tmp_path, change, m
     assert message in str(err.value)
 
 
+def test_a_record_of_one_view_reads_as_the_single_image_it_holds(tmp_path):
+    """Both layouts of one image are one record: the view's objects and the record's finding in one Annotations,
+    mask_views dropped (every mask is on the one view), the flat line written back, a multi-view rule refused."""
+    flat = {"id": "a", "image": "a.png", "frame": 0, "spacing": [0.2, 0.2], "site": "breast",
+            "annotations": {"objects": [{"label": "lesion", "mask": "m.png", "keypoints": [], "lines": []}],
+                            "diagnosis": "benign", "report": None, "measurements": {"w": 3.0}},
+            "conversations": [{"task": "segment", "messages": [], "mask_objects": [0]}]}
+    nested = {"id": "a", "site": "breast", "images": [
+        {"image": "a.png", "spacing": [0.2, 0.2],
+         "annotations": {"objects": [{"label": "lesion", "mask": "m.png"}], "measurements": {"w": 3.0}}}],
+        "annotations": {"diagnosis": "benign"},
+        "conversations": [{"task": "segment", "messages": [], "mask_objects": [0], "mask_views": [0]}]}
+    one, other = read_manifest(_write(tmp_path / "m.jsonl", [flat]))[0], Record.from_json(nested, tmp_path)
+    assert one == other and other.annotations is other.views[0].annotations
+    assert other.to_json() == flat and other.image == "a.png" and other.view_record(0) is other
+    assert Record(id="a", image="a.png").views == [View(image="a.png")]
+    two = Record(id="b", views=[View("a.png"), View("b.png")])
+    with pytest.raises(ValueError, match="holds 2 views"):
+        two.image
+    with pytest.raises(ManifestError, match="disagree"):
+        nested["images"][0]["annotations"]["diagnosis"] = "malignant"
+        read_manifest(_write(tmp_path / "n.jsonl", [nested]))
+
+
 def test_single_record_refuses_mask_views(tmp_path):
     obj = {"id": "a", "image": "a.png", "conversations": [
         {"task": "segment", "messages": [], "mask_objects": [0], "mask_views": [0]}]}
@@ -87,7 +112,7 @@ def test_single_record_refuses_mask_views(tmp_path):
 def test_rebase_moves_every_view_path(dataset, tmp_path):
     exam = read_manifest(dataset)[1]
     rebase(exam, tmp_path)
-    for view in exam.images:
+    for view in exam.views:
         assert (tmp_path / view.image).resolve().is_file()
         assert all((tmp_path / o.mask).resolve().is_file() for o in view.annotations.objects)
 
@@ -145,8 +170,35 @@ def test_empty_mask_in_a_view_is_a_negative_that_training_drops(dataset, tmp_pat
     result = check_manifest(_write(dataset.parent / "neg.jsonl", objs))
     assert not result.errors and [p.field for p in result.notes] == ["images[1].annotations.objects[0].mask"]
     exam = read_manifest(training_manifest(result, tmp_path / "train"))[0]
-    assert exam.images[1].annotations.objects[0].mask is None
+    assert exam.views[1].annotations.objects[0].mask is None
     assert not any((1, 0) in zip(c.mask_views, c.mask_objects) for c in exam.conversations)
+
+
+def test_a_named_label_map_in_a_view_is_split_as_in_a_single_image(dataset, tmp_path):
+    """The single-image rules apply to every view: a view's label map is split into one object per named value
+    (once refused), and the conversations that drew the map go while the others still point at their objects."""
+    from PIL import Image
+
+    objs = _lines(dataset)
+    exam = objs[1]  # the thyroid examination: the first view holds the lobe and the nodule
+    view = exam["images"][0]["annotations"]["objects"]
+    label_map = np.zeros((SIZE, SIZE), np.uint8)
+    label_map[10:30, 10:30], label_map[50:70, 50:70] = 1, 2
+    Image.fromarray(label_map).save(dataset.parent / "masks" / "map.png")
+    view.insert(0, {"label": "lobe map", "mask": "masks/map.png", "label_names": {"1": "upper", "2": "lower"}})
+    for conv in exam["conversations"]:  # every view-0 object moved one down
+        conv["mask_objects"] = [k + (v == 0) for v, k in zip(conv.get("mask_views", []), conv.get("mask_objects", []))]
+    before = [[(v, exam["images"][v]["annotations"]["objects"][k]["label"]) for v, k in
+               zip(c.get("mask_views", []), c.get("mask_objects", []))] for c in exam["conversations"]]
+    result = check_manifest(_write(dataset.parent / "map.jsonl", objs))
+    assert not result.errors and result.kept[1].label_maps == {0: {0: {1: "upper", 2: "lower"}}}
+    fixed = read_manifest(training_manifest(result, tmp_path / "train"))[1]
+    labels = [o.label for o in fixed.views[0].annotations.objects]
+    assert labels[-2:] == ["upper", "lower"] and "lobe map" not in labels
+    assert len(fixed.conversations) == len(exam["conversations"])  # none drew the map
+    after = [[(v, fixed.views[v].annotations.objects[k].label) for v, k in zip(c.mask_views, c.mask_objects)]
+             for c in fixed.conversations]
+    assert after == before and any(after)
 
 
 # ------------------------------------------------------------------------------------------- generator
@@ -229,7 +281,7 @@ def test_kidney_and_fetal_exams_measure_in_the_views_that_show_it():
 def test_exam_views_are_saved_like_single_images(tmp_path):
     path = write_exam_dataset(tmp_path, 2, seed0=11, sites=["kidney"], size=SIZE)
     exam = read_manifest(path)[0]
-    assert exam.id == "exam-000011" and [v.image for v in exam.images] == [
+    assert exam.id == "exam-000011" and [v.image for v in exam.views] == [
         "images/exam-000011_v1.png", "images/exam-000011_v2.png"]
     assert all(im.shape == (SIZE, SIZE) for im in exam.load_images())
     generated = generate_exam(11, "kidney", size=SIZE)
@@ -262,7 +314,7 @@ def test_exam_prefix_labels_each_image_with_its_marker():
 
 def test_exam_conversations_name_the_view_of_every_object(dataset):
     exam = read_manifest(dataset)[1]  # thyroid: the nodule in views 1-2, the lobe in every view
-    sizes = [(SIZE, SIZE)] * len(exam.images)
+    sizes = [(SIZE, SIZE)] * len(exam.views)
     convs = build_exam_conversations(exam, sizes, random.Random(0))
     tasks = {c.task for c in convs}
     assert {"segment", "detect", "measure", "diagnose", "report", "ask"} <= tasks
@@ -272,10 +324,10 @@ def test_exam_conversations_name_the_view_of_every_object(dataset):
             masked = [o for o in parsed.objects if o.masks]
             assert [o.view - 1 for o in masked] == conv.mask_views
             for o, v, k in zip(masked, conv.mask_views, conv.mask_objects):
-                assert exam.images[v].annotations.objects[k].label == o.label
+                assert exam.views[v].annotations.objects[k].label == o.label
         elif conv.task == "detect":
             for o in parsed.objects:
-                view = exam.images[o.view - 1]
+                view = exam.views[o.view - 1]
                 boxes = [grounding.box_to_grid(*ob.box, SIZE, SIZE) for ob in view.annotations.objects
                          if ob.label == o.label]
                 assert o.boxes[0] in boxes
@@ -292,4 +344,4 @@ def test_exam_record_helper_keeps_exam_level_findings(tmp_path):
     exam = generate_exam(1, "breast", size=SIZE)
     rec = exam_record(exam, tmp_path, SIZE)
     assert rec.annotations.diagnosis == exam.diagnosis and rec.annotations.report == exam.report
-    assert [v.name for v in rec.images] == exam.view_names
+    assert [v.name for v in rec.views] == exam.view_names

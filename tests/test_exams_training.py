@@ -154,7 +154,7 @@ def test_generated_exam_manifest_trains_packed_and_unpacked(model, tmp_path):
     packed = ManifestDataset(manifest, model.processor, model.num_mask_tokens, pack=True)
     assert len(packed) == 2
     sample = packed[0]
-    assert sample.image_grid_thw.shape[0] == len(exams[0].images) == 3
+    assert sample.image_grid_thw.shape[0] == len(exams[0].views) == 3
     assert sample.mask_views is not None and set(sample.mask_views.tolist()) == {0, 1, 2}
     batch = packed.collate_fn([sample])
     out = model(**batch)
@@ -163,3 +163,36 @@ def test_generated_exam_manifest_trains_packed_and_unpacked(model, tmp_path):
     unpacked = ManifestDataset(manifest, model.processor, model.num_mask_tokens, tasks=["segment"])
     assert len(unpacked) == sum(1 for e in exams for c in e.conversations if c.task == "segment")
     assert unpacked[0].image_grid_thw.shape[0] == 3
+
+
+def test_a_record_of_one_view_trains_exactly_as_the_flat_image(model, tmp_path):
+    """One record type: the same image written flat and as an ``images`` line of one view is one training
+    sample, token for token and pixel for pixel (no view marker, no mask_views), so folding the layouts changed
+    nothing a model learns from a single image."""
+    import json
+
+    from umind_core.cli import main
+    from umind_core.data.conversations import attach_conversations
+    from umind_core.training import ManifestDataset
+
+    assert main(["synth", "--out", str(tmp_path), "-n", "2", "--size", "64", "--seed0", "5"]) == 0
+    flat = attach_conversations(tmp_path / "manifest.jsonl", tmp_path / "flat.jsonl", tasks=["segment", "detect"])
+    nested_lines = []
+    for line in flat.read_text().splitlines():
+        obj = json.loads(line)
+        view = {k: obj.pop(k) for k in ("image", "frame", "spacing", "scan_mask") if k in obj}
+        ann = obj.pop("annotations")
+        view["annotations"] = {"objects": ann.pop("objects")}
+        for conv in obj["conversations"]:
+            conv["mask_views"] = [0] * len(conv.get("mask_objects", []))
+        nested_lines.append(json.dumps({**obj, "images": [view], "annotations": ann}))
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text("\n".join(nested_lines) + "\n")
+    a = ManifestDataset(flat, model.processor, model.num_mask_tokens, pack=True)
+    b = ManifestDataset(nested, model.processor, model.num_mask_tokens, pack=True)
+    assert len(a) == len(b) == 2
+    for i in range(2):
+        x, y = a[i], b[i]
+        assert y.mask_views is None and x.mask_views is None
+        for name in ("input_ids", "labels", "segment_ids", "pixel_values", "image_grid_thw", "mask_targets"):
+            assert torch.equal(getattr(x, name), getattr(y, name)), name

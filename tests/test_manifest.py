@@ -16,7 +16,7 @@ from umind_core.data.manifest import (
     Line,
     ManifestError,
     ManifestObject,
-    ManifestRecord,
+    Record,
     read_manifest,
     write_manifest,
     write_synthetic_dataset,
@@ -24,7 +24,7 @@ from umind_core.data.manifest import (
 from umind_core.data.synthetic import SITES, generate
 
 
-def _record(rid: str = "case-1", **kw) -> ManifestRecord:
+def _record(rid: str = "case-1", **kw) -> Record:
     base = dict(
         id=rid, image="img/a.png", frame=0, spacing=(0.2, 0.25), site="breast",
         annotations=Annotations(
@@ -40,7 +40,7 @@ def _record(rid: str = "case-1", **kw) -> ManifestRecord:
             {"role": "assistant", "content": [{"type": "text", "text": "<|seg_mask|>"}]}])],
         extra={"source": {"note": "kept"}})
     base.update(kw)
-    return ManifestRecord(**base)
+    return Record(**base)
 
 
 def test_write_read_round_trip(tmp_path):

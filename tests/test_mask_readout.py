@@ -112,7 +112,7 @@ def _read_off(predictor, monkeypatch, mask: np.ndarray, task: str, prompt: str, 
     breast lesion and says what to read off the mask."""
     _segment_answer(monkeypatch, mask)
     frame = _frame()
-    row = predictor._row(task, prompt, None, None, None, frame)
+    row = predictor._row(task, prompt, None, None, None, [frame])
     assert row.user_text == prompts.build_user_text("segment", "breast lesion") and row.readout == readout
     predictor.set_image(frame)
     return predictor.predict(task, prompt)
@@ -137,7 +137,7 @@ def test_with_calipers_model_the_line_the_model_draws_is_kept(tiny_model_factory
     force_answer(monkeypatch, f"{grounding.format_line(drawn, 'breast lesion long axis')} Length: 9.9 mm.")
     pred = Predictor(tiny_model_factory(), max_new_tokens=64, readout="tokens")
     frame = _frame()
-    assert pred._row("measure", "breast lesion long axis", None, None, None, frame).readout is None
+    assert pred._row("measure", "breast lesion long axis", None, None, None, [frame]).readout is None
     pred.set_image(frame)
     res = pred.predict("measure", "breast lesion long axis")
     assert res.objects[0].line == pytest.approx(grounding.line_from_grid(drawn, 160, 128))
@@ -146,7 +146,7 @@ def test_with_calipers_model_the_line_the_model_draws_is_kept(tiny_model_factory
 
 @pytest.mark.parametrize("name", ["kidney width", "FL", "breast lesion"])
 def test_other_measurements_keep_the_models_line(predictor, name):
-    row = predictor._row("measure", name, None, None, None, _frame())
+    row = predictor._row("measure", name, None, None, None, [_frame()])
     assert row.readout is None and row.user_text == prompts.build_user_text("measure", name)
 
 
@@ -182,7 +182,7 @@ def test_an_exams_lesion_caliper_is_drawn_in_the_view_where_the_lesion_is_longes
                  + grounding.format_mask("breast lesion"), mask_groups=2)
     monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
         [masks[size].copy() for _ in queries], [0.9] * len(queries), 0.1))
-    row = predictor._exam_row("measure", "breast lesion short axis")
+    row = predictor._row("measure", "breast lesion short axis", None, None, None, views)
     assert row.user_text == prompts.build_exam_text("segment", "breast lesion") and row.readout == "short axis"
     res = predictor.predict_exam("measure", "breast lesion short axis", views=views)
     (obj,) = res.objects
@@ -355,7 +355,7 @@ def test_a_head_circumference_is_read_off_the_heads_mask(predictor, monkeypatch)
     its moment ellipse in mm; OFD is the same ellipse's long axis."""
     mask = _ellipse(a=50.0, b=38.0, angle=0.3)
     _organ_answer(monkeypatch, "fetal head", mask)
-    row = predictor._row("measure", "head circumference", None, None, None, _frame())
+    row = predictor._row("measure", "head circumference", None, None, None, [_frame()])
     assert row.user_text == prompts.build_user_text("segment", "fetal head") and row.readout == "perimeter"
     predictor.set_image(_frame())
     res = predictor.predict("measure", "head circumference")
@@ -399,7 +399,7 @@ def _organ_answer(monkeypatch, organ: str, mask: np.ndarray) -> None:
 def test_a_kidneys_landmarks_are_read_off_its_mask(predictor, monkeypatch):
     mask = _ellipse(angle=0.3)
     _organ_answer(monkeypatch, "kidney", mask)
-    row = predictor._row("keypoints", "kidney", None, None, None, _frame())
+    row = predictor._row("keypoints", "kidney", None, None, None, [_frame()])
     assert row.user_text == prompts.build_user_text("segment", "kidney") and row.readout == "landmarks"
     predictor.set_image(_frame())
     res = predictor.predict("keypoints", "kidney")
@@ -411,7 +411,7 @@ def test_a_kidneys_landmarks_are_read_off_its_mask(predictor, monkeypatch):
 def test_a_kidney_length_is_its_masks_long_axis(predictor, monkeypatch):
     mask = _ellipse(angle=0.3)
     _organ_answer(monkeypatch, "kidney", mask)
-    assert predictor._row("measure", "kidney length", None, None, None, _frame()).readout == "long axis"
+    assert predictor._row("measure", "kidney length", None, None, None, [_frame()]).readout == "long axis"
     predictor.set_image(_frame())
     (obj,) = predictor.predict("measure", "kidney length").objects
     assert obj.label == "kidney length" and obj.line == pytest.approx(ellipse_axes(mask)[0])
@@ -420,7 +420,7 @@ def test_a_kidney_length_is_its_masks_long_axis(predictor, monkeypatch):
 
 def test_landmarks_without_a_rule_or_with_readout_tokens_are_the_models_points(predictor, monkeypatch):
     force_answer(monkeypatch, grounding.format_point(grounding.Point(500, 500), "upper pole"))
-    assert predictor._row("keypoints", "fetal femur", None, None, None, _frame()).readout is None
+    assert predictor._row("keypoints", "fetal femur", None, None, None, [_frame()]).readout is None
     (res,) = predictor.predict_batch([_frame()], "keypoints", "kidney", readout="tokens")
     assert [(o.label, o.points) for o in res.objects] == [
         ("upper pole", [pytest.approx(grounding.point_from_grid(grounding.Point(500, 500), 160, 128))])]

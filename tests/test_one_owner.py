@@ -617,7 +617,7 @@ def test_the_benchmarks_score_masks_with_the_one_mask_iou():
 def test_the_number_of_an_examinations_views_has_one_rule():
     """`umind infer --exam`, the server's door (`images`) and its frames mode count views with
     `exam_views.check_view_count` and read them into one `StudyView` (the count was written three times and the
-    view twice, as `_View` and `lib.exam.ExamView`)."""
+    view twice, as `_View` and `lib.exam.View`)."""
     import re
 
     from lib import exam
@@ -680,3 +680,30 @@ def test_the_slicer_label_file_sniffing_is_imageios_rule(tmp_path):
         owner = sniff_format(path)
         want = None if name == "nifti-2" else readable.get(owner)  # NIfTI-2 is no label file of the module's
         assert labelfiles.sniff_label_format(raw) == want, (name, owner)
+
+
+# ------------------------------------------------------------------------------------------------ one record type
+
+_KIND_BRANCH = __import__("re").compile(
+    r"\b(ManifestRecord|ExamRecord|ExamView|AnyRecord|is_exam|_exam_row|_exam_fixes|check_exam)\b"
+    r"|isinstance\([^)]*\b(ExamState|ImageState)\b")
+
+
+def test_one_record_type_and_no_branch_on_a_records_kind():
+    """A record is a list of views (`data.manifest.Record`, `View`): no second record or view class of the
+    manifest, no test of which kind a record or a decode state is (a view count is what differs), no exam twin
+    of a single-image row or fix. Planting ``isinstance(state, ExamState)`` back into the Predictor fails here."""
+    import ast
+
+    from umind_core.data import manifest
+
+    hits = []
+    for folder in ("umind_core", "monailabel_app", "benchmarks", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                if _KIND_BRANCH.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not hits, "\n".join(hits)
+    tree = ast.parse(Path(manifest.__file__).read_text())
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert {"Record", "View"} <= classes and not {c for c in classes if c.endswith(("Record", "View"))} - {"Record", "View"}

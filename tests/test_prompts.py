@@ -156,3 +156,16 @@ def test_chat_prompt_matches_the_test_chat_format():
 def test_chat_prompt_errors(args, words):
     with pytest.raises(PromptError, match=words.replace("|", r"\|")):
         chat_prompt(*args)
+
+
+def test_user_text_picks_the_table_by_view_count_and_refuses_clicks_on_an_examination():
+    from umind_core import prompts
+
+    """One view reads with the single-image table, visual prompts included; several with the examination's."""
+    box = Box(10, 20, 300, 400)
+    assert prompts.user_text("segment", "nodule", 1, box=box) == prompts.build_user_text("segment", "nodule", box=box)
+    assert prompts.user_text("segment", "nodule", 3) == prompts.build_exam_text("segment", "nodule")
+    assert prompts.user_text("segment", "nodule", 3) != prompts.user_text("segment", "nodule", 1)
+    assert prompts.exam_prefix(1) == prompts.IMAGE_PREFIX and "View 2" in prompts.exam_prefix(2)
+    with pytest.raises(prompts.PromptError, match="no box or clicks"):
+        prompts.user_text("segment", "nodule", 2, box=box)

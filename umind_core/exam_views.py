@@ -26,7 +26,7 @@ class ExamViewError(ValueError):
 class StudyView:
     """One view of an examination as a request reads it (`umind infer --exam`, the server's exam request): where it
     came from (a path, a datastore id), the study read from it, the frame that is the view, and what the reader is
-    told about it (a clip read at one frame). A manifest's view is `data.manifest.ExamView`, which holds a file and
+    told about it (a clip read at one frame). A manifest's view is `data.manifest.View`, which holds a file and
     its annotations rather than pixels."""
     source: str
     study: Study

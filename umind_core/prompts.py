@@ -41,6 +41,7 @@ __all__ = [
     "EXAM_TEMPLATES",
     "exam_prefix",
     "build_exam_text",
+    "user_text",
 ]
 
 TASKS: tuple[str, ...] = ("segment", "detect", "keypoints", "measure", "diagnose", "report", "ask")
@@ -379,11 +380,26 @@ EXAM_TEMPLATES: dict[str, tuple[str, ...]] = {
 def exam_prefix(n_views: int) -> str:
     """The start of an examination's conversation up to the end of its last image: each image labelled with
     its view marker (`grounding.format_view`), so that an answer's ``View 2:`` points where the prompt said.
-    The part the trainer shares between the turns it packs onto one examination."""
+    The part the trainer shares between the turns it packs onto one examination. One view is a single image
+    (`IMAGE_PREFIX`, no marker): a record of one view reads exactly as the image it holds."""
     if isinstance(n_views, bool) or not isinstance(n_views, numbers.Integral) or n_views < 1:
         raise PromptError(f"n_views must be a positive int, got {n_views!r}")
+    if n_views == 1:
+        return IMAGE_PREFIX
     views = "\n".join(f"{grounding.format_view(k)} {IMAGE_PLACEHOLDER}" for k in range(1, int(n_views) + 1))
     return "<|im_start|>user\n" + views + "\n"
+
+
+def user_text(task: str, prompt: str | None = None, n_views: int = 1, box: Box | None = None,
+              points: list[Point] | None = None, labels: list[int] | None = None, variant: int = 0) -> str:
+    """The user turn about `n_views` images read together: one image's wording (`TEMPLATES`, visual prompts
+    allowed), several views' (`EXAM_TEMPLATES`; no box or clicks: no examination conversation is trained with
+    them). The one place a view count picks the template table, as `exam_prefix` picks the prefix."""
+    if n_views == 1:
+        return build_user_text(task, prompt, box=box, points=points, labels=labels, variant=variant)
+    if box is not None or points:
+        raise PromptError("an examination takes no box or clicks (none is trained); ask that view alone")
+    return build_exam_text(task, prompt, variant)
 
 
 def build_exam_text(task: str, prompt: str | None = None, variant: int = 0) -> str:

@@ -7,7 +7,8 @@ from umind_core.data.manifest import (
     Line,
     ManifestError,
     ManifestObject,
-    ManifestRecord,
+    Record,
+    View,
     read_manifest,
     write_manifest,
     write_synthetic_dataset,
@@ -26,7 +27,7 @@ from umind_core.data.synthetic import (
 )
 
 __all__ = [
-    "Annotations", "Conversation", "Keypoint", "Line", "ManifestError", "ManifestObject", "ManifestRecord",
+    "Annotations", "Conversation", "Keypoint", "Line", "ManifestError", "ManifestObject", "Record", "View",
     "read_manifest", "write_manifest", "write_synthetic_dataset",
     "FINDINGS", "GEOMETRIES", "SITES", "SyntheticError", "SyntheticObject", "SyntheticSample",
     "generate", "generate_many", "ramanujan_perimeter", "usaugment_hook",

@@ -8,7 +8,7 @@ these up front and returns `Problem` records; `umind check` and `umind train` on
 
 Rules (the reason in brackets groups skipped records in the summary):
 
-- the line is UTF-8 JSON [unreadable line], and passes `ManifestRecord.from_json`, the same validation
+- the line is UTF-8 JSON [unreadable line], and passes `Record.from_json`, the same validation
   `read_manifest` applies (required ``id`` and ``image``, types, boxes...) [invalid field]; ids are unique
   [duplicate id];
 - ``annotations`` is shaped as the schema says: no unknown key inside it or inside an object, no annotation key
@@ -29,12 +29,12 @@ Rules (the reason in brackets groups skipped records in the summary):
 - a record with no annotation, site or conversation has nothing to learn [nothing to learn];
 - a mask path kept in the extra ``labels`` (``mask``, ``<label>_mask``) is a note: it is never trained on, so the
   summary counts it instead of reading as if every annotation were kept [mask as a label].
-- an examination (a line with ``images``, `manifest.ExamRecord`) gets every rule above per view, each problem's
-  field naming the view (``images[1].annotations.objects[0].mask``); besides, it holds at least one view and at
-  most `MAX_EXAM_VIEWS` [exam], its views show one site [exam], its exam-level ``annotations`` hold only
-  diagnosis, report and measurements [annotations shape], each mask group of a ready-made conversation names a
-  view and an object of that view with a mask [conversation]; a label map in a view is refused for now
-  (split it before grouping views into an examination) [label map].
+- every record is a list of views (`manifest.Record`; a flat line is a record of one view) and each view gets
+  every rule above, a problem's field naming the view as the line writes it (``images[1].annotations.objects[0]
+  .mask`` in an examination, no prefix on a flat line); besides, a record holds at most `MAX_EXAM_VIEWS` views
+  [exam], its views show one site [exam], an examination's own ``annotations`` hold only diagnosis, report and
+  measurements [annotations shape], and each mask group of a ready-made conversation names a view (``mask_views``,
+  else the only view) and an object of that view with a mask [conversation].
 
 An all-zero mask is not an error but a note: the image shows no such object (a negative). The record is kept and
 `training_manifest` drops that mask, so it never becomes a segmentation target (an object left with no other
@@ -56,8 +56,8 @@ from typing import Any
 import numpy as np
 
 from ..answers.findings import FINDINGS, answer_finding, normal_finding
-from .manifest import (MAX_EXAM_VIEWS, AnyRecord, ExamRecord, ManifestError, ManifestObject, ManifestRecord, _Invalid,
-                       is_exam, rebase, record_from_json, site_conflict, write_manifest)
+from .manifest import (MAX_EXAM_VIEWS, ManifestError, ManifestObject, Record, _Invalid, rebase, site_conflict,
+                       view_lines, write_manifest)
 
 __all__ = ["Problem", "CheckedRecord", "CheckResult", "check_manifest", "check_line", "report_lines",
            "training_manifest", "leave_out_test_split", "CHECKED_NAME"]
@@ -90,13 +90,12 @@ class Problem:
 
 @dataclass
 class CheckedRecord:
-    """A record that passed, with what training must change: `negatives` (objects whose mask is empty) and
-    `label_maps` (object index -> {mask value: name} of a multi-class map to split)."""
+    """A record that passed, with what training must change, per view: `negatives` (view -> objects whose mask is
+    empty) and `label_maps` (view -> object index -> {mask value: name} of a multi-class map to split)."""
     line: int
-    record: AnyRecord
-    negatives: list[int] = field(default_factory=list)
-    label_maps: dict[int, dict[int, str]] = field(default_factory=dict)
-    view_negatives: dict[int, list[int]] = field(default_factory=dict)  # examinations: view -> negatives
+    record: Record
+    negatives: dict[int, list[int]] = field(default_factory=dict)
+    label_maps: dict[int, dict[int, dict[int, str]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,24 +168,23 @@ def _duplicate_id(rid: str, lineno: int, seen: dict[str, int]) -> list[Problem]:
 
 def check_line(raw: bytes, lineno: int, root: Path, seen: dict[str, int]) -> tuple[CheckedRecord | None,
                                                                                  list[Problem]]:
-    """All problems of one line, and the record when none of them is an error. `seen` maps ids to lines."""
+    """All problems of one line, and the record when none of them is an error. `seen` maps ids to lines. The
+    record's own rules once, then every single-image rule on each view, each problem's field naming the view as
+    the line writes it (``images[1].annotations.objects[0].mask``; no prefix on a flat line)."""
     obj, problems = _parse(raw, lineno)
     if obj is None:
         return None, problems
-    if is_exam(obj):
-        return check_exam(obj, lineno, root, seen)
     problems = shape_problems(obj, lineno)
     record, invalid = schema_problems(obj, lineno, root)
     problems += invalid
     if record is None:
         return None, problems
     problems += _duplicate_id(record.id, lineno, seen)
-    problems += finding_problems(record, lineno) + conversation_problems(record, lineno)
-    problems += label_mask_problems(record, lineno)
-    image_problems, size = file_problems(record, lineno)
-    problems += image_problems
+    problems += view_rule_problems(record, lineno) + _record_finding_problems(record, lineno)
+    problems += conversation_problems(record, lineno) + label_mask_problems(record, lineno)
     checked = CheckedRecord(lineno, record)
-    problems += mask_problems(record, obj, lineno, size, checked)
+    for i, (where, raw_view) in enumerate(view_lines(obj)[:MAX_EXAM_VIEWS]):
+        problems += _in_view(_view_problems(record, i, raw_view, lineno, checked), where)
     if not [p for p in problems if not p.note] and not _has_content(record):
         problems.append(Problem(lineno, "annotations", "nothing to learn: no objects, diagnosis, report, "
                                 "measurements, site or conversations", "nothing to learn"))
@@ -202,12 +200,37 @@ def _parse(raw: bytes, lineno: int) -> tuple[Any, list[Problem]]:
         return None, [Problem(lineno, "", f"invalid JSON: {exc.msg} at column {exc.colno}", "unreadable line")]
 
 
+def _in_view(problems: list[Problem], where: str) -> list[Problem]:
+    """The same problems with their field moved under the view's own field (``images[i]``), so that the message
+    names the view; a flat line's view is the line itself and keeps its fields."""
+    if not where:
+        return problems
+    return [Problem(p.line, where + (f".{p.field}" if p.field else ""), p.message, p.reason, p.note)
+            for p in problems]
+
+
+def _view_problems(record: Record, i: int, raw: dict, lineno: int, checked: CheckedRecord) -> list[Problem]:
+    """Files, findings and masks of view i by the single-image rules (fields relative to the view)."""
+    view = record.view_record(i)
+    found, size = file_problems(view, lineno)
+    found += finding_problems(view, lineno)
+    found += mask_problems(view, raw, lineno, size, checked, i)
+    return found
+
+
+def _record_finding_problems(record: Record, lineno: int) -> list[Problem]:
+    """The finding said of all views, when it is not the only view's own (checked with that view)."""
+    if any(record.annotations is v.annotations for v in record.views):
+        return []
+    return [p for p in finding_problems(record, lineno) if p.field == "annotations.diagnosis"]
+
+
 # --------------------------------------------------------------------------------------------- the rules
 
-def schema_problems(obj: Any, lineno: int, root: Path) -> tuple[AnyRecord | None, list[Problem]]:
-    """read_manifest's own validation (`record_from_json`), its message split into field and problem."""
+def schema_problems(obj: Any, lineno: int, root: Path) -> tuple[Record | None, list[Problem]]:
+    """read_manifest's own validation (`Record.from_json`), its message split into field and problem."""
     try:
-        return record_from_json(obj, root), []
+        return Record.from_json(obj, root), []
     except _Invalid as exc:
         where, sep, rest = str(exc).partition(" must ")
         if not sep:
@@ -215,10 +238,30 @@ def schema_problems(obj: Any, lineno: int, root: Path) -> tuple[AnyRecord | None
         return None, [Problem(lineno, "" if where == "line" else where, "must " + rest, "invalid field")]
 
 
+_RECORD_ANNOTATION_KEYS = ("diagnosis", "report", "measurements")
+#: keys of one image that, at the top of a line of several views, belong to one of its views
+_VIEW_LEVEL = ("image", "frame", "spacing", "scan_mask")
+
+
 def shape_problems(obj: Any, lineno: int) -> list[Problem]:
-    """Keys in the wrong place: from_json ignores them, so the record would silently lose what they hold."""
-    if not isinstance(obj, dict):
-        return []
+    """Keys in the wrong place: from_json ignores them, so the record would silently lose what they hold. Every
+    view gets the single-image shape rules; the top of a line of views, what only a record holds."""
+    views = view_lines(obj)
+    out = [p for where, raw in views for p in _in_view(_view_shape_problems(raw, lineno), where)]
+    if not isinstance(obj, dict) or any(raw is obj for _, raw in views):
+        return out
+    out += [Problem(lineno, k, "belongs to a view of the examination (images[i]), not to the examination",
+                    "annotations shape") for k in _VIEW_LEVEL if k in obj]
+    out += _view_shape_problems({k: v for k, v in obj.items() if k != "annotations"}, lineno)
+    ann = obj.get("annotations")
+    if isinstance(ann, dict):
+        out += [Problem(lineno, f"annotations.{k}", f"unknown key (an examination's annotations hold "
+                        f"{', '.join(_RECORD_ANNOTATION_KEYS)}; objects belong to its views)", "annotations shape")
+                for k in ann if k not in _RECORD_ANNOTATION_KEYS + ("objects",)]
+    return out
+
+
+def _view_shape_problems(obj: dict, lineno: int) -> list[Problem]:
     out = [Problem(lineno, k, "belongs inside annotations (at the top level it is kept as an extra key and "
                    "never trained on)", "annotations shape") for k in _MISPLACED if k in obj]
     ann = obj.get("annotations")
@@ -235,7 +278,21 @@ def shape_problems(obj: Any, lineno: int) -> list[Problem]:
     return out
 
 
-def finding_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
+def view_rule_problems(record: Record, lineno: int) -> list[Problem]:
+    """How many views, and one site across them."""
+    out = []
+    if len(record.views) > MAX_EXAM_VIEWS:
+        out.append(Problem(lineno, "images", f"{len(record.views)} views: an examination holds at most "
+                           f"MAX_EXAM_VIEWS={MAX_EXAM_VIEWS} (views past it are not checked)", "exam"))
+    conflict = site_conflict([v.site for v in record.views], record.site)
+    if conflict:
+        i, shown, site = conflict
+        out.append(Problem(lineno, f"images[{i}].site", f"view {i + 1} shows {shown!r}, the examination "
+                           f"{site!r}: the views of one examination show one site", "exam"))
+    return out
+
+
+def finding_problems(record: Record, lineno: int) -> list[Problem]:
     """Diagnoses outside FINDINGS: trained as answers, they teach a class the server refuses."""
     ann = record.annotations
     pairs = [("annotations.diagnosis", ann.diagnosis)]
@@ -244,7 +301,7 @@ def finding_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
                     "unknown finding") for where, value in pairs if value is not None and normal_finding(value) is None]
 
 
-def label_mask_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
+def label_mask_problems(record: Record, lineno: int) -> list[Problem]:
     """A mask path kept in the record's extra ``labels`` (``mask``, ``nodule_mask``: an older CSV import kept a mask
     column there) is never trained on: a note per key, so the summary does not read as if every annotation were
     kept. The record itself is kept for what else it holds."""
@@ -262,28 +319,36 @@ def _text(content: Any) -> str:
     return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
 
 
-def conversation_problems(record: ManifestRecord, lineno: int) -> list[Problem]:
+def conversation_problems(record: Record, lineno: int) -> list[Problem]:
     """Ready-made conversations: a diagnose answer naming no known class, a mask group pointing at an object
-    without a mask (the collator would fail on it in the middle of a run)."""
-    out, objects = [], record.annotations.objects
+    without a mask (the collator would fail on it in the middle of a run); a group names its view in
+    ``mask_views``, or is on the only view."""
+    out = []
     for c, conv in enumerate(record.conversations):
         answers = [(j, m) for j, m in enumerate(conv.messages) if m.get("role") == "assistant"]
         for j, m in answers if conv.task == "diagnose" else []:
             if answer_finding(_text(m.get("content"))) is None:
                 out.append(Problem(lineno, f"conversations[{c}].messages[{j}].content", "a diagnose answer naming "
                                    f"no known finding ({', '.join(FINDINGS)})", "unknown finding"))
-        for k in conv.mask_objects:
+        for v, k in _mask_pairs(conv):
+            objects = record.views[v].annotations.objects
             if k >= len(objects) or objects[k].mask is None:
-                out.append(Problem(lineno, f"conversations[{c}].mask_objects", f"object {k} has no mask to draw",
-                                   "conversation"))
+                of_view = f" of view {v + 1}" if conv.mask_views else ""
+                out.append(Problem(lineno, f"conversations[{c}].mask_objects", f"object {k}{of_view} has no mask "
+                                   "to draw", "conversation"))
     return out
+
+
+def _mask_pairs(conv) -> list[tuple[int, int]]:
+    """(view, object) of each mask group of a conversation: its ``mask_views``, else the only view."""
+    return list(zip(conv.mask_views or [0] * len(conv.mask_objects), conv.mask_objects))
 
 
 def _missing(lineno: int, where: str, rel: str) -> Problem:
     return Problem(lineno, where, f"file {rel} does not exist", "missing file")
 
 
-def file_problems(record: ManifestRecord, lineno: int) -> tuple[list[Problem], tuple[int, int] | None]:
+def file_problems(record: Record, lineno: int) -> tuple[list[Problem], tuple[int, int] | None]:
     """The image (exists, readable, has the frame) and the scan mask; returns the image size (w, h) too."""
     from PIL import Image
 
@@ -305,7 +370,7 @@ def file_problems(record: ManifestRecord, lineno: int) -> tuple[list[Problem], t
 
 def _mask_array(path: Path) -> np.ndarray:
     """A mask's values: palette indices and grey levels as stored; colour masks through grey, as training
-    reads them (`ManifestRecord.load_masks`)."""
+    reads them (`Record.load_masks`)."""
     from PIL import Image
 
     with Image.open(path) as im:
@@ -314,7 +379,7 @@ def _mask_array(path: Path) -> np.ndarray:
         return np.asarray(im)
 
 
-def _read_mask(record: ManifestRecord, rel: str, where: str, lineno: int,
+def _read_mask(record: Record, rel: str, where: str, lineno: int,
                size: tuple[int, int] | None) -> tuple[np.ndarray | None, list[Problem]]:
     path = record.resolve(rel)
     if not path.is_file():
@@ -345,10 +410,11 @@ def _label_names(raw: Any, where: str, lineno: int) -> tuple[dict[int, str] | No
     return names, []
 
 
-def mask_problems(record: ManifestRecord, obj: dict, lineno: int, size: tuple[int, int] | None,
-                  checked: CheckedRecord) -> list[Problem]:
-    """Object masks: readable, the image's size, values against ``label_names``; an empty mask is a note and a
-    negative (`checked.negatives`), a named label map is recorded in `checked.label_maps` to be split."""
+def mask_problems(record: Record, obj: dict, lineno: int, size: tuple[int, int] | None,
+                  checked: CheckedRecord, view: int = 0) -> list[Problem]:
+    """Object masks of one view (`record` that view's record, `obj` its line): readable, the image's size, values
+    against ``label_names``; an empty mask is a note and a negative (`checked.negatives[view]`), a named label map
+    is recorded in `checked.label_maps[view]` to be split."""
     out: list[Problem] = []
     raws = obj.get("annotations", {}).get("objects", [])
     for i, o in enumerate(record.annotations.objects):
@@ -366,12 +432,12 @@ def mask_problems(record: ManifestRecord, obj: dict, lineno: int, size: tuple[in
             continue
         values = [v.item() for v in np.unique(arr) if v != 0]
         if not values:
-            checked.negatives.append(i)
+            checked.negatives.setdefault(view, []).append(i)
             out.append(Problem(lineno, f"{where}.mask", f"empty mask {o.mask}: a negative (no {o.label} in "
                                "this image), not trained as an object to draw", "empty mask", note=True))
         elif names is not None:
             out += _named_map_problems(o, names, values, where, lineno)
-            checked.label_maps[i] = names
+            checked.label_maps.setdefault(view, {})[i] = names
         elif len(values) > 1:
             shown = ", ".join(str(v) for v in values[:8]) + (", ..." if len(values) > 8 else "")
             out.append(Problem(lineno, f"{where}.mask", f"{o.mask} is a label map with values [{shown}], but a "
@@ -395,127 +461,10 @@ def _named_map_problems(o: ManifestObject, names: dict[int, str], values: list, 
     return out
 
 
-def _has_content(record: ManifestRecord) -> bool:
-    ann = record.annotations
-    return bool(ann.objects or ann.diagnosis or (ann.report or "").strip() or ann.measurements or record.site
-                or record.conversations)
-
-
-# --------------------------------------------------------------------------------------------- examinations
-
-_EXAM_ANNOTATION_KEYS = ("diagnosis", "report", "measurements")
-#: keys of a single image that, at the top of an examination, belong to one of its views
-_VIEW_LEVEL = ("image", "frame", "spacing", "scan_mask")
-
-
-def _in_view(problems: list[Problem], i: int) -> list[Problem]:
-    """The same problems with their field moved under ``images[i]``, so that the message names the view."""
-    return [Problem(p.line, f"images[{i}]" + (f".{p.field}" if p.field else ""), p.message, p.reason, p.note)
-            for p in problems]
-
-
-def check_exam(obj: dict, lineno: int, root: Path, seen: dict[str, int]) -> tuple[CheckedRecord | None,
-                                                                                    list[Problem]]:
-    """All problems of an examination line: its own rules, then every single-image rule on each view."""
-    problems = exam_shape_problems(obj, lineno)
-    record, invalid = schema_problems(obj, lineno, root)
-    problems += invalid
-    if record is None:
-        return None, problems
-    problems += _duplicate_id(record.id, lineno, seen)
-    problems += exam_rule_problems(record, lineno) + exam_conversation_problems(record, lineno)
-    if record.annotations.diagnosis is not None and normal_finding(record.annotations.diagnosis) is None:
-        problems.append(Problem(lineno, "annotations.diagnosis", f"unknown finding {record.annotations.diagnosis!r} "
-                                f"(a diagnosis is one of {', '.join(FINDINGS)})", "unknown finding"))
-    checked = CheckedRecord(lineno, record)
-    for i, raw in enumerate(obj["images"][:MAX_EXAM_VIEWS]):
-        problems += _in_view(_view_problems(record, i, raw, lineno, checked), i)
-    has_content = _has_content(record) or any(v.annotations.objects or v.annotations.diagnosis
-                                              or (v.annotations.report or "").strip() or v.annotations.measurements
-                                              for v in record.images)
-    if not [p for p in problems if not p.note] and not has_content:
-        problems.append(Problem(lineno, "annotations", "nothing to learn: no objects, diagnosis, report, "
-                                "measurements, site or conversations in any view", "nothing to learn"))
-    return (None if any(not p.note for p in problems) else checked), problems
-
-
-def _view_problems(record: ExamRecord, i: int, raw: dict, lineno: int, checked: CheckedRecord) -> list[Problem]:
-    """Findings, files and masks of view i, by the single-image rules (fields relative to the view)."""
-    view = record.view_record(i)
-    found, size = file_problems(view, lineno)
-    found += finding_problems(view, lineno)
-    one = CheckedRecord(lineno, view)
-    found += mask_problems(view, raw, lineno, size, one)
-    found += [Problem(lineno, f"annotations.objects[{k}].label_names", "a label map in a view of an examination "
-                      "is not split yet; split it into one object per class before grouping the views", "label map")
-              for k in one.label_maps]
-    if one.negatives:
-        checked.view_negatives[i] = one.negatives
-    return found
-
-
-def exam_shape_problems(obj: dict, lineno: int) -> list[Problem]:
-    """Keys in the wrong place: an image's keys at the examination's top, unknown exam-level annotation keys,
-    and inside each view the single-image shape rules."""
-    out = [Problem(lineno, k, "belongs to a view of the examination (images[i]), not to the examination",
-                   "annotations shape") for k in _VIEW_LEVEL if k in obj]
-    out += [p for p in shape_problems({k: v for k, v in obj.items() if k != "annotations"}, lineno)]
-    ann = obj.get("annotations")
-    if isinstance(ann, dict):
-        out += [Problem(lineno, f"annotations.{k}", f"unknown key (an examination's annotations hold "
-                        f"{', '.join(_EXAM_ANNOTATION_KEYS)}; objects belong to its views)", "annotations shape")
-                for k in ann if k not in _EXAM_ANNOTATION_KEYS + ("objects",)]
-    views = obj.get("images")
-    for i, v in enumerate(views if isinstance(views, list) else []):
-        if isinstance(v, dict):
-            out += _in_view(shape_problems(v, lineno), i)
-    return out
-
-
-def exam_rule_problems(record: ExamRecord, lineno: int) -> list[Problem]:
-    """How many views, and one site across them."""
-    out = []
-    if len(record.images) > MAX_EXAM_VIEWS:
-        out.append(Problem(lineno, "images", f"{len(record.images)} views: an examination holds at most "
-                           f"MAX_EXAM_VIEWS={MAX_EXAM_VIEWS} (views past it are not checked)", "exam"))
-    conflict = site_conflict([v.site for v in record.images], record.site)
-    if conflict:
-        i, shown, site = conflict
-        out.append(Problem(lineno, f"images[{i}].site", f"view {i + 1} shows {shown!r}, the examination "
-                           f"{site!r}: the views of one examination show one site", "exam"))
-    return out
-
-
-def exam_conversation_problems(record: ExamRecord, lineno: int) -> list[Problem]:
-    """Diagnose answers naming a known finding; each mask group a (view, object) that has a mask."""
-    out = []
-    for c, conv in enumerate(record.conversations):
-        for j, m in enumerate(conv.messages):
-            if conv.task == "diagnose" and m.get("role") == "assistant" and answer_finding(
-                    _text(m.get("content"))) is None:
-                out.append(Problem(lineno, f"conversations[{c}].messages[{j}].content", "a diagnose answer naming "
-                                   f"no known finding ({', '.join(FINDINGS)})", "unknown finding"))
-        for v, k in zip(conv.mask_views, conv.mask_objects):
-            objects = record.images[v].annotations.objects
-            if k >= len(objects) or objects[k].mask is None:
-                out.append(Problem(lineno, f"conversations[{c}].mask_objects", f"object {k} of view {v + 1} has no "
-                                   "mask to draw", "conversation"))
-    return out
-
-
-def _exam_fixes(rec: ExamRecord, checked: CheckedRecord) -> bool:
-    """Respell findings; an empty mask in a view becomes no mask, and ready-made conversations drawing it go."""
-    changed = False
-    for ann in [rec.annotations] + [v.annotations for v in rec.images]:
-        for holder in [ann] + ann.objects:
-            spelt = normal_finding(holder.diagnosis) if holder.diagnosis is not None else None
-            changed |= spelt != holder.diagnosis
-            holder.diagnosis = spelt
-    touched = {(v, k) for v, ks in checked.view_negatives.items() for k in ks}
-    for v, k in touched:
-        rec.images[v].annotations.objects[k].mask = None
-    rec.conversations = [c for c in rec.conversations if not set(zip(c.mask_views, c.mask_objects)) & touched]
-    return changed or bool(touched)
+def _has_content(record: Record) -> bool:
+    return bool(record.site or record.conversations) or any(
+        ann.objects or ann.diagnosis or (ann.report or "").strip() or ann.measurements
+        for ann in [record.annotations] + [v.annotations for v in record.views])
 
 
 # --------------------------------------------------------------------------------------------- output
@@ -559,44 +508,60 @@ def training_manifest(result: CheckResult, out_dir: str | os.PathLike) -> Path:
     for checked in result.kept:
         rec = copy.deepcopy(checked.record)
         rebase(rec, out)
-        changed |= _exam_fixes(rec, checked) if isinstance(rec, ExamRecord) else _apply_fixes(rec, checked, out)
+        changed |= _apply_fixes(rec, checked, out)
         records.append(rec)
     if not changed:
         return result.path
     return write_manifest(records, out / CHECKED_NAME)
 
 
-def _apply_fixes(rec: ManifestRecord, checked: CheckedRecord, out: Path) -> bool:
-    """Drop empty masks, split label maps, respell findings; ready-made conversations that drew a changed
-    object are dropped and the others' mask_objects renumbered. True when anything changed."""
-    ann = rec.annotations
-    spelt = [normal_finding(d) if d is not None else None for d in [ann.diagnosis] + [o.diagnosis for o in ann.objects]]
-    changed = spelt != [ann.diagnosis] + [o.diagnosis for o in ann.objects]
-    ann.diagnosis = spelt[0]
-    for o, d in zip(ann.objects, spelt[1:], strict=True):
-        o.diagnosis = d
-    touched = set(checked.negatives) | set(checked.label_maps)
+def _respell(rec: Record) -> bool:
+    """Every finding (the record's, each view's, each object's) in its one spelling; True when one changed."""
+    changed = False
+    for ann in [rec.annotations] + [v.annotations for v in rec.views]:
+        for holder in [ann] + ann.objects:
+            spelt = normal_finding(holder.diagnosis) if holder.diagnosis is not None else None
+            changed |= spelt != holder.diagnosis
+            holder.diagnosis = spelt
+    return changed
+
+
+def _apply_fixes(rec: Record, checked: CheckedRecord, out: Path) -> bool:
+    """Respell findings, drop empty masks, split label maps, in every view; ready-made conversations that drew a
+    changed object are dropped and the others' mask_objects renumbered. True when anything changed."""
+    changed = _respell(rec)
+    touched = {(v, k) for part in (checked.negatives, checked.label_maps) for v, ks in part.items() for k in ks}
     if not touched:
         return changed
-    index: dict[int, int] = {}
-    objects: list[ManifestObject] = []
-    for i, o in enumerate(ann.objects):
-        if i in checked.negatives:
-            o.mask = None
-        if i in checked.label_maps or (i in checked.negatives and not (o.box or o.keypoints or o.lines or o.diagnosis)):
-            continue
-        index[i] = len(objects)
-        objects.append(o)
-    for i, names in checked.label_maps.items():
-        objects += _split(rec, ann.objects[i], names, f"line{checked.line}_obj{i}", out)
-    rec.conversations = [c for c in rec.conversations if not set(c.mask_objects) & touched]
+    index = {v: _fix_view(rec, v, checked, out) for v in range(len(rec.views))}
+    rec.conversations = [c for c in rec.conversations if not set(_mask_pairs(c)) & touched]
     for c in rec.conversations:
-        c.mask_objects = [index[k] for k in c.mask_objects]
-    ann.objects = objects
+        c.mask_objects = [index[v][k] for v, k in _mask_pairs(c)]
     return True
 
 
-def _split(rec: ManifestRecord, obj: ManifestObject, names: dict[int, str], stem: str,
+def _fix_view(rec: Record, v: int, checked: CheckedRecord, out: Path) -> dict[int, int]:
+    """View v's objects after the fixes; returns old object index -> new for the objects kept."""
+    ann = rec.views[v].annotations
+    negatives, maps = checked.negatives.get(v, []), checked.label_maps.get(v, {})
+    index: dict[int, int] = {}
+    objects: list[ManifestObject] = []
+    for i, o in enumerate(ann.objects):
+        if i in negatives:
+            o.mask = None
+        if i in maps or (i in negatives and not (o.box or o.keypoints or o.lines or o.diagnosis)):
+            continue
+        index[i] = len(objects)
+        objects.append(o)
+    view = rec.view_record(v)
+    for i, names in maps.items():
+        stem = f"line{checked.line}_obj{i}" if v == 0 else f"line{checked.line}_view{v + 1}_obj{i}"
+        objects += _split(view, ann.objects[i], names, stem, out)
+    ann.objects = objects
+    return index
+
+
+def _split(rec: Record, obj: ManifestObject, names: dict[int, str], stem: str,
            out: Path) -> list[ManifestObject]:
     """One object per named value of a label map, by the importers' rule (`masks.split_label_map`), each with its
     own binary mask file and box."""

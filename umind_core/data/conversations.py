@@ -9,7 +9,7 @@ Besides one sample per target and task, a record yields an interactive sample (a
 object -> that object's mask) and, at `refusal_rate`, an alignment sample: a question about anatomy that is
 not in this site, answered with a refusal that `evaluation.metrics.is_refusal` recognises.
 
-An examination (`ExamRecord`) yields conversations about all its views at once (`build_exam_conversations`):
+An examination (`Record`) yields conversations about all its views at once (`build_exam_conversations`):
 the question follows every view, and a grounded answer names the view each object is in (``View 2: ...``,
 `grounding.format_view`), one view marker per object, on that view's own 0..1000 grid.
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..answers import grounding
 from ..prompts import EXAM_TEMPLATES, TASKS, TEMPLATES, build_exam_text, build_user_text
-from .manifest import (Conversation, ExamRecord, ManifestObject, ManifestRecord, object_box, read_manifest, rebase,
+from .manifest import (Conversation, ManifestObject, Record, object_box, read_manifest, rebase,
                        write_manifest)
 
 __all__ = [
@@ -115,7 +115,7 @@ def _finding(report: str | None) -> str | None:
 
 # ------------------------------------------------------------------------------------- per task
 
-def _segment(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
+def _segment(rec: Record, rng: random.Random) -> list[Conversation]:
     out = []
     for label, idx in _by_label(rec.annotations.objects, lambda o: o.mask is not None).items():
         user = build_user_text("segment", label, variant=_variant("segment", rng))
@@ -123,7 +123,7 @@ def _segment(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
     return out
 
 
-def _detect(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[Conversation]:
+def _detect(rec: Record, w: int, h: int, rng: random.Random) -> list[Conversation]:
     out = []
     for label, idx in _by_label(rec.annotations.objects, lambda o: o.box is not None).items():
         boxes = [grounding.box_to_grid(*rec.annotations.objects[i].box, w, h) for i in idx]  # type: ignore[misc]
@@ -132,7 +132,7 @@ def _detect(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[Con
     return out
 
 
-def _keypoints(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[Conversation]:
+def _keypoints(rec: Record, w: int, h: int, rng: random.Random) -> list[Conversation]:
     out = []
     for obj in rec.annotations.objects:
         if not obj.keypoints:
@@ -144,7 +144,7 @@ def _keypoints(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[
     return out
 
 
-def _measure(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[Conversation]:
+def _measure(rec: Record, w: int, h: int, rng: random.Random) -> list[Conversation]:
     out = []
     for obj in rec.annotations.objects:
         for line in obj.lines:
@@ -156,7 +156,7 @@ def _measure(rec: ManifestRecord, w: int, h: int, rng: random.Random) -> list[Co
     return out
 
 
-def _diagnose(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
+def _diagnose(rec: Record, rng: random.Random) -> list[Conversation]:
     ann = rec.annotations
     diagnosis = ann.diagnosis or next((o.diagnosis for o in ann.objects if o.diagnosis), None)
     if diagnosis is None:
@@ -168,14 +168,14 @@ def _diagnose(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
     return [_conversation("diagnose", build_user_text("diagnose", variant=_variant("diagnose", rng)), answer)]
 
 
-def _report(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
+def _report(rec: Record, rng: random.Random) -> list[Conversation]:
     report = rec.annotations.report
     if not report or not report.strip():
         return []
     return [_conversation("report", build_user_text("report", variant=_variant("report", rng)), report.strip())]
 
 
-def _ask(rec: ManifestRecord, rng: random.Random) -> list[Conversation]:
+def _ask(rec: Record, rng: random.Random) -> list[Conversation]:
     """One factual question the annotations answer: the site, or one measurement."""
     options = []
     if rec.site:
@@ -218,7 +218,7 @@ def _outside_points(mask: np.ndarray, box: tuple[float, float, float, float], n:
     return [(int(xs[i]) + xa, int(ys[i]) + ya) for i in dict.fromkeys(picks)]
 
 
-def _interactive(rec: ManifestRecord, w: int, h: int, rng: random.Random,
+def _interactive(rec: Record, w: int, h: int, rng: random.Random,
                  masks: Sequence[np.ndarray | None]) -> list[Conversation]:
     """A box or clicks inside one object -> that object's mask (the DEEPGROW path)."""
     objects = rec.annotations.objects
@@ -252,7 +252,7 @@ def _interactive(rec: ManifestRecord, w: int, h: int, rng: random.Random,
     return [_conversation("segment", user, grounding.format_mask(obj.label), [i])]
 
 
-def _absent_targets(rec: ManifestRecord) -> list[str]:
+def _absent_targets(rec: Record) -> list[str]:
     site = rec.site
     if site not in SITE_ANATOMY:
         return []  # for an unknown site nothing is known to be absent
@@ -260,7 +260,7 @@ def _absent_targets(rec: ManifestRecord) -> list[str]:
     return [t for t in FOREIGN_ANATOMY if t not in present]
 
 
-def _refusal(rec: ManifestRecord, rng: random.Random, tasks: Sequence[str]) -> list[Conversation]:
+def _refusal(rec: Record, rng: random.Random, tasks: Sequence[str]) -> list[Conversation]:
     targets = _absent_targets(rec)
     usable = [t for t in _REFUSAL_TASKS if t in tasks]
     if not targets or not usable:
@@ -297,7 +297,7 @@ def _check_size(value: object, what: str) -> int:
 
 
 def build_conversations(
-    record: ManifestRecord,
+    record: Record,
     width: int,
     height: int,
     rng: random.Random,
@@ -310,8 +310,8 @@ def build_conversations(
     `masks` (one array or None per object) is needed only for the interactive click samples; when it is
     None and segment is asked for, the record's masks are loaded from disk.
     """
-    if not isinstance(record, ManifestRecord):
-        raise ConversationError(f"record must be a ManifestRecord, got {type(record).__name__}")
+    if not isinstance(record, Record):
+        raise ConversationError(f"record must be a Record, got {type(record).__name__}")
     w, h = _check_size(width, "width"), _check_size(height, "height")
     if not isinstance(rng, random.Random):
         raise ConversationError(f"rng must be a random.Random, got {type(rng).__name__}")
@@ -346,11 +346,25 @@ def build_conversations(
     return out
 
 
-def _image_size(record: ManifestRecord) -> tuple[int, int]:
+def _kind(record) -> str:
+    return f"one of {len(record.views)} views" if isinstance(record, Record) else type(record).__name__
+
+
+def _image_size(record: Record) -> tuple[int, int]:
     from PIL import Image
 
     with Image.open(record.image_path) as im:
         return im.size
+
+
+def record_conversations(record: Record, rng: random.Random, tasks: Sequence[str] | None = None,
+                         refusal_rate: float = 0.15) -> list[Conversation]:
+    """Every training conversation a record supports, read at its views' sizes: a record of one view gets the
+    single-image conversations (refusals and clicks included), a record of several the examination's."""
+    sizes = [_image_size(view) for view in record.view_records()]
+    if len(sizes) == 1:
+        return build_conversations(record, *sizes[0], rng, tasks, refusal_rate)
+    return build_exam_conversations(record, sizes, rng, tasks)
 
 
 def attach_conversations(
@@ -364,7 +378,7 @@ def attach_conversations(
 
     Each record draws from its own generator seeded by (seed, record id), so a record's conversations do
     not change when others are added or reordered. Paths are rewritten when the output lives elsewhere.
-    Examinations get `build_exam_conversations` (no refusals or interactive samples yet).
+    Each record gets `record_conversations` (examinations: no refusals or interactive samples yet).
     """
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ConversationError(f"seed must be an int, got {seed!r}")
@@ -373,12 +387,7 @@ def attach_conversations(
     out_path = Path(manifest_out)
     for rec in records:
         rng = random.Random(f"umind-conversations:{int(seed)}:{rec.id}")
-        if isinstance(rec, ExamRecord):
-            sizes = [_image_size(rec.view_record(i)) for i in range(len(rec.images))]
-            rec.conversations = build_exam_conversations(rec, sizes, rng, tasks)
-        else:
-            width, height = _image_size(rec)
-            rec.conversations = build_conversations(rec, width, height, rng, tasks, refusal_rate)
+        rec.conversations = record_conversations(rec, rng, tasks, refusal_rate)
         rebase(rec, out_path.parent)
     return write_manifest(records, out_path)
 
@@ -394,10 +403,10 @@ def _exam_variant(task: str, rng: random.Random) -> int:
     return rng.randrange(len(EXAM_TEMPLATES[task]))
 
 
-def _in_views(exam: ExamRecord, keep) -> dict[str, list[tuple[int, int]]]:
+def _in_views(exam: Record, keep) -> dict[str, list[tuple[int, int]]]:
     """(view, object) pairs grouped by object label in order of first appearance, for objects where keep(obj)."""
     groups: dict[str, list[tuple[int, int]]] = {}
-    for v, view in enumerate(exam.images):
+    for v, view in enumerate(exam.views):
         for k, obj in enumerate(view.annotations.objects):
             if keep(obj):
                 groups.setdefault(obj.label, []).append((v, k))
@@ -408,11 +417,11 @@ def _marked(view: int, text: str) -> str:
     return f"{grounding.format_view(view + 1)} {text}"
 
 
-def _exam_grounded(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random,
+def _exam_grounded(exam: Record, sizes: Sequence[tuple[int, int]], rng: random.Random,
                    tasks: Sequence[str]) -> list[Conversation]:
     """segment, detect and keypoints per label, measure per caliper name: every view that shows it, marked."""
     out = []
-    objects = lambda v, k: exam.images[v].annotations.objects[k]  # noqa: E731
+    objects = lambda v, k: exam.views[v].annotations.objects[k]  # noqa: E731
     if "segment" in tasks:
         for label, marks in _in_views(exam, lambda o: o.mask is not None).items():
             answer = " ".join(_marked(v, grounding.format_mask(label)) for v, _ in marks)
@@ -436,9 +445,9 @@ def _exam_grounded(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: rand
     return out
 
 
-def _exam_measure(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random) -> list[Conversation]:
+def _exam_measure(exam: Record, sizes: Sequence[tuple[int, int]], rng: random.Random) -> list[Conversation]:
     lines: dict[str, list[tuple[int, object]]] = {}
-    for v, view in enumerate(exam.images):
+    for v, view in enumerate(exam.views):
         for obj in view.annotations.objects:
             for line in obj.lines:
                 lines.setdefault(line.name, []).append((v, line))
@@ -453,10 +462,10 @@ def _exam_measure(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: rando
     return out
 
 
-def _exam_text(exam: ExamRecord, rng: random.Random, tasks: Sequence[str]) -> list[Conversation]:
+def _exam_text(exam: Record, rng: random.Random, tasks: Sequence[str]) -> list[Conversation]:
     """diagnose (the exam's finding and its cues), report (the exam's), ask (its site or one measurement)."""
     ann, out = exam.annotations, []
-    diagnosis = ann.diagnosis or next((o.diagnosis for v in exam.images for o in v.annotations.objects
+    diagnosis = ann.diagnosis or next((o.diagnosis for v in exam.views for o in v.annotations.objects
                                        if o.diagnosis), None)
     if "diagnose" in tasks and diagnosis is not None:
         answer = diagnosis.strip().rstrip(".").capitalize() + "."
@@ -480,14 +489,14 @@ def _exam_text(exam: ExamRecord, rng: random.Random, tasks: Sequence[str]) -> li
     return out
 
 
-def build_exam_conversations(exam: ExamRecord, sizes: Sequence[tuple[int, int]], rng: random.Random,
+def build_exam_conversations(exam: Record, sizes: Sequence[tuple[int, int]], rng: random.Random,
                              tasks: Sequence[str] | None = None) -> list[Conversation]:
     """All training conversations an examination's annotations support: one user turn that sees every view,
     then the question; grounded answers name the view of each object. `sizes` is (width, height) per view."""
-    if not isinstance(exam, ExamRecord):
-        raise ConversationError(f"exam must be an ExamRecord, got {type(exam).__name__}")
-    if len(sizes) != len(exam.images):
-        raise ConversationError(f"exam {exam.id!r}: {len(sizes)} sizes for {len(exam.images)} views")
+    if not isinstance(exam, Record) or len(exam.views) < 2:
+        raise ConversationError(f"exam must be a manifest Record of several views, got {_kind(exam)}")
+    if len(sizes) != len(exam.views):
+        raise ConversationError(f"exam {exam.id!r}: {len(sizes)} sizes for {len(exam.views)} views")
     sizes = [(_check_size(w, "width"), _check_size(h, "height")) for w, h in sizes]
     if not isinstance(rng, random.Random):
         raise ConversationError(f"rng must be a random.Random, got {type(rng).__name__}")

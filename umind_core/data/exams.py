@@ -398,20 +398,20 @@ _REPORTS = {"breast": _lesion_report, "thyroid": _lesion_report, "kidney": _kidn
 
 def exam_record(exam: ExamSample, out: Path, size: int, appearance: str | None = None):
     """Write the examination's views like single images (``images/exam-<seed>_v<k>.png`` and their masks) and
-    return its ExamRecord (paths relative to ``out``), conversations left for the conversation builder."""
-    from .manifest import Annotations, ExamRecord, ExamView, save_synthetic_view
+    return its Record of views (paths relative to ``out``), conversations left for the conversation builder."""
+    from .manifest import Annotations, Record, View, save_synthetic_view
 
     eid = f"exam-{exam.seed:06d}"
     views = []
     for k, (view, name) in enumerate(zip(exam.views, exam.view_names), start=1):
         image_rel, scan_rel, objects = save_synthetic_view(view, out, f"{eid}_v{k}")
-        views.append(ExamView(image=image_rel, spacing=tuple(float(v) for v in view.spacing), site=exam.site,
-                              scan_mask=scan_rel, name=name, annotations=Annotations(objects),
-                              extra={"geometry": view.geometry}))
-    return ExamRecord(id=eid, images=views, site=exam.site,
-                      annotations=Annotations([], exam.diagnosis, exam.report, dict(exam.measurements)),
-                      extra={"source": {"generator": "umind synthetic exam", "seed": exam.seed, "size": size,
-                                        "appearance": appearance or "default"}}, root=out)
+        views.append(View(image=image_rel, spacing=tuple(float(v) for v in view.spacing), site=exam.site,
+                          scan_mask=scan_rel, name=name, annotations=Annotations(objects),
+                          extra={"geometry": view.geometry}))
+    return Record(id=eid, views=views, site=exam.site,
+                  annotations=Annotations([], exam.diagnosis, exam.report, dict(exam.measurements)),
+                  extra={"source": {"generator": "umind synthetic exam", "seed": exam.seed, "size": size,
+                                    "appearance": appearance or "default"}}, root=out)
 
 
 def write_exam_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0, sites: Sequence[str] | None = None,

@@ -35,8 +35,9 @@ conversion to the model's 0..1000 grid happens in ``umind_core.answers.grounding
 Blank lines are ignored. Images load through Pillow (PNG, JPEG, BMP, TIFF, GIF; ``frame`` seeks in
 multi-frame files).
 
-A line with ``images`` instead of ``image`` is an examination (`ExamRecord`): ``{"id", "site", "images": [view,
-...], "annotations": {"diagnosis", "report", "measurements"}, "conversations"}``, each view an `ExamView`
+Every line reads as one `Record`, a list of views: the line above is a record of one view. A line with ``images``
+instead of ``image`` is an examination: ``{"id", "site", "images": [view, ...], "annotations": {"diagnosis",
+"report", "measurements"}, "conversations"}``, each view a `View`
 (``name``, ``image``, ``frame``, ``spacing``, ``site``, ``scan_mask``, ``annotations`` with its objects), and
 each mask group of a conversation naming its view in ``mask_views``. docs/manifest.md shows one.
 """
@@ -281,96 +282,15 @@ def _indices(v: Any, where: str, what: str) -> list[int]:
     return out
 
 
-@dataclass
-class ManifestRecord:
-    """One image frame with its annotations. Paths stay relative; ``root`` (the manifest's folder,
-    set by ``read_manifest``) resolves them. Masks are read only when asked for."""
-    id: str
-    image: str
-    frame: int = 0
-    spacing: tuple[float, float] | None = None
-    site: str | None = None
-    scan_mask: str | None = None
-    annotations: Annotations = field(default_factory=Annotations)
-    conversations: list[Conversation] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    root: Path | None = field(default=None, compare=False, repr=False)
-
-    def resolve(self, rel: str) -> Path:
-        return Path(rel) if self.root is None else self.root / rel
-
-    @property
-    def image_path(self) -> Path:
-        return self.resolve(self.image)
-
-    def load_image(self) -> np.ndarray:
-        """H x W (grey) or H x W x 3 (colour) uint8/uint16 array of ``frame``."""
-        return _load_pil(self.image_path, self.frame, grey=False)
-
-    def load_masks(self) -> list[np.ndarray | None]:
-        """One bool array per object, in object order; None for an object without a mask."""
-        return [None if o.mask is None else _load_pil(self.resolve(o.mask), 0, grey=True) != 0
-                for o in self.annotations.objects]
-
-    def load_scan_mask(self) -> np.ndarray | None:
-        return None if self.scan_mask is None else _load_pil(self.resolve(self.scan_mask), 0, grey=True) != 0
-
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {"id": self.id, "image": self.image, "frame": self.frame,
-                               "spacing": None if self.spacing is None else list(self.spacing),
-                               "site": self.site}
-        if self.scan_mask is not None:
-            out["scan_mask"] = self.scan_mask
-        out["annotations"] = self.annotations.to_json()
-        out["conversations"] = [c.to_json() for c in self.conversations]
-        for k, v in self.extra.items():
-            if k in _KNOWN_KEYS:
-                raise _Invalid(f"extra key {k!r} clashes with a schema key")
-            out[k] = v
-        return out
-
-    @staticmethod
-    def from_json(obj: Any, root: Path | None = None) -> "ManifestRecord":
-        obj = _dict(obj, "line")
-        frame = obj.get("frame", 0)
-        if isinstance(frame, bool) or not isinstance(frame, numbers.Integral) or frame < 0:
-            raise _Invalid(f"frame must be a non-negative integer, got {frame!r}")
-        spacing = obj.get("spacing")
-        if spacing is not None:
-            spacing = _nums(spacing, 2, "spacing")
-            if min(spacing) <= 0:
-                raise _Invalid(f"spacing must be positive, got {list(spacing)}")
-        scan = obj.get("scan_mask")
-        if "images" in obj:
-            raise _Invalid("images must not sit beside image: a record holds one image (image) or an "
-                           "examination (images), not both")
-        conversations = [Conversation.from_json(c, f"conversations[{i}]")
-                         for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))]
-        for i, c in enumerate(conversations):
-            if c.mask_views:
-                raise _Invalid(f"conversations[{i}].mask_views must be left out of a single-image record "
-                               "(it names views of an examination)")
-        return ManifestRecord(
-            id=_str(obj.get("id"), "id"),
-            image=_rel_path(obj.get("image"), "image"),
-            frame=int(frame),
-            spacing=spacing,
-            site=_opt_str(obj.get("site"), "site"),
-            scan_mask=None if scan is None else _rel_path(scan, "scan_mask"),
-            annotations=Annotations.from_json(obj.get("annotations", {})),
-            conversations=conversations,
-            extra={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
-            root=root,
-        )
-
-
 #: the most views one examination may hold (`umind check` refuses more): every view costs its own vision
 #: tokens in one sequence, and four covers the usual sets (two planes of a lesion, both thyroid lobes in two
 #: planes, a fetal biometry set)
 MAX_EXAM_VIEWS = 4
 #: the fewest views a request or a generated examination reads together (one image is asked as a single image; a
-#: manifest may still hold an examination of one view)
+#: manifest may still hold an examination of one view, which reads as that single image)
 MIN_EXAM_VIEWS = 2
+
+
 def site_conflict(sites: Sequence[str | None], site: str | None = None) -> tuple[int, str, str] | None:
     """The first view that shows another site than the views before it (and the examination's own `site`):
     (0-based index, its site, the site before it), or None. The views of one examination show one site: the
@@ -399,11 +319,18 @@ def _spacing(v: Any, where: str) -> tuple[float, float] | None:
     return spacing
 
 
+def _frame(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+        raise _Invalid(f"{where} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
 @dataclass
-class ExamView:
-    """One image of an examination: its own file, frame, spacing and annotations (objects, and optionally a
-    finding of its own), as a single-image record has them. ``name`` is the sonographer's label of the view
-    ("radial", "right lobe transverse"); unknown keys are kept in ``extra``."""
+class View:
+    """One image of a record: its own file, frame, spacing, scan mask and annotations (objects, and in an
+    examination optionally a finding of its own). ``name`` is the sonographer's label of the view ("radial",
+    "right lobe transverse"), ``site`` what this view shows when the record's own site does not say it; unknown
+    keys of a view line are kept in ``extra``."""
     image: str
     frame: int = 0
     spacing: tuple[float, float] | None = None
@@ -413,7 +340,12 @@ class ExamView:
     annotations: Annotations = field(default_factory=Annotations)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    @property
+    def plain(self) -> bool:
+        """Whether the view holds nothing a flat single-image line could not say (no name, site or extra keys)."""
+        return self.name is None and self.site is None and not self.extra
+
+    def to_json(self, objects_only: bool = False) -> dict:
         out: dict[str, Any] = {}
         if self.name is not None:
             out["name"] = self.name
@@ -423,7 +355,8 @@ class ExamView:
             out["site"] = self.site
         if self.scan_mask is not None:
             out["scan_mask"] = self.scan_mask
-        out["annotations"] = self.annotations.to_json()
+        ann = self.annotations.to_json()
+        out["annotations"] = {"objects": ann["objects"]} if objects_only else ann
         for k, v in self.extra.items():
             if k in _VIEW_KEYS:
                 raise _Invalid(f"extra key {k!r} of a view clashes with a schema key")
@@ -431,14 +364,11 @@ class ExamView:
         return out
 
     @staticmethod
-    def from_json(obj: Any, where: str) -> "ExamView":
+    def from_json(obj: Any, where: str) -> "View":
         obj = _dict(obj, where)
-        frame = obj.get("frame", 0)
-        if isinstance(frame, bool) or not isinstance(frame, numbers.Integral) or frame < 0:
-            raise _Invalid(f"{where}.frame must be a non-negative integer, got {frame!r}")
         scan = obj.get("scan_mask")
-        return ExamView(
-            image=_rel_path(obj.get("image"), f"{where}.image"), frame=int(frame),
+        return View(
+            image=_rel_path(obj.get("image"), f"{where}.image"), frame=_frame(obj.get("frame", 0), f"{where}.frame"),
             spacing=_spacing(obj.get("spacing"), f"{where}.spacing"),
             site=_opt_str(obj.get("site"), f"{where}.site"),
             scan_mask=None if scan is None else _rel_path(scan, f"{where}.scan_mask"),
@@ -447,43 +377,128 @@ class ExamView:
             extra={k: v for k, v in obj.items() if k not in _VIEW_KEYS})
 
 
-@dataclass
-class ExamRecord:
-    """An examination: several views of one site read together (``images``, in the order the model sees
-    them), with exam-level ``annotations`` (diagnosis, report, measurements; objects belong to the views) and
-    conversations whose mask groups name a view and an object (``mask_views``, ``mask_objects``).
+def _one_view_annotations(view: View, record: Annotations | None) -> Annotations:
+    """A record of one view keeps one Annotations, its view's: the record's findings (diagnosis, report,
+    measurements) join the view's objects, so that ``record.annotations`` and ``record.views[0].annotations``
+    are the same object whichever layout the line came in."""
+    own = view.annotations
+    if record is None or record is own:
+        return own
+    if record.objects:
+        raise _Invalid("annotations.objects of a record of views must be left out: objects belong to the view "
+                       "that shows them (images[i].annotations.objects)")
+    if own.diagnosis and record.diagnosis and own.diagnosis != record.diagnosis:
+        raise _Invalid(f"the only view's diagnosis {own.diagnosis!r} and the record's {record.diagnosis!r} "
+                       "disagree (a record of one view has one finding)")
+    if own.report and record.report and own.report != record.report:
+        raise _Invalid("the only view's report and the record's disagree (a record of one view has one report)")
+    view.annotations = Annotations(own.objects, own.diagnosis or record.diagnosis, own.report or record.report,
+                                   {**own.measurements, **record.measurements})
+    return view.annotations
 
-    `view_record(i)` gives view i as a single-image ManifestRecord, so that loading, checking and every other
-    single-image rule apply to a view unchanged."""
+
+@dataclass(init=False)
+class Record:
+    """One manifest line: the views read together (in the order the model sees them) with what is said about
+    all of them (``site``, ``annotations``: diagnosis, report, measurements) and the training conversations.
+
+    A single image is a record of one view: ``Record(id, image=...)`` builds it, its ``annotations`` are its
+    view's (objects included), ``image``/``frame``/``spacing``/``scan_mask`` read and set that view, and it is
+    written as the flat ``image`` line. A record of several views (an examination) keeps objects on the view
+    that shows them and is written as an ``images`` line; its conversations' mask groups name their view in
+    ``mask_views``. Paths stay relative; ``root`` (the manifest's folder, set by ``read_manifest``) resolves
+    them. Masks are read only when asked for."""
     id: str
-    images: list[ExamView]
-    site: str | None = None
-    annotations: Annotations = field(default_factory=Annotations)
-    conversations: list[Conversation] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    root: Path | None = field(default=None, compare=False, repr=False)
+    views: list[View]
+    site: str | None
+    annotations: Annotations
+    conversations: list[Conversation]
+    extra: dict[str, Any]
+    root: Path | None = field(compare=False, repr=False)
+
+    def __init__(self, id: str, image: str | None = None, frame: int = 0,
+                 spacing: tuple[float, float] | None = None, site: str | None = None, scan_mask: str | None = None,
+                 annotations: Annotations | None = None, conversations: list[Conversation] | None = None,
+                 extra: dict[str, Any] | None = None, root: Path | None = None, *,
+                 views: Sequence[View] | None = None):
+        if views is None:
+            if image is None:
+                raise TypeError("a Record needs an image (one view) or its views")
+            annotations = Annotations() if annotations is None else annotations
+            views = [View(image=image, frame=frame, spacing=spacing, scan_mask=scan_mask, annotations=annotations)]
+        else:
+            if image is not None or scan_mask is not None or frame or spacing is not None:
+                raise TypeError("image, frame, spacing and scan_mask belong to the views of a Record built from views")
+            views = list(views)
+            if not views:
+                raise _Invalid("images must hold at least one view (an examination without images)")
+            annotations = (_one_view_annotations(views[0], annotations) if len(views) == 1
+                           else Annotations() if annotations is None else annotations)
+        self.id, self.views, self.site, self.annotations = id, views, site, annotations
+        self.conversations = [] if conversations is None else conversations
+        self.extra = {} if extra is None else extra
+        self.root = root
+
+    # -- the only view of a single image
+    def _only(self) -> View:
+        if len(self.views) != 1:
+            raise ValueError(f"record {self.id!r} holds {len(self.views)} views; read them one by one "
+                             "(record.views, record.view_record(i))")
+        return self.views[0]
+
+    image = property(lambda self: self._only().image, lambda self, v: setattr(self._only(), "image", v))
+    frame = property(lambda self: self._only().frame, lambda self, v: setattr(self._only(), "frame", v))
+    spacing = property(lambda self: self._only().spacing, lambda self, v: setattr(self._only(), "spacing", v))
+    scan_mask = property(lambda self: self._only().scan_mask, lambda self, v: setattr(self._only(), "scan_mask", v))
 
     def resolve(self, rel: str) -> Path:
         return Path(rel) if self.root is None else self.root / rel
 
-    def view_record(self, i: int) -> ManifestRecord:
-        """View i as a ManifestRecord (id ``<exam id>/view<i+1>``) sharing this view's annotations object."""
-        v = self.images[i]
-        return ManifestRecord(id=f"{self.id}/view{i + 1}", image=v.image, frame=v.frame, spacing=v.spacing,
-                              site=v.site or self.site, scan_mask=v.scan_mask, annotations=v.annotations,
-                              root=self.root)
+    @property
+    def image_path(self) -> Path:
+        return self.resolve(self.image)
+
+    def load_image(self) -> np.ndarray:
+        """H x W (grey) or H x W x 3 (colour) uint8/uint16 array of the only view's ``frame``."""
+        return _load_pil(self.image_path, self.frame, grey=False)
+
+    def load_masks(self) -> list[np.ndarray | None]:
+        """One bool array per object of the only view, in object order; None for an object without a mask."""
+        return [None if o.mask is None else _load_pil(self.resolve(o.mask), 0, grey=True) != 0
+                for o in self._only().annotations.objects]
+
+    def load_scan_mask(self) -> np.ndarray | None:
+        return None if self.scan_mask is None else _load_pil(self.resolve(self.scan_mask), 0, grey=True) != 0
+
+    # -- every view
+    def view_record(self, i: int) -> "Record":
+        """View i as a record of its own (id ``<id>/view<i+1>`` when there are several, the site inherited),
+        sharing the view's annotations object, so that every single-image rule applies to a view unchanged."""
+        if len(self.views) == 1:
+            return self
+        v = self.views[i]
+        return Record(id=f"{self.id}/view{i + 1}", image=v.image, frame=v.frame, spacing=v.spacing,
+                      site=v.site or self.site, scan_mask=v.scan_mask, annotations=v.annotations, root=self.root)
+
+    def view_records(self) -> list["Record"]:
+        return [self.view_record(i) for i in range(len(self.views))]
 
     def load_images(self) -> list[np.ndarray]:
-        return [self.view_record(i).load_image() for i in range(len(self.images))]
+        """Every view's image, in view order."""
+        return [r.load_image() for r in self.view_records()]
 
-    def load_masks(self) -> list[list[np.ndarray | None]]:
+    def load_view_masks(self) -> list[list[np.ndarray | None]]:
         """Per view, one bool array (or None) per object of that view."""
-        return [self.view_record(i).load_masks() for i in range(len(self.images))]
+        return [r.load_masks() for r in self.view_records()]
 
     def to_json(self) -> dict:
+        if len(self.views) == 1 and self.views[0].plain:
+            return self._flat_json()
         ann = self.annotations.to_json()
         del ann["objects"]  # objects belong to the views
-        out: dict[str, Any] = {"id": self.id, "site": self.site, "images": [v.to_json() for v in self.images],
+        one = len(self.views) == 1
+        out: dict[str, Any] = {"id": self.id, "site": self.site,
+                               "images": [v.to_json(objects_only=one) for v in self.views],
                                "annotations": ann, "conversations": [c.to_json() for c in self.conversations]}
         for k, v in self.extra.items():
             if k in _EXAM_KEYS or k in _KNOWN_KEYS:
@@ -491,45 +506,82 @@ class ExamRecord:
             out[k] = v
         return out
 
+    def _flat_json(self) -> dict:
+        view = self.views[0]
+        out: dict[str, Any] = {"id": self.id, "image": view.image, "frame": view.frame,
+                               "spacing": None if view.spacing is None else list(view.spacing), "site": self.site}
+        if view.scan_mask is not None:
+            out["scan_mask"] = view.scan_mask
+        out["annotations"] = self.annotations.to_json()
+        out["conversations"] = [c.to_json() for c in self.conversations]
+        for k, v in self.extra.items():
+            if k in _KNOWN_KEYS:
+                raise _Invalid(f"extra key {k!r} clashes with a schema key")
+            out[k] = v
+        return out
+
     @staticmethod
-    def from_json(obj: Any, root: Path | None = None) -> "ExamRecord":
+    def from_json(obj: Any, root: Path | None = None) -> "Record":
+        """A manifest line in either layout: ``image`` (one view, flat) or ``images`` (a list of views)."""
         obj = _dict(obj, "line")
-        if "image" in obj:
-            raise _Invalid("image must not sit beside images: a record holds one image (image) or an "
+        if "images" in obj and "image" in obj:
+            raise _Invalid("image and images must not sit side by side: a record holds one image (image) or an "
                            "examination (images), not both")
-        views = [ExamView.from_json(v, f"images[{i}]") for i, v in enumerate(_list(obj.get("images"), "images"))]
-        if not views:
-            raise _Invalid("images must hold at least one view (an examination without images)")
-        ann_obj = _dict(obj.get("annotations", {}), "annotations")
-        if ann_obj.get("objects"):
-            raise _Invalid("annotations.objects must be left out of an examination: objects belong to the view "
-                           "that shows them (images[i].annotations.objects)")
-        conversations = [Conversation.from_json(c, f"conversations[{i}]")
-                         for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))]
+        if "images" in obj:
+            return _record_of_views(obj, root)
+        conversations = _conversations(obj)
         for i, c in enumerate(conversations):
-            if c.mask_objects and len(c.mask_views) != len(c.mask_objects):
-                raise _Invalid(f"conversations[{i}].mask_views must name the view of each mask object "
-                               f"({len(c.mask_objects)}) in an examination, got {len(c.mask_views)}")
-            bad = [k for k in c.mask_views if k >= len(views)]
-            if bad:
-                raise _Invalid(f"conversations[{i}].mask_views must index images (0..{len(views) - 1}), got {bad}")
-        return ExamRecord(id=_str(obj.get("id"), "id"), images=views, site=_opt_str(obj.get("site"), "site"),
-                          annotations=Annotations.from_json(ann_obj), conversations=conversations,
-                          extra={k: v for k, v in obj.items() if k not in _EXAM_KEYS}, root=root)
+            if c.mask_views:
+                raise _Invalid(f"conversations[{i}].mask_views must be left out of a single-image record "
+                               "(it names views of an examination)")
+        scan = obj.get("scan_mask")
+        return Record(
+            id=_str(obj.get("id"), "id"), image=_rel_path(obj.get("image"), "image"),
+            frame=_frame(obj.get("frame", 0), "frame"), spacing=_spacing(obj.get("spacing"), "spacing"),
+            site=_opt_str(obj.get("site"), "site"), scan_mask=None if scan is None else _rel_path(scan, "scan_mask"),
+            annotations=Annotations.from_json(obj.get("annotations", {})), conversations=conversations,
+            extra={k: v for k, v in obj.items() if k not in _KNOWN_KEYS}, root=root)
 
 
-#: what a manifest line reads as: one image, or an examination of several
-AnyRecord = ManifestRecord | ExamRecord
+def view_lines(obj: Any) -> list[tuple[str, dict]]:
+    """The views of a decoded manifest line as written, each with the field that names it: the line itself
+    (``""``) in the flat layout, ``images[i]`` in the nested one; anything not an object is left out (the
+    schema's own check names it). How `umind check` reports a problem of a view where the line has it."""
+    if not isinstance(obj, dict):
+        return []
+    if "images" not in obj or "image" in obj:
+        return [("", obj)]
+    views = obj["images"] if isinstance(obj["images"], list) else []
+    return [(f"images[{i}]", v) for i, v in enumerate(views) if isinstance(v, dict)]
 
 
-def is_exam(obj: Any) -> bool:
-    """Whether a decoded manifest line is an examination (it holds ``images``, not ``image``)."""
-    return isinstance(obj, dict) and "images" in obj and "image" not in obj
+def _conversations(obj: dict) -> list[Conversation]:
+    return [Conversation.from_json(c, f"conversations[{i}]")
+            for i, c in enumerate(_list(obj.get("conversations", []), "conversations"))]
 
 
-def record_from_json(obj: Any, root: Path | None = None) -> AnyRecord:
-    """A manifest line as a ManifestRecord or, when it holds ``images``, an ExamRecord."""
-    return ExamRecord.from_json(obj, root) if is_exam(obj) else ManifestRecord.from_json(obj, root)
+def _record_of_views(obj: dict, root: Path | None) -> Record:
+    """An ``images`` line: every view, the record's findings and the conversations whose mask groups name views."""
+    views = [View.from_json(v, f"images[{i}]") for i, v in enumerate(_list(obj.get("images"), "images"))]
+    if not views:
+        raise _Invalid("images must hold at least one view (an examination without images)")
+    ann_obj = _dict(obj.get("annotations", {}), "annotations")
+    if ann_obj.get("objects"):
+        raise _Invalid("annotations.objects must be left out of an examination: objects belong to the view "
+                       "that shows them (images[i].annotations.objects)")
+    conversations = _conversations(obj)
+    for i, c in enumerate(conversations):
+        if c.mask_objects and len(c.mask_views) != len(c.mask_objects):
+            raise _Invalid(f"conversations[{i}].mask_views must name the view of each mask object "
+                           f"({len(c.mask_objects)}) in an examination, got {len(c.mask_views)}")
+        bad = [k for k in c.mask_views if k >= len(views)]
+        if bad:
+            raise _Invalid(f"conversations[{i}].mask_views must index images (0..{len(views) - 1}), got {bad}")
+        if len(views) == 1:
+            c.mask_views = []  # one view: every mask is on it, as in a single-image line
+    return Record(id=_str(obj.get("id"), "id"), views=views, site=_opt_str(obj.get("site"), "site"),
+                  annotations=Annotations.from_json(ann_obj), conversations=conversations,
+                  extra={k: v for k, v in obj.items() if k not in _EXAM_KEYS}, root=root)
 
 
 def _load_pil(path: Path, frame: int, grey: bool) -> np.ndarray:
@@ -556,11 +608,11 @@ def _load_pil(path: Path, frame: int, grey: bool) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- file I/O
 
-def read_manifest(path: str | os.PathLike) -> list[AnyRecord]:
-    """All records of a JSONL manifest (examinations as ExamRecord); a ManifestError names the first bad line."""
+def read_manifest(path: str | os.PathLike) -> list[Record]:
+    """All records of a JSONL manifest (one `Record` a line, whichever layout); a ManifestError names the first bad line."""
     path = Path(path)
     root = path.parent
-    records: list[AnyRecord] = []
+    records: list[Record] = []
     seen: dict[str, int] = {}
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -575,7 +627,7 @@ def read_manifest(path: str | os.PathLike) -> list[AnyRecord]:
             except json.JSONDecodeError as e:
                 raise ManifestError(f"invalid JSON: {e.msg} at column {e.colno}", path, lineno) from None
             try:
-                rec = record_from_json(obj, root)
+                rec = Record.from_json(obj, root)
             except _Invalid as e:
                 raise ManifestError(str(e), path, lineno) from None
             if rec.id in seen:
@@ -596,7 +648,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def rebase(record: AnyRecord, new_root: Path) -> None:
+def rebase(record: Record, new_root: Path) -> None:
     """Rewrite the record's relative paths for a manifest written in another folder."""
     old_root = record.root if record.root is not None else Path(".")
     if old_root.resolve() == Path(new_root).resolve():
@@ -605,7 +657,7 @@ def rebase(record: AnyRecord, new_root: Path) -> None:
     def move(rel: str) -> str:
         return Path(os.path.relpath((old_root / rel).resolve(), Path(new_root).resolve())).as_posix()
 
-    for holder in (record.images if isinstance(record, ExamRecord) else [record]):
+    for holder in record.views:
         holder.image = move(holder.image)
         if holder.scan_mask is not None:
             holder.scan_mask = move(holder.scan_mask)
@@ -615,14 +667,14 @@ def rebase(record: AnyRecord, new_root: Path) -> None:
     record.root = Path(new_root)
 
 
-def write_manifest(records: Iterable[AnyRecord], path: str | os.PathLike) -> Path:
+def write_manifest(records: Iterable[Record], path: str | os.PathLike) -> Path:
     """Validate every record, then write the file atomically (a temporary file, then os.replace)."""
     path = Path(path)
     lines, seen = [], {}
     for i, rec in enumerate(records):
         try:
             obj = _plain(rec.to_json())
-            record_from_json(obj)  # same checks as reading
+            Record.from_json(obj)  # same checks as reading
             text = json.dumps(obj, ensure_ascii=False, allow_nan=False)
         except (_Invalid, TypeError, ValueError) as e:
             raise ManifestError(f"record {i} (id {getattr(rec, 'id', None)!r}): {e}", path) from None
@@ -659,7 +711,7 @@ def write_synthetic_dataset(out_dir: str | os.PathLike, n: int, seed0: int = 0,
                        disable=not progress, desc="synthetic", unit="img"):
         sid = f"syn-{sample.seed:06d}"
         image_rel, scan_rel, objects = save_synthetic_view(sample, out, sid)
-        records.append(ManifestRecord(
+        records.append(Record(
             id=sid, image=image_rel, frame=0, spacing=tuple(float(v) for v in sample.spacing),
             site=sample.site, scan_mask=scan_rel,
             annotations=Annotations(objects, sample.diagnosis, sample.report, dict(sample.measurements)),

@@ -41,7 +41,7 @@ def of_reading(samples: list[dict], task: str, reading: str) -> list[dict]:
 def _view_queries(exam, task: str) -> list[tuple[int, Any, list]]:
     """(view index, view record, its queries of `task`) for every view."""
     out = []
-    for k in range(len(exam.images)):
+    for k in range(len(exam.views)):
         record = exam.view_record(k)
         out.append((k, record, build_queries([record], (task,))))
     return out
@@ -52,7 +52,7 @@ def object_scorable(exam, task: str) -> bool:
 
 
 def _sample(exam, view: int, reading: str, sample: dict, stray: int | None = None) -> dict:
-    sample.update(task=f"exam_{sample['task']}", reading=reading, view=view, exam=exam.id, n_views=len(exam.images))
+    sample.update(task=f"exam_{sample['task']}", reading=reading, view=view, exam=exam.id, n_views=len(exam.views))
     if stray is not None:
         sample["objects_on_views_without_target"] = stray
     return sample

@@ -109,7 +109,7 @@ def best_view(exam) -> int:
     """The single view the baseline reads (BEST_VIEW_RULE): where the lesion's long axis was measured, the plane
     a sonographer reports a lesion from; a kidney's longitudinal view and the fetal head by the same rule."""
     def longest(keep) -> tuple[float, int] | None:
-        found = [(line.length_mm or 0.0, -v) for v, view in enumerate(exam.images)
+        found = [(line.length_mm or 0.0, -v) for v, view in enumerate(exam.views)
                  for obj in view.annotations.objects for line in obj.lines if keep(line.name)]
         return max(found) if found else None
 
@@ -119,7 +119,7 @@ def best_view(exam) -> int:
 
 def _exam_diagnosis(exam) -> str | None:
     diagnosis = exam.annotations.diagnosis or next(
-        (o.diagnosis for v in exam.images for o in v.annotations.objects if o.diagnosis), None)
+        (o.diagnosis for v in exam.views for o in v.annotations.objects if o.diagnosis), None)
     if diagnosis is None or diagnosis.strip().lower() not in DIAGNOSIS_LABELS:
         return None
     return diagnosis.strip().lower()
@@ -147,7 +147,7 @@ def score_exam(exam, task: str, reading: str, result, view: int | None = None) -
         raise EvalError(f"reading must be one of {READINGS}, got {reading!r}")
     words = getattr(result, "raw_answer", "") or result.answer
     sample: dict[str, Any] = {"task": f"exam_{task}", "reading": reading, "view": view, "id": exam.id,
-                              "site": exam.site or "unknown", "n_views": len(exam.images), "text": result.text,
+                              "site": exam.site or "unknown", "n_views": len(exam.views), "text": result.text,
                               "answer": result.answer}
     if task == "diagnose":
         truth, pred = _exam_diagnosis(exam), parse_diagnosis(result.answer)
@@ -223,7 +223,7 @@ def exam_frames(exam) -> list:
     from ..imageio import Frame
 
     return [Frame(pixels=pixels, spacing=view.spacing, index=view.frame, source=str(exam.resolve(view.image)))
-            for pixels, view in zip(exam.load_images(), exam.images)]
+            for pixels, view in zip(exam.load_images(), exam.views)]
 
 
 def evaluate_exams(predictor, work: list[tuple[Any, list[str]]], bar) -> list[dict]:

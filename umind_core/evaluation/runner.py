@@ -196,7 +196,7 @@ def aggregate(samples: Sequence[dict]) -> dict:
 # ----------------------------------------------------------------------------------------------- evaluate
 
 def _records(manifest) -> tuple[list, str | None]:
-    from ..data.manifest import ExamRecord, ManifestRecord, read_manifest
+    from ..data.manifest import Record, read_manifest
 
     if isinstance(manifest, (str, os.PathLike)):
         path = Path(manifest)
@@ -204,9 +204,9 @@ def _records(manifest) -> tuple[list, str | None]:
             raise EvalError(f"manifest {path} does not exist or is not a file")
         return read_manifest(path), str(path)
     records = list(manifest)
-    bad = [i for i, r in enumerate(records) if not isinstance(r, (ManifestRecord, ExamRecord))]
+    bad = [i for i, r in enumerate(records) if not isinstance(r, Record)]
     if bad:
-        raise EvalError(f"manifest items {bad[:5]} are not ManifestRecords or ExamRecords")
+        raise EvalError(f"manifest items {bad[:5]} are not manifest Records")
     return records, None
 
 
@@ -221,10 +221,10 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
              model_name: str = "UMind", readout: str = "mask") -> EvalReport:
     """Run the model (a UMindVL or a ready Predictor) over `manifest` (a path or records) and score it.
 
-    Single-image records are scored on `tasks` of EVAL_TASKS; examinations on those of EXAM_TASKS ("report" is
-    for examinations only), each read whole and by its single best view (`exams.score_exam`). `readout` says where
+    Records of one view (single images) are scored on `tasks` of EVAL_TASKS; records of several (examinations) on
+    those of EXAM_TASKS ("report" is for examinations only), each read whole and by its single best view
+    (`exams.score_exam`). `readout` says where
     boxes and lesion calipers come from (`predictor.READOUTS`); a ready Predictor keeps its own."""
-    from ..data.manifest import ExamRecord
     from ..inference.predictor import Predictor, PredictorError
 
     explicit = tasks is not None
@@ -237,8 +237,8 @@ def evaluate(model, manifest, tasks: Sequence[str] | str | None = None, limit: i
     name = manifest_name or "<records>"
     if not records:
         raise EvalError(f"manifest {name} has no records to evaluate")
-    images = [r for r in records if not isinstance(r, ExamRecord)]
-    exams = [r for r in records if isinstance(r, ExamRecord)]
+    images = [r for r in records if len(r.views) == 1]
+    exams = [r for r in records if len(r.views) > 1]
     if explicit and "report" in tasks and not exams:
         raise EvalError(f"task 'report' is scored on examinations only (manifest lines with 'images'), and "
                         f"{name} has none")

@@ -1,6 +1,6 @@
 """Importers: published dataset layouts -> our manifest (`umind import FORMAT SOURCE --out DIR`).
 
-One module per source layout, each with ``DESCRIPTION`` and ``read(source, ctx) -> list[ManifestRecord]``;
+One module per source layout, each with ``DESCRIPTION`` and ``read(source, ctx) -> list[Record]``;
 `FORMATS` maps the command's FORMAT to it. What all of them share (ids, image and mask files, the label-map and
 lesion-components rules, the skip log, the split by group, the manifest write and its check) is in `common`, so a
 rule changes in one place. Readers never build conversations: `import_dataset` hands the written manifest to the one

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.manifest import ManifestRecord
+from ..data.manifest import Record
 from .common import ImportContext, lesion_label
 from .folders import LESION_MASKS, read_units
 
@@ -36,7 +36,7 @@ CLASSES = ("benign", "malignant", "normal")
 __all__ = ["DESCRIPTION", "SITE", "LABEL", "CLASSES", "LESION_MASKS", "read"]
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Every image of every class folder, class by class."""
     records, with_masks = read_units(source, ctx, "busi", site=ctx.site or SITE, classes=CLASSES)
     if records and not with_masks:

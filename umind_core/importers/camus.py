@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..data.manifest import Annotations, ManifestRecord
+from ..data.manifest import Annotations, Record
 from ..data.split import GROUP_KEY
 from .common import ImportContext, RowSkipped, SourceError, label_map_at, split_label_map
 from .ultrabench import SITES, VALUE_NAMES
@@ -67,7 +67,7 @@ def _quality(folder: Path, view: str) -> str | None:
 
 
 def _record(ctx: ImportContext, image: Path, gt: Path | None, rel: str, patient: str, view: str, phase: str,
-            split: str | None, quality: str | None) -> ManifestRecord:
+            split: str | None, quality: str | None) -> Record:
     rid = ctx.new_id(image.name[: -len(_FILE.match(image.name).group("ending"))])
     placed = ctx.place_image(image, rid)
     objects = [] if gt is None else ctx.mask_objects(split_label_map(label_map_at(gt, placed), LABELS, ctx.log), rid)
@@ -78,11 +78,11 @@ def _record(ctx: ImportContext, image: Path, gt: Path | None, rel: str, patient:
              "source": {"format": "camus", "path": rel, **({"label": rel.replace(image.name, gt.name)} if gt else {})}}
     if split:
         extra["split"] = split
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site or SITE,
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site or SITE,
                           annotations=Annotations(objects=objects), extra=extra, root=ctx.out)
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Every ED and ES image of every patient folder (in path order) as a record."""
     jobs, sequences = [], 0
     for folder in _patients(source):

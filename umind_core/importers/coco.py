@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..data.manifest import Annotations, Keypoint, ManifestObject, ManifestRecord
+from ..data.manifest import Annotations, Keypoint, ManifestObject, Record
 from ..answers.findings import finding_word, gravest
 from ..masks import mask_box
 from .common import ImportContext, RowSkipped, SourceError, label_name, lesion_label, load_json
@@ -188,7 +188,7 @@ def _object(ctx: ImportContext, ann: dict, category: tuple[str, list[str]], rid:
                           mask=None if mask is None else ctx.write_mask(mask, rid, str(k)))
 
 
-def _record(ctx: ImportContext, img: dict, anns: list[dict], cats: dict, images_dir: Path) -> ManifestRecord:
+def _record(ctx: ImportContext, img: dict, anns: list[dict], cats: dict, images_dir: Path) -> Record:
     name = img.get("file_name")
     if not isinstance(name, str) or not name:
         raise RowSkipped("image entry without file_name")
@@ -217,7 +217,7 @@ def _record(ctx: ImportContext, img: dict, anns: list[dict], cats: dict, images_
             obj.diagnosis = finding
             findings += [finding] if finding else []
             objects.append(obj)
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                           annotations=Annotations(objects=objects, diagnosis=gravest(findings)),
                           extra={"source": {"format": "coco", "path": name, "image_id": img.get("id")}},
                           root=ctx.out)
@@ -246,7 +246,7 @@ def _load(source: Path) -> tuple[list, list, dict]:
     return doc["images"], anns, names
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """One record per entry of ``images``; --images (default: the JSON's folder) holds the files."""
     images, anns, cats = _load(source)
     images_dir = Path(ctx.options.get("images") or source.parent)

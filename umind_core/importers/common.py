@@ -2,7 +2,7 @@
 into objects (the lesion-components rule), the skip-with-reason log, the split by group (`assign_split`) and the
 final write of the manifests.
 
-Readers turn one source layout into `ManifestRecord`s whose paths are relative to the output folder; they never
+Readers turn one source layout into `Record`s whose paths are relative to the output folder; they never
 build conversations (`finish` hands the written manifest to the one conversation builder) and never write a
 manifest themselves, so the layout of an import (see `finish`) and its checks are the same for every format.
 """
@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from ..atomic import atomic_path, copy_into, write_text
-from ..data.manifest import ManifestError, ManifestObject, ManifestRecord, read_manifest, rebase, write_manifest
+from ..data.manifest import ManifestError, ManifestObject, Record, read_manifest, rebase, write_manifest
 from ..data.split import group_split, record_groups
 from ..masks import is_lesion_kind, mask_box, mask_pieces, split_label_map  # noqa: F401  (re-exported)
 
@@ -392,7 +392,7 @@ def _remove_stale_splits(out: Path, keep: set[str]) -> None:
             (out / file).unlink()
 
 
-def finish(ctx: ImportContext, records: list[ManifestRecord], conversations: bool = True, seed: int = 0,
+def finish(ctx: ImportContext, records: list[Record], conversations: bool = True, seed: int = 0,
            tasks: Sequence[str] | None = None) -> ImportSummary:
     """Write the import: DIR/manifest.jsonl holds every record (each with its source split in the extra key
     "split"), and, where the source has splits, DIR/<split>.jsonl holds that split's records with the same
@@ -414,7 +414,7 @@ def finish(ctx: ImportContext, records: list[ManifestRecord], conversations: boo
 
         attach_conversations(manifest, manifest, seed=seed, tasks=tasks)
     written = read_manifest(manifest)
-    by_split: dict[str, list[ManifestRecord]] = {}
+    by_split: dict[str, list[Record]] = {}
     for rec in written:
         split = rec.extra.get("split")
         if isinstance(split, str) and split:

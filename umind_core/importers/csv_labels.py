@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.manifest import Annotations, ManifestRecord, read_manifest
+from ..data.manifest import Annotations, Record, read_manifest
 from .common import (ImportContext, RowSkipped, SourceError, foreground, label_name, mask_pieces, read_label_png,
                      valid_split)
 
@@ -110,7 +110,7 @@ def _parse(row: dict) -> dict:
             "masks": [(label_name(label), path) for label, path in masks], "scan_mask": row.get("scan_mask") or None}
 
 
-def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> tuple[list, np.ndarray | None]:
+def _mask_pieces(fields: dict, rec: Record, folder: Path) -> tuple[list, np.ndarray | None]:
     """The row's mask columns as (label, mask) pieces at the record's image size (lesion kinds one per blob; an empty
     mask none), and its scan mask; RowSkipped before anything is written when a mask is missing, unreadable, of
     another size or a label map."""
@@ -128,7 +128,7 @@ def _mask_pieces(fields: dict, rec: ManifestRecord, folder: Path) -> tuple[list,
     return pieces, None if scan is None else foreground(read_label_png((folder / scan).resolve(), shape), scan)
 
 
-def _add_masks(ctx: ImportContext, rec: ManifestRecord, pieces: list, scan: np.ndarray | None) -> None:
+def _add_masks(ctx: ImportContext, rec: Record, pieces: list, scan: np.ndarray | None) -> None:
     """Write the pieces as objects of the record (after its own) and the scan mask as its scan_mask. The files go
     under the output folder; their paths are made relative to the record's root (a merged import's folder until
     `finish` rebases them)."""
@@ -142,7 +142,7 @@ def _add_masks(ctx: ImportContext, rec: ManifestRecord, pieces: list, scan: np.n
         rec.scan_mask = rel(ctx.write_mask(scan, rec.id, "scan"))
 
 
-def _apply(fields: dict, rec: ManifestRecord) -> None:
+def _apply(fields: dict, rec: Record) -> None:
     """Parsed fields onto the record (given cells replace old values)."""
     ann = rec.annotations
     ann.diagnosis = fields["diagnosis"] or ann.diagnosis
@@ -156,7 +156,7 @@ def _apply(fields: dict, rec: ManifestRecord) -> None:
         rec.extra["labels"] = {**(rec.extra.get("labels") or {}), **fields["labels"]}
 
 
-def _standalone(ctx: ImportContext, row: dict, folder: Path, seen: set) -> ManifestRecord:
+def _standalone(ctx: ImportContext, row: dict, folder: Path, seen: set) -> Record:
     if not row.get("image"):
         raise RowSkipped("no image path")
     fields = _parse(row)
@@ -166,7 +166,7 @@ def _standalone(ctx: ImportContext, row: dict, folder: Path, seen: set) -> Manif
     seen.add(src)
     rid = ctx.new_id(_stem(row["image"]))
     placed = ctx.place_image(src, rid)
-    rec = ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
+    rec = Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                          annotations=Annotations(), extra={"source": {"format": "csv", "path": row["image"]}},
                          root=ctx.out)
     pieces, scan = _mask_pieces(fields, rec, folder)
@@ -191,7 +191,7 @@ def _keys(name: str) -> list[str]:
     return list(dict.fromkeys(k for k in keys if k))
 
 
-def _index(records: list[ManifestRecord]) -> dict[str, set[int]]:
+def _index(records: list[Record]) -> dict[str, set[int]]:
     index: dict[str, set[int]] = {}
     for i, rec in enumerate(records):
         src = rec.extra.get("source")
@@ -202,7 +202,7 @@ def _index(records: list[ManifestRecord]) -> dict[str, set[int]]:
     return index
 
 
-def _merge_row(ctx: ImportContext, row: dict, records: list[ManifestRecord], index: dict, used: set,
+def _merge_row(ctx: ImportContext, row: dict, records: list[Record], index: dict, used: set,
                folder: Path) -> None:
     if not row.get("image"):
         raise RowSkipped("no image path")
@@ -224,7 +224,7 @@ def _merge_row(ctx: ImportContext, row: dict, records: list[ManifestRecord], ind
     raise RowSkipped("no record with this image name in the merged import", row["image"])
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Standalone: one record per row. With options["merge"]: the merged import's records, rows applied."""
     rows = _rows(source)
     merge = ctx.options.get("merge")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.manifest import Annotations, ManifestRecord
+from ..data.manifest import Annotations, Record
 from ..answers.findings import finding_word
 from .common import (PIL_SUFFIXES, ImportContext, RowSkipped, SourceError, foreground, is_lesion_kind, label_name,
                      lesion_label, mask_pieces, read_label_png)
@@ -187,7 +187,7 @@ def _objects(ctx: ImportContext, item: Item, label: str, shape: tuple[int, int],
     return [(label, piece) for m in masks for piece in mask_pieces(m, label)]
 
 
-def _record(ctx: ImportContext, fmt: str, unit: Unit, item: Item, site: str | None) -> ManifestRecord:
+def _record(ctx: ImportContext, fmt: str, unit: Unit, item: Item, site: str | None) -> Record:
     finding = finding_word(unit.name)
     if not item.masks and finding is None:
         raise RowSkipped("image without a mask file (in a folder that is no finding)", item.rel)
@@ -201,13 +201,13 @@ def _record(ctx: ImportContext, fmt: str, unit: Unit, item: Item, site: str | No
     source = {"format": fmt, "path": item.rel}
     if item.masks:
         source["masks"] = item.mask_rels
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=site,
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=site,
                           annotations=Annotations(objects=objects, diagnosis=finding),
                           extra={"source": source}, root=ctx.out)
 
 
 def read_units(source: Path, ctx: ImportContext, fmt: str, *, site: str | None, suffix: str = MASK_SUFFIX,
-               classes: tuple[str, ...] | None = None) -> tuple[list[ManifestRecord], int]:
+               classes: tuple[str, ...] | None = None) -> tuple[list[Record], int]:
     """Every image of every unit as a record; returns (records, how many images had a mask file)."""
     option = ctx.options.get("lesion_masks") or "apart"
     if option not in LESION_MASKS:
@@ -224,7 +224,7 @@ def read_units(source: Path, ctx: ImportContext, fmt: str, *, site: str | None, 
     return records, sum(bool(item.masks) for _, item in jobs)
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     records, _ = read_units(source, ctx, "folders", site=ctx.site,
                             suffix=ctx.options.get("mask_suffix") or MASK_SUFFIX)
     return records

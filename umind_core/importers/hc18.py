@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.manifest import Annotations, ManifestRecord
+from ..data.manifest import Annotations, Record
 from ..data.split import GROUP_KEY
 from ..answers.landmarks import ellipse_axes, mask_perimeter
 from .common import ImportContext, RowSkipped, SourceError, read_label_png
@@ -117,7 +117,7 @@ def _files(folder: Path, ctx: ImportContext, where: str) -> tuple[dict[str, Path
 
 
 def _record(ctx: ImportContext, where: str, image: Path, annotation: Path | None, row: dict,
-            labelled: bool) -> ManifestRecord:
+            labelled: bool) -> Record:
     """One image's record; RowSkipped (before anything is written) for a bad row."""
     spacing = None if row is None else (_number(row, PIXEL_SIZE),) * 2
     hc = _number(row, HC) if labelled else None
@@ -139,7 +139,7 @@ def _record(ctx: ImportContext, where: str, image: Path, annotation: Path | None
         source["annotation"] = f"{where}/{annotation.name}"
     if not labelled:
         extra["split"] = where
-    return ManifestRecord(id=rid, image=placed.rel, spacing=spacing, site=ctx.site or SITE,
+    return Record(id=rid, image=placed.rel, spacing=spacing, site=ctx.site or SITE,
                           annotations=Annotations(objects=objects, measurements=measurements), extra=extra,
                           root=ctx.out)
 
@@ -171,7 +171,7 @@ def _jobs(source: Path, ctx: ImportContext) -> list[tuple]:
     return jobs
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Every training image (labelled) and test image (unlabelled) of the release."""
     if not source.is_dir() or not any((source / where).is_dir() for where, _, _ in SETS):
         raise SourceError(f"{source}: no training_set/ or test_set/ folder (expected the HC18 release's folder)")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.manifest import Annotations, ManifestRecord
+from ..data.manifest import Annotations, Record
 from .common import ImportContext, SourceError, label_map_at, label_name, load_json, split_label_map
 
 DESCRIPTION = "nnU-Net v2 raw dataset folder (dataset.json, imagesTr/, labelsTr/, imagesTs/)"
@@ -101,7 +101,7 @@ def _one_label_255(lm: np.ndarray, names: dict, ignore: set[int]) -> np.ndarray:
 
 
 def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, split: str,
-            names: tuple[dict, set[int]], source: Path) -> ManifestRecord:
+            names: tuple[dict, set[int]], source: Path) -> Record:
     rid = ctx.new_id(case)
     placed = ctx.place_image(image, rid)
     objects = []
@@ -111,12 +111,12 @@ def _record(ctx: ImportContext, case: str, image: Path, label: Path | None, spli
     src = {"format": "nnunet", "path": image.relative_to(source).as_posix()}
     if label is not None:
         src["label"] = label.relative_to(source).as_posix()
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                           annotations=Annotations(objects=objects),
                           extra={"split": split, "labelled": label is not None, "source": src}, root=ctx.out)
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Every case of imagesTr (split train) and imagesTs (split test) as a record."""
     spec, ending = _spec(source)
     names = _label_names(spec, source / "dataset.json")

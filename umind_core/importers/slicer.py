@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord
+from ..data.manifest import Annotations, Keypoint, Line, ManifestObject, Record
 from ..imageio import line_length
 from .common import ImportContext, RowSkipped, SourceError, label_name, mask_pieces
 
@@ -241,7 +241,7 @@ def _markups(ctx: ImportContext, path: Path, objects, ref, w: int, h: int, spaci
             ctx.log.drop(exc.reason)
 
 
-def _record(ctx: ImportContext, image: Path, segs: list[Path], marks: list[Path], source: Path) -> ManifestRecord:
+def _record(ctx: ImportContext, image: Path, segs: list[Path], marks: list[Path], source: Path) -> Record:
     rid = ctx.new_id(_stem(image, _IMAGE_SUFFIXES))
     placed = ctx.place_image(image, rid)
     ref = _reference(image)
@@ -256,7 +256,7 @@ def _record(ctx: ImportContext, image: Path, segs: list[Path], marks: list[Path]
         file_label = mk_stem[len(stem) + 1:] if mk_stem.startswith(stem) else mk_stem  # a default name: "L"
         _markups(ctx, mk, objects, ref, w, h, placed.spacing, file_label)
     files = [p.relative_to(source).as_posix() for p in [image, *segs, *marks]]
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site,
                           annotations=Annotations(objects=objects),
                           extra={"source": {"format": "slicer", "path": files[0], "files": files[1:]}}, root=ctx.out)
 
@@ -288,7 +288,7 @@ def _pair(ctx: ImportContext, source: Path) -> dict[Path, tuple[list[Path], list
     return out
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """One record per image of the folder (and its subfolders)."""
     if not source.is_dir():
         raise SourceError(f"{source}: not a folder (expected a folder of Slicer exports)")

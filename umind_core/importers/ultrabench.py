@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.manifest import Annotations, ManifestObject, ManifestRecord
+from ..data.manifest import Annotations, ManifestObject, Record
 from .common import (ImportContext, RowSkipped, SourceError, label_name, load_json, mask_pieces, read_label_png,
                      split_label_map)
 
@@ -117,7 +117,7 @@ def _labels(rec: dict, mask_keys: list[str]) -> dict:
     return out
 
 
-def _record(ctx: ImportContext, folder: Path, rec: Any, split: str, dataset: str) -> ManifestRecord:
+def _record(ctx: ImportContext, folder: Path, rec: Any, split: str, dataset: str) -> Record:
     if not isinstance(rec, dict) or not isinstance(rec.get("image"), str) or not rec["image"]:
         raise RowSkipped("record without an image path")
     rid = ctx.new_id(Path(rec["image"]).stem)
@@ -132,7 +132,7 @@ def _record(ctx: ImportContext, folder: Path, rec: Any, split: str, dataset: str
     diagnosis = label_name(pathology) if isinstance(pathology, str) and pathology.strip() else None
     extra = {"split": split, "labels": _labels(rec, _mask_keys(rec)),
              "source": {"format": "ultrabench", "dataset": dataset, "path": rec["image"]}}
-    return ManifestRecord(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site or SITES.get(dataset),
+    return Record(id=rid, image=placed.rel, spacing=placed.spacing, site=ctx.site or SITES.get(dataset),
                           scan_mask=scan, annotations=Annotations(objects=objects, diagnosis=diagnosis),
                           extra=extra, root=ctx.out)
 
@@ -149,7 +149,7 @@ def _folder(source: Path) -> Path:
                       + (f" (several dataset folders inside: {', '.join(p.name for p in inner)})" if inner else ""))
 
 
-def read(source: Path, ctx: ImportContext) -> list[ManifestRecord]:
+def read(source: Path, ctx: ImportContext) -> list[Record]:
     """Every record of every split file, in split order."""
     folder = _folder(source)
     dataset = re.sub(r"_v\d[\w.]*$", "", folder.name)

@@ -80,6 +80,10 @@ class ImageState:
     def batch(self) -> int:
         return len(self.frames)
 
+    def row_views(self, b: int) -> tuple[list[Frame], list[torch.Tensor]]:
+        """(frames, image features) the answer of row b reads: its own image."""
+        return [self.frames[b]], [self.image_states[b]]
+
 
 @dataclass
 class ExamState(ImageState):
@@ -90,6 +94,10 @@ class ExamState(ImageState):
     @property
     def batch(self) -> int:
         return 1
+
+    def row_views(self, b: int) -> tuple[list[Frame], list[torch.Tensor]]:
+        """Every view: the one row reads them all."""
+        return list(self.frames), list(self.image_states)
 
 
 @dataclass

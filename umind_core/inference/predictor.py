@@ -204,7 +204,7 @@ class Predictor:
                 self.set_exam(views)
             if self._exam is None:
                 raise PredictorError("no examination set: call set_exam(views) before predict_exam()")
-            return self._run(self._exam, [self._exam_row(task, prompt, readout)])[0]
+            return self._run(self._exam, [self._row(task, prompt, None, None, None, self._exam.frames, readout)])[0]
 
     # ------------------------------------------------------------------ prompts
     def predict(
@@ -221,7 +221,7 @@ class Predictor:
         with self._lock:
             if self._state is None:
                 raise PredictorError("no image set: call set_image(frame) before predict()")
-            row = self._row(task, prompt, box, points, labels, self._state.frames[0], readout)
+            row = self._row(task, prompt, box, points, labels, self._state.frames[:1], readout)
             return self._run(self._state, [row])[0]
 
     def predict_batch(
@@ -284,7 +284,7 @@ class Predictor:
                 frame = frames.get(id(job.frame))
                 if frame is None:
                     frame = frames[id(job.frame)] = _as_frame(job.frame)
-                ready.append((i, frame, self._row(job.task, job.prompt, job.box, job.points, job.labels, frame,
+                ready.append((i, frame, self._row(job.task, job.prompt, job.box, job.points, job.labels, [frame],
                                                   job.readout)))
             except PredictorError as exc:
                 failed[i] = exc
@@ -310,37 +310,24 @@ class Predictor:
                     on_chunk(len(chunk))
         return results  # type: ignore[return-value]
 
-    def _row(self, task, prompt, box, points, labels, frame: Frame, readout: str | None = None) -> Row:
-        """The user text for one frame; the visual prompt is checked and placed by `prompts.VisualPrompt`. With
-        `readout="mask"` a detection or a lesion caliper asks the model to segment the target (`_read_off_masks`)."""
-        width, height = frame.size
+    def _row(self, task, prompt, box, points, labels, frames: Sequence[Frame], readout: str | None = None) -> Row:
+        """The user text about one row's views (one image, or an examination's views: `prompts.user_text`); the
+        visual prompt is checked and placed on the first by `prompts.VisualPrompt`. With `readout="mask"` a
+        detection, a lesion caliper or an organ's landmarks asks the model to segment the target
+        (`_read_off_masks`), in every view."""
+        width, height = frames[0].size
         try:
             vp = prompts.VisualPrompt.of(box, points, labels)
-            grid_box, grid_points, warnings = vp.on_frame(width, height, frame.source)
+            grid_box, grid_points, warnings = vp.on_frame(width, height, frames[0].source)
+            readout = self._mask_readout(task, prompt, readout)
+            ask_task, ask_prompt = (task, prompt) if readout is None else ("segment", readout[0])
+            user_text = prompts.user_text(ask_task, ask_prompt, len(frames), box=grid_box, points=grid_points,
+                                          labels=None if vp.labels is None else list(vp.labels))
         except prompts.PromptError as exc:
             raise VisualPromptError(str(exc)) from None
-        readout = self._mask_readout(task, prompt, readout)
-        ask_task, ask_prompt = (task, prompt) if readout is None else ("segment", readout[0])
-        user_text = prompts.build_user_text(
-            ask_task, ask_prompt, box=grid_box, points=grid_points,
-            labels=None if vp.labels is None else list(vp.labels))
         suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
         return Row(task, prompt, user_text, list(warnings), suffix_ids,
                    readout=None if readout is None else readout[1])
-
-    def _exam_row(self, task, prompt, readout: str | None = None) -> Row:
-        """The user text about an examination: the exam conversations' canonical wording (variant 0); a lesion
-        caliper or a detection asks for the target's masks in every view, as `_row` does for one image."""
-        if task not in prompts.EXAM_TEMPLATES:
-            raise VisualPromptError(f"unknown examination task {task!r}; valid: {', '.join(prompts.EXAM_TEMPLATES)}")
-        readout = self._mask_readout(task, prompt, readout)
-        try:
-            user_text = prompts.build_exam_text(task, prompt) if readout is None else \
-                prompts.build_exam_text("segment", readout[0])
-        except prompts.PromptError as exc:
-            raise VisualPromptError(str(exc)) from None
-        suffix_ids = self.model.tokenizer(prompts.turn_suffix(user_text), add_special_tokens=False)["input_ids"]
-        return Row(task, prompt, user_text, [], suffix_ids, readout=None if readout is None else readout[1])
 
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
         """(what to segment, what to read off its mask: "boxes", "landmarks", an axis or "perimeter") when this
@@ -368,7 +355,7 @@ class Predictor:
         def finish(b: int, dec: Decoded, prompt_s: float, decode_s: float) -> None:
             res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
             if rows[b].readout is not None:
-                _read_off_masks(res, rows[b], state.frames if isinstance(state, ExamState) else [state.frames[b]])
+                _read_off_masks(res, rows[b], state.row_views(b)[0])
             res.timings.update(encode_s=state.encode_s / batch, prompt_s=prompt_s / batch, decode_s=decode_s / batch)
             results[b] = res
             if on_row is not None:
@@ -381,9 +368,8 @@ class Predictor:
         """Row b's answer. A single image is read as an examination of one view whose objects carry no view; an
         examination's objects sit in the view their ``View k:`` marker names, in that view's pixels, each mask
         decoded against its own view's image features."""
-        exam = isinstance(state, ExamState)
-        frames = state.frames if exam else [state.frames[b]]
-        features = state.image_states if exam else [state.image_states[b]]
+        frames, features = state.row_views(b)
+        exam = len(frames) > 1
         ids, text, parsed, garbled = self._read(dec, warnings)
         views = _span_views(parsed.objects, len(frames), warnings) if exam else [0] * len(parsed.objects)
         t0 = time.perf_counter()

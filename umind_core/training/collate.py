@@ -10,7 +10,8 @@ encoder saw, which is the size the mask decoder predicts at.
 image prefix (`modeling.packing`): the same losses as one sample per conversation, with the vision encoder and
 the image tokens computed once per image instead of once per question.
 
-An examination (`ExamRecord`) is encoded the same way with every view in its prefix (`encode_exam_turns`):
+A record of several views (an examination) is encoded the same way with every view in its prefix
+(`encode_exam_turns`, which encodes a record of one view exactly as `encode_turns` its image):
 pixel values of all views concatenated, one `image_grid_thw` row per view in placeholder order (Qwen3-VL's own
 multi-image input), and `mask_views` saying which view each mask target belongs to, so that the mask decoder
 reads that view's image tokens. Packing works unchanged: the turns share the whole examination prefix.
@@ -28,10 +29,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..data.manifest import Conversation, ExamRecord, read_manifest
+from ..data.manifest import Conversation, read_manifest
 from ..answers.grounding import SEG_MASK
 from ..modeling.packing import PAD_SEGMENT
-from ..prompts import ASSISTANT_END, IMAGE_PREFIX, TASKS, exam_prefix, turn_suffix
+from ..prompts import ASSISTANT_END, TASKS, exam_prefix, turn_suffix
 from .augment import augment_record, draw, one_plane, tone
 
 __all__ = ["IGNORE_INDEX", "CollateError", "EncodedSample", "encode_sample", "encode_turns", "encode_exam_turns",
@@ -171,29 +172,26 @@ def encode_turns(processor, image: np.ndarray, conversations: Sequence[Conversat
     `<|im_end|>` and nothing else, without guessing a boundary inside one tokenisation. Branch k of the
     sample carries segment id k; mask targets follow the order of the mask groups in the sequence.
     """
-    n = _check_mask_tokens(num_mask_tokens)
-    conversations = list(conversations)
-    if not conversations:
-        raise CollateError("encode_turns needs at least one conversation")
-    return _encode([to_rgb_uint8(image)], IMAGE_PREFIX, conversations, [masks], n, processor, views=False)
+    return encode_exam_turns(processor, [image], conversations, [masks], num_mask_tokens)
 
 
 def encode_exam_turns(processor, images: Sequence[np.ndarray], conversations: Sequence[Conversation],
                       masks: Sequence[Sequence[np.ndarray | None]] = (), num_mask_tokens: int = 16) -> EncodedSample:
-    """Conversations about one examination -> one EncodedSample with every view in its prefix.
+    """Conversations about one record's views -> one EncodedSample with every view in its prefix.
 
-    `images` are the views in order (`prompts.exam_prefix` labels them View 1..n), `masks[v]` the object masks
-    of view v; a conversation's mask group i is object ``mask_objects[i]`` of view ``mask_views[i]``. Every
-    target must come out at one size (views of one size, as the generator writes them): the model stacks a
-    sample's targets into one tensor.
+    `images` are the views in order (`prompts.exam_prefix` labels them View 1..n; one view is a single image,
+    unlabelled, and needs no ``mask_views``), `masks[v]` the object masks of view v; a conversation's mask group i
+    is object ``mask_objects[i]`` of view ``mask_views[i]``. Every target must come out at one size (views of one
+    size, as the generator writes them): the model stacks a sample's targets into one tensor.
     """
     n = _check_mask_tokens(num_mask_tokens)
     conversations, images = list(conversations), [to_rgb_uint8(im) for im in images]
     if not conversations:
-        raise CollateError("encode_exam_turns needs at least one conversation")
+        raise CollateError("encoding needs at least one conversation")
     if not images:
-        raise CollateError("encode_exam_turns needs at least one image")
-    return _encode(images, exam_prefix(len(images)), conversations, list(masks), n, processor, views=True)
+        raise CollateError("encoding needs at least one image")
+    return _encode(images, exam_prefix(len(images)), conversations, list(masks), n, processor,
+                   views=len(images) > 1)
 
 
 def _encode(images: list[np.ndarray], prefix_text: str, conversations: list[Conversation], masks: list,
@@ -373,15 +371,12 @@ class ManifestDataset(torch.utils.data.Dataset):
         r, chosen = self.items[index]
         rec = self.records[r]
         conversations = [rec.conversations[c] for c in chosen]
-        masks = rec.load_masks() if any(conv.mask_objects for conv in conversations) else []
+        images = rec.load_images()
+        masks = rec.load_view_masks() if any(conv.mask_objects for conv in conversations) else [[]] * len(images)
         try:
-            if isinstance(rec, ExamRecord):
-                return encode_exam_turns(self.processor, rec.load_images(), conversations, masks,
-                                         self.num_mask_tokens)
-            image = rec.load_image()
-            if self.augment > 0:
-                image, masks, conversations = self._augment(index, image, masks, conversations)
-            return encode_turns(self.processor, image, conversations, masks, self.num_mask_tokens)
+            if self.augment > 0 and len(images) == 1:  # a warp moves one image's answers; a view's are not apart
+                images[0], masks[0], conversations = self._augment(index, images[0], masks[0], conversations)
+            return encode_exam_turns(self.processor, images, conversations, masks, self.num_mask_tokens)
         except CollateError as exc:
             which = f"conversation {chosen[0]}" if len(chosen) == 1 else f"conversations {list(chosen)}"
             raise CollateError(f"record {rec.id!r}, {which}: {exc}") from None

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, ManifestRecord, write_manifest
+from umind_core.data.manifest import Annotations, Keypoint, Line, ManifestObject, Record, write_manifest
 from umind_core.data.split import hash_split
 from umind_core.imageio import Study, read_label_map, read_study
 from umind_core.masks import mask_box
@@ -124,7 +124,7 @@ def _object_named(objects: list[ManifestObject], masks: list, label: str) -> int
 
 
 def _image_records(image_id: str, study: Study, labels: np.ndarray, info: dict, conf_labels: tuple[str, ...],
-                   out_dir: Path, notes: list[str]) -> list[ManifestRecord]:
+                   out_dir: Path, notes: list[str]) -> list[Record]:
     """Manifest records (one per annotated frame) of one labeled image."""
     names = _label_names(info, conf_labels)
     fixes = read_corrections(info, study)
@@ -141,7 +141,7 @@ def _image_records(image_id: str, study: Study, labels: np.ndarray, info: dict, 
         Image.fromarray(frame.pixels).save(out_dir / "images" / f"{safe}.png")
         objects = _frame_objects(lab, names, frame_fixes, fixes.landmark_target, safe, out_dir, notes)
         diagnosis = fixes.finding
-        recs.append(ManifestRecord(id=safe, image=f"images/{safe}.png", frame=0, spacing=frame.spacing,
+        recs.append(Record(id=safe, image=f"images/{safe}.png", frame=0, spacing=frame.spacing,
                                    annotations=Annotations(objects, diagnosis=diagnosis, report=fixes.report),
                                    conversations=[],
                                    extra={"source": {"datastore_image": image_id, "frame": frame.index}},
@@ -163,7 +163,7 @@ def export_datastore(datastore, out_dir: Path, conf_labels: tuple[str, ...], val
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     (out_dir / "masks").mkdir(parents=True, exist_ok=True)
-    records: dict[str, list[ManifestRecord]] = {}
+    records: dict[str, list[Record]] = {}
     skipped: dict[str, str] = {}
     notes: list[str] = []
     for image_id in sorted(datastore.get_labeled_images()):

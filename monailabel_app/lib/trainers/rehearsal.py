@@ -24,7 +24,7 @@ from pathlib import Path
 
 from umind_core.atomic import new_temp_dir, replace_dir
 from umind_core.data.conversations import attach_conversations
-from umind_core.data.manifest import ManifestRecord, read_manifest, rebase, write_manifest
+from umind_core.data.manifest import Record, read_manifest, rebase, write_manifest
 
 __all__ = ["REHEARSAL_SEED0", "REGRESSION_SEED0", "synthetic_set", "rehearsal_plan", "mix_rehearsal", "StyleMix",
            "training_set", "LabelHistory"]
@@ -101,7 +101,7 @@ def mix_rehearsal(train_manifest: Path, pool_manifest: Path | None, n: int, seed
             if k:
                 rec.id = f"{rec.id}#copy{k}"
             records.append(rec)
-    picked: list[ManifestRecord] = []
+    picked: list[Record] = []
     if pool_manifest is not None and n > 0:
         pool = read_manifest(pool_manifest)
         picked = random.Random(f"umind-rehearsal:{seed}").sample(pool, min(int(n), len(pool)))
@@ -128,7 +128,7 @@ class StyleMix:
     share: float
     beta: float
 
-    def apply(self, records: list[ManifestRecord], folder: Path, seed: int) -> int:
+    def apply(self, records: list[Record], folder: Path, seed: int) -> int:
         """Point `share` of `records` at restyled copies in `folder`; returns how many were restyled."""
         import numpy as np
         from PIL import Image
@@ -157,7 +157,7 @@ class StyleMix:
         return done
 
 
-def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None:
+def _augment_copy(rec: Record, folder: Path, key: str, p: float) -> None:
     """Point `rec` at a photometrically augmented copy of its frame written to `folder` (grey images only: the
     transforms are defined on echo intensity; a colour frame stays as it is)."""
     import zlib
@@ -180,7 +180,7 @@ def _augment_copy(rec: ManifestRecord, folder: Path, key: str, p: float) -> None
     _point_at(rec, path)
 
 
-def _point_at(rec: ManifestRecord, path: Path) -> None:
+def _point_at(rec: Record, path: Path) -> None:
     """Make `rec` read its (single-frame) image from `path`, relative to the record's root."""
     root = rec.root if rec.root is not None else Path(".")
     rec.image, rec.frame = Path(os.path.relpath(path.resolve(), root.resolve())).as_posix(), 0
@@ -218,13 +218,13 @@ class LabelHistory:
         self.folder = Path(folder)
         self.manifest = self.folder / "manifest.jsonl"
 
-    def records(self) -> list[ManifestRecord]:
+    def records(self) -> list[Record]:
         return read_manifest(self.manifest) if self.manifest.is_file() else []
 
     def image_ids(self) -> set[str]:
         return {_image_id(r) for r in self.records()}
 
-    def add(self, records: list[ManifestRecord]) -> int:
+    def add(self, records: list[Record]) -> int:
         """Append copies of `records` whose datastore image is not there yet; returns how many were added."""
         have = self.records()
         known = {_image_id(r) for r in have}
@@ -239,11 +239,11 @@ class LabelHistory:
         return len(new)
 
 
-def _image_id(rec: ManifestRecord) -> str:
+def _image_id(rec: Record) -> str:
     return str(rec.extra.get("source", {}).get("datastore_image", rec.id))
 
 
-def _copy_files(rec: ManifestRecord, dest: Path) -> None:
+def _copy_files(rec: Record, dest: Path) -> None:
     """Copy the record's image and masks into `dest` and point the record at the copies."""
     def copy(rel: str) -> str:
         src = rec.resolve(rel)

@@ -36,7 +36,7 @@ from monailabel.interfaces.datastore import Datastore
 from monailabel.interfaces.tasks.train import TrainTask
 
 from umind_core.atomic import write_text
-from umind_core.data.manifest import ManifestRecord, read_manifest
+from umind_core.data.manifest import Record, read_manifest
 from umind_core.modeling.config import lora_settings
 
 from umind_core.base_ref import write_ref
@@ -186,8 +186,8 @@ class _Work:
     """What one run trains and scores on."""
 
     manifest: Path
-    sets: dict[str, list[ManifestRecord]]
-    new_val: list[ManifestRecord]
+    sets: dict[str, list[Record]]
+    new_val: list[Record]
 
 
 class UMindLoRATrain(TrainTask):
