@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_text
-from ._infer_input import Record, _check_content, _read, already_done
+from ._infer_input import Outcome, _check_content, _read, already_done
 
 __all__ = ["VIEW_FOLDER", "ExamItem", "process_exam"]
 
@@ -64,7 +64,7 @@ def _views(item: ExamItem, request) -> list:
     return views
 
 
-def process_exam(ctx, index: int, item: ExamItem) -> Record:
+def process_exam(ctx, index: int, item: ExamItem) -> Outcome:
     """Answer one examination and write its outputs (`infer._process`'s twin for an examination)."""
     from .. import batch
     from ..exam_views import view_result
@@ -72,7 +72,7 @@ def process_exam(ctx, index: int, item: ExamItem) -> Record:
     out_dir = ctx.out / item.name
     wanted = ctx.request.to_dict()
     if already_done(ctx, out_dir, wanted):
-        return Record(index, item.display, item.name, "skipped")
+        return Outcome(index, item.display, item.name, "skipped")
     t0 = time.perf_counter()
     views = _views(item, ctx.request)
     for study in {id(v.study): v.study for v in views}.values():  # a clip's frames share one study: checked once
@@ -95,7 +95,7 @@ def process_exam(ctx, index: int, item: ExamItem) -> Record:
            "warnings": result.warnings + [n for v in views for n in v.notes], "confidence": result.confidence,
            "views": view_docs, "elapsed_s": round(time.perf_counter() - t0, 3)}
     write_text(out_dir / batch.RESULTS_NAME, json.dumps(doc, indent=2))
-    return Record(index, item.display, item.name, "done", frames=len(views))
+    return Outcome(index, item.display, item.name, "done", frames=len(views))
 
 
 def _clear(out_dir: Path) -> None:

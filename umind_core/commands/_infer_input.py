@@ -2,7 +2,7 @@
 
 `infer` (one file per input) and `_infer_exam` (one examination per input) both read an input with the same
 --axis rule, refuse a constant image, skip an output folder that holds this request's finished results and report
-each input as a `Record`. Those pieces live here, below both, so that the examination path does not import the
+each input as an `Outcome`. Those pieces live here, below both, so that the examination path does not import the
 command that calls it (an import cycle before).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["InferError", "Record", "already_done"]
+__all__ = ["InferError", "Outcome", "already_done"]
 
 
 class InferError(ValueError):
@@ -19,7 +19,7 @@ class InferError(ValueError):
 
 
 @dataclass
-class Record:
+class Outcome:
     """How one input ended: done, skipped (already done) or failed, with the reason."""
 
     index: int

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..atomic import write_text
-from ._infer_input import InferError, Record, _check_content, _message, _read, already_done
+from ._infer_input import InferError, Outcome, _check_content, _message, _read, already_done
 
 NAME = "infer"
 HELP = "run a task on images, cine clips and volumes and write results, label maps and markups"
@@ -197,14 +197,14 @@ class _Context:
             self.bar.refresh()
 
 
-def _process(ctx: _Context, index: int, item) -> Record:
+def _process(ctx: _Context, index: int, item) -> Outcome:
     from .. import batch
 
     name = item.display
     out_dir = ctx.out / item.name
     wanted = ctx.request.to_dict()
     if already_done(ctx, out_dir, wanted):
-        return Record(index, name, item.name, "skipped")
+        return Outcome(index, name, item.name, "skipped")
     t0 = time.perf_counter()
     study = _read(item.path, ctx.request.axis)
     _check_content(study, name)
@@ -223,10 +223,10 @@ def _process(ctx: _Context, index: int, item) -> Record:
         raise
     batch.write_outputs(out_dir, study, frames, results, wanted, ctx.model_name, overlay=ctx.overlay,
                         extra={"elapsed_s": round(time.perf_counter() - t0, 3)})
-    return Record(index, name, item.name, "done", frames=len(frames))
+    return Outcome(index, name, item.name, "done", frames=len(frames))
 
 
-def _run_one(ctx: _Context, index: int, item) -> Record:
+def _run_one(ctx: _Context, index: int, item) -> Outcome:
     import torch
 
     try:
@@ -237,7 +237,7 @@ def _run_one(ctx: _Context, index: int, item) -> Record:
         else:
             rec = _process(ctx, index, item)
     except (ValueError, OSError, MemoryError, torch.OutOfMemoryError) as exc:
-        rec = Record(index, item.display, item.name, "failed", message=_message(exc, item.display))
+        rec = Outcome(index, item.display, item.name, "failed", message=_message(exc, item.display))
         ctx.say(f"umind infer: {item.display}: {rec.message}")
     return rec
 
@@ -270,7 +270,7 @@ def _model_name(path: str | None) -> str:
     return f"demo ({demo.DEMO_MODEL_DIR})" if demo.has_demo_model() else "untrained tiny model (random weights)"
 
 
-def _summary_lines(records: list[Record], elapsed: float) -> list[str]:
+def _summary_lines(records: list[Outcome], elapsed: float) -> list[str]:
     failed = [r for r in records if r.status == "failed"]
     skipped = sum(r.status == "skipped" for r in records)
     frames = sum(r.frames for r in records)
@@ -280,16 +280,16 @@ def _summary_lines(records: list[Record], elapsed: float) -> list[str]:
     return lines
 
 
-def _write_rank_summary(out: Path, rank: int, records: list[Record]) -> None:
+def _write_rank_summary(out: Path, rank: int, records: list[Outcome]) -> None:
     write_text(out / f".summary-{rank}.json", json.dumps([asdict(r) for r in records]))
 
 
-def _read_rank_summaries(out: Path, world: int) -> list[Record]:
+def _read_rank_summaries(out: Path, world: int) -> list[Outcome]:
     records = []
     for rank in range(world):
         path = out / f".summary-{rank}.json"
         try:
-            records += [Record(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
+            records += [Outcome(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
         except (OSError, ValueError, TypeError) as exc:
             raise InferError(f"process {rank} left no readable summary {path}: {exc}") from exc
         path.unlink()
@@ -344,9 +344,9 @@ def run(args: argparse.Namespace) -> int:
 
     if pending:
         predictor = load() if model_executor is None else model_executor.submit(load).result()
-    records: list[Record] = []
+    records: list[Outcome] = []
     if is_main:  # specs that named nothing are reported once, by the first process
-        records += [Record(len(items) + k, spec, None, "failed", message=why)
+        records += [Outcome(len(items) + k, spec, None, "failed", message=why)
                     for k, (spec, why) in enumerate(problems)]
         for r in records:
             say(f"umind infer: {r.input}: {r.message}")
