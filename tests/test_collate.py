@@ -260,3 +260,17 @@ def test_packed_dataset_has_one_item_per_record(model, manifest):
     assert all(len(c) == 1 for _, c in only.items)
     with pytest.raises(CollateError, match="at least one conversation"):
         encode_turns(model.processor, to_rgb_uint8(packed.records[0].load_image()), [])
+
+
+def test_to_uint8_keeps_the_planes_and_to_rgb_uint8_repeats_a_grey_one():
+    """Augmentation reads a grey scan through `to_uint8` (one plane, no RGB copy); the encoder's RGB is the same
+    pixels repeated, uint16 scaled down and alpha dropped on both paths."""
+    from umind_core.training.collate import to_rgb_uint8, to_uint8
+
+    grey = np.arange(35, dtype=np.uint16).reshape(5, 7) * 1000
+    assert to_uint8(grey).shape == (5, 7) and np.array_equal(to_uint8(grey), (grey >> 8).astype(np.uint8))
+    assert np.array_equal(to_rgb_uint8(grey), np.repeat(to_uint8(grey)[..., None], 3, axis=2))
+    rgba = np.random.default_rng(0).integers(0, 255, (4, 4, 4)).astype(np.uint8)
+    assert np.array_equal(to_uint8(rgba), rgba[..., :3]) and np.array_equal(to_rgb_uint8(rgba), rgba[..., :3])
+    with pytest.raises(CollateError, match="H x W"):
+        to_uint8(np.zeros((4, 4, 2), np.uint8))

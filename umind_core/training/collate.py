@@ -59,21 +59,28 @@ class EncodedSample:
     mask_views: torch.Tensor | None = None  # (T,) long: the image of the sample each target belongs to (exams)
 
 
-def to_rgb_uint8(image: np.ndarray) -> np.ndarray:
-    """H x W or H x W x {1,3,4} (uint8, or uint16 scaled down) -> H x W x 3 uint8."""
+def to_uint8(image: np.ndarray) -> np.ndarray:
+    """H x W or H x W x {1,3,4} (uint8, or uint16 scaled down) -> the same planes as uint8, alpha dropped: a grey
+    scan stays one plane, so augmentation need not make it RGB only to take one plane back (`augment.one_plane`)."""
     arr = np.asarray(image)
     if arr.dtype == np.uint16:
         arr = (arr >> 8).astype(np.uint8)
     if arr.dtype != np.uint8:
         raise CollateError(f"image must be uint8 (or uint16), got dtype {arr.dtype}")
-    if arr.ndim == 2:
-        arr = np.repeat(arr[..., None], 3, axis=2)
-    elif arr.ndim == 3 and arr.shape[2] == 1:
-        arr = np.repeat(arr, 3, axis=2)
-    elif arr.ndim == 3 and arr.shape[2] == 4:
+    if arr.ndim == 3 and arr.shape[2] == 4:
         arr = arr[..., :3]
-    if arr.ndim != 3 or arr.shape[2] != 3 or min(arr.shape[:2]) < 1:
+    if not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] in (1, 3))) or min(arr.shape[:2]) < 1:
         raise CollateError(f"image must be H x W (grey) or H x W x 3 (RGB), got shape {np.asarray(image).shape}")
+    return arr
+
+
+def to_rgb_uint8(image: np.ndarray) -> np.ndarray:
+    """H x W or H x W x {1,3,4} (uint8, or uint16 scaled down) -> H x W x 3 uint8."""
+    arr = to_uint8(image)
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
     return np.ascontiguousarray(arr)
 
 
@@ -363,7 +370,7 @@ class ManifestDataset(torch.utils.data.Dataset):
         rng = np.random.default_rng([self.seed, index, n])
         if rng.random() >= self.augment:
             return image, masks, conversations
-        image, masks, conversations = augment_record(one_plane(to_rgb_uint8(image)), masks, conversations,
+        image, masks, conversations = augment_record(one_plane(to_uint8(image)), masks, conversations,
                                                      draw(rng, np.shape(image)[:2], masks, conversations))
         return tone(image, rng), masks, conversations
 
