@@ -807,3 +807,42 @@ def test_rows_once_without_a_result_file_are_their_files():
                for k in (1, 3, 4, 5)]
     assert f"demo model 4's shipped stages: {', '.join(minutes[:3])} and {minutes[3]} min" in _short_row(
         "Training time, every weight |")
+
+
+def _loop_table(path: Path) -> dict[str, dict[int, list[str]]]:
+    """A loop run's table.md as {arm: {labels: the row's cells}} (cells as the benchmark printed them)."""
+    arms, arm = {}, None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            arm = arms.setdefault(line[4:].strip(), {})
+        elif arm is not None and re.match(r"\| \d+ \|", line):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            arm[int(cells[0])] = cells
+    return arms
+
+
+def test_real_hc18_loop_row_and_augmented_retrains_are_the_benchmark():
+    """The HC18 loop's short row (start, Dice and head circumference at 20 labels over both arms and runs, retrain
+    times, 40 labels, the augmented retrains) and the augmented table in its NOTES, from each run's table.md
+    (columns: 3 retrain s, 9 Dice, 11 head circumference MAD)."""
+    runs = [_loop_table(RESULTS / "annotation_loop_hc18" / r / "table.md") for r in ("run0", "run1")]
+    rows = [arm for run in runs for arm in run.values()]
+    at = lambda n, col: sorted(float(arm[n][col]) for arm in rows)  # noqa: E731
+    spread = lambda vals, f: f"{vals[0]:{f}}-{vals[-1]:{f}}"  # noqa: E731
+    short = _short_row("Annotation loop, real HC18 scans, from demo model 3 |")
+    starts = {(arm[0][9], arm[0][11]) for arm in rows}
+    assert len(starts) == 1 and f"Dice {starts.pop()[0]} -> {spread(at(20, 9), '.3f')}" in short
+    assert f"72.0 -> {spread(at(20, 11), '.1f')} mm off" in short
+    times = sorted(float(arm[n][3]) for arm in rows for n in (20, 40))
+    assert f"retrains {times[0]:.0f}-{times[-1]:.0f} s" in short
+    assert f"40 labels {spread(at(40, 9), '.3f')}" in short
+    augmented = _loop_table(RESULTS / "annotation_loop_hc18" / "augment" / "run0" / "table.md")
+    dice = sorted(float(arm[20][9]) for arm in augmented.values())
+    assert f"`augment=0.8` {spread(dice, '.3f')}, not adopted" in short
+    notes = _notes("annotation_loop_hc18")
+    for name, arm in augmented.items():
+        row = _full_row(notes, f"`{name}` | {arm[20][2]} | {float(arm[20][3]):.0f} |", start=True)
+        assert f"| {arm[20][9]} ({arm[20][10]}) | {arm[20][11]} |" in row
+    moved = re.search(r"Dice moved ([-+]\d\.\d{3}) and ([-+]\d\.\d{3})", _flat(notes)).groups()
+    for name, change in zip(("umind_uncertainty", "random"), moved):  # paired with run 0, the same pool and test
+        assert round(float(augmented[name][20][9]) - float(runs[0][name][20][9]), 3) == float(change), name
