@@ -80,6 +80,9 @@ def test_two_views_answer_as_one_examination_with_each_object_on_its_view(server
     assert [len(v["markups"]) > 0 for v in views] == [n > 0 for n in per_view]
     if task == "diagnose":
         assert body["class"] in (None, "normal", "benign", "malignant")
+    lat = body["latencies"]  # the keys and sum of an image's reply (`infers.base._latencies`, one rule for both)
+    assert set(lat) == {"pre", "load", "infer", "post", "total"} and all(v >= 0 for v in lat.values())
+    assert lat["total"] == pytest.approx(lat["pre"] + lat["load"] + lat["infer"] + lat["post"], abs=1e-3)
 
 
 def test_a_segment_exam_returns_each_views_label_map_in_that_views_geometry(server, tmp_path):

@@ -120,8 +120,7 @@ class UMindInferTask(InferTask):
             raise _named(to_http(exc, f"{self._name()} on {{image}}"), request.get("image")) from exc
         t4 = time.perf_counter()
         body["umind"] = {"version": version, "tasks": sorted({t for t, _, _ in runs}), **body.get("umind", {})}
-        body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
-                             "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
+        body["latencies"] = _latencies(t0, t1, t2, t3, t4)
         return path, finite_json(body)
 
     def _name(self) -> str:
@@ -147,8 +146,7 @@ class UMindInferTask(InferTask):
         body["geometry"] = body["exam"]["views"][0]["geometry"]
         t4 = time.perf_counter()
         body["umind"] = {"version": version, "tasks": [task]}
-        body["latencies"] = {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
-                             "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
+        body["latencies"] = _latencies(t0, t1, t2, t3, t4)
         return None, body
 
     def _read(self, opts: dict) -> Study:
@@ -321,3 +319,10 @@ def _dicts(runs) -> list[dict]:
                 d["source"] = Path(str(d["source"])).name
             out.append(d)
     return out
+
+
+def _latencies(t0: float, t1: float, t2: float, t3: float, t4: float) -> dict:
+    """A reply's latencies from its five clock readings (start, read, model held, answered, written): MONAI Label's
+    own keys, one rule for an image's reply and an examination's."""
+    return {"pre": round(t1 - t0, 4), "load": round(t2 - t1, 4), "infer": round(t3 - t2, 4),
+            "post": round(t4 - t3, 4), "total": round(t4 - t0, 4)}
