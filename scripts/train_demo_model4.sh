@@ -37,9 +37,17 @@ if [ "$more" -gt 0 ]; then
   fi
   extra=(more="$work/synth_more$more/manifest.jsonl")
 fi
+# BUSI_BALANCE=1 splits BUSI's training split by finding (WORK/busi/train_<finding>.jsonl) and repeats each finding
+# to about as many images as the commonest one (times BUSI_COPIES): the held-out normals were read as lesions
+busi=(busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}")
+if [ "${BUSI_BALANCE:-0}" = 1 ]; then
+  mix="${mix}_balanced"
+  mapfile -t busi < <("$here/.venv/bin/python" "$here/scripts/split_by_finding.py" "$work/busi/train.jsonl" \
+    --copies "${BUSI_COPIES:-1}")
+fi
 if [ ! -f "$work/$mix/manifest.jsonl" ]; then
   "$umind" mix --out "$work/$mix/manifest.jsonl" hc18="$work/hc18/train.jsonl*${HC18_COPIES:-1}" \
-    busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}" synth="$work/synth/manifest.jsonl" "${extra[@]}"
+    "${busi[@]}" synth="$work/synth/manifest.jsonl" "${extra[@]}"
 fi
 case "$stage" in
   1) from=${FROM:-$here/umind_core/demo_model}; lr=${LR:-3e-4} ;;
