@@ -397,6 +397,13 @@ def _one_view_annotations(view: View, record: Annotations | None) -> Annotations
     return view.annotations
 
 
+def _only_view_field(name: str) -> property:
+    """A field of a single image's only view, read and set through its record (`Record._only` refuses several)."""
+    return property(lambda record: getattr(record._only(), name),
+                    lambda record, value: setattr(record._only(), name, value),
+                    doc=f"the only view's {name} (a record of several views has one per view)")
+
+
 @dataclass(init=False)
 class Record:
     """One manifest line: the views read together (in the order the model sees them) with what is said about
@@ -446,10 +453,10 @@ class Record:
                              "(record.views, record.view_record(i))")
         return self.views[0]
 
-    image = property(lambda self: self._only().image, lambda self, v: setattr(self._only(), "image", v))
-    frame = property(lambda self: self._only().frame, lambda self, v: setattr(self._only(), "frame", v))
-    spacing = property(lambda self: self._only().spacing, lambda self, v: setattr(self._only(), "spacing", v))
-    scan_mask = property(lambda self: self._only().scan_mask, lambda self, v: setattr(self._only(), "scan_mask", v))
+    image = _only_view_field("image")
+    frame = _only_view_field("frame")
+    spacing = _only_view_field("spacing")
+    scan_mask = _only_view_field("scan_mask")
 
     def resolve(self, rel: str) -> Path:
         return Path(rel) if self.root is None else self.root / rel
