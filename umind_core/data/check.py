@@ -330,18 +330,13 @@ def conversation_problems(record: Record, lineno: int) -> list[Problem]:
             if answer_finding(_text(m.get("content"))) is None:
                 out.append(Problem(lineno, f"conversations[{c}].messages[{j}].content", "a diagnose answer naming "
                                    f"no known finding ({', '.join(FINDINGS)})", "unknown finding"))
-        for v, k in _mask_pairs(conv):
+        for v, k in conv.mask_pairs:
             objects = record.views[v].annotations.objects
             if k >= len(objects) or objects[k].mask is None:
                 of_view = f" of view {v + 1}" if conv.mask_views else ""
                 out.append(Problem(lineno, f"conversations[{c}].mask_objects", f"object {k}{of_view} has no mask "
                                    "to draw", "conversation"))
     return out
-
-
-def _mask_pairs(conv) -> list[tuple[int, int]]:
-    """(view, object) of each mask group of a conversation: its ``mask_views``, else the only view."""
-    return list(zip(conv.mask_views or [0] * len(conv.mask_objects), conv.mask_objects))
 
 
 def _missing(lineno: int, where: str, rel: str) -> Problem:
@@ -534,9 +529,9 @@ def _apply_fixes(rec: Record, checked: CheckedRecord, out: Path) -> bool:
     if not touched:
         return changed
     index = {v: _fix_view(rec, v, checked, out) for v in range(len(rec.views))}
-    rec.conversations = [c for c in rec.conversations if not set(_mask_pairs(c)) & touched]
+    rec.conversations = [c for c in rec.conversations if not set(c.mask_pairs) & touched]
     for c in rec.conversations:
-        c.mask_objects = [index[v][k] for v, k in _mask_pairs(c)]
+        c.mask_objects = [index[v][k] for v, k in c.mask_pairs]
     return True
 
 

@@ -243,6 +243,11 @@ class Conversation:
     mask_objects: list[int] = field(default_factory=list)
     mask_views: list[int] = field(default_factory=list)
 
+    @property
+    def mask_pairs(self) -> list[tuple[int, int]]:
+        """(view, object) of each mask group: its ``mask_views`` entry, else the only view (0)."""
+        return list(zip(self.mask_views or [0] * len(self.mask_objects), self.mask_objects))
+
     def to_json(self) -> dict:
         out: dict[str, Any] = {"task": self.task, "messages": [dict(m) for m in self.messages]}
         if self.mask_objects:

@@ -245,7 +245,7 @@ def _turn_views(conversation: Conversation, objects: list[int], n_images: int, v
     if not views:
         if conversation.mask_views:
             raise CollateError(f"conversation ({conversation.task}): mask_views on a single-image sample")
-        return [(0, k) for k in objects]
+        return conversation.mask_pairs
     if len(conversation.mask_views) != len(objects):
         raise CollateError(f"conversation ({conversation.task}): {len(objects)} mask objects but "
                            f"{len(conversation.mask_views)} mask_views; an examination names the view of each")
@@ -253,7 +253,7 @@ def _turn_views(conversation: Conversation, objects: list[int], n_images: int, v
     if bad:
         raise CollateError(f"conversation ({conversation.task}): mask_views {bad} but the sample has "
                            f"{n_images} images")
-    return list(zip(conversation.mask_views, objects))
+    return conversation.mask_pairs
 
 
 def _targets(processor, images: list[np.ndarray], masks: list, grid: torch.Tensor,
