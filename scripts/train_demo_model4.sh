@@ -39,13 +39,13 @@ if [ "$more" -gt 0 ]; then
 fi
 # BUSI_BALANCE=1 splits BUSI's training split by finding (WORK/busi/train_<finding>.jsonl) and repeats each finding
 # to about as many images as the commonest one (times BUSI_COPIES): the held-out normals were read as lesions
-busi=(busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}")
-if [ "${BUSI_BALANCE:-0}" = 1 ]; then
-  mix="${mix}_balanced"
-  mapfile -t busi < <("$here/.venv/bin/python" "$here/scripts/split_by_finding.py" "$work/busi/train.jsonl" \
-    --copies "${BUSI_COPIES:-1}")
-fi
+[ "${BUSI_BALANCE:-0}" = 1 ] && mix="${mix}_balanced"
 if [ ! -f "$work/$mix/manifest.jsonl" ]; then
+  busi=(busi="$work/busi/train.jsonl*${BUSI_COPIES:-1}")
+  if [ "${BUSI_BALANCE:-0}" = 1 ]; then  # the parts are written once, with the mix; a resumed stage reuses both
+    mapfile -t busi < <("$here/.venv/bin/python" "$here/scripts/split_by_finding.py" "$work/busi/train.jsonl" \
+      --copies "${BUSI_COPIES:-1}")
+  fi
   "$umind" mix --out "$work/$mix/manifest.jsonl" hc18="$work/hc18/train.jsonl*${HC18_COPIES:-1}" \
     "${busi[@]}" synth="$work/synth/manifest.jsonl" "${extra[@]}"
 fi
