@@ -222,7 +222,7 @@ def _record_finding_problems(record: Record, lineno: int) -> list[Problem]:
     """The finding said of all views, when it is not the only view's own (checked with that view)."""
     if any(record.annotations is v.annotations for v in record.views):
         return []
-    return [p for p in finding_problems(record, lineno) if p.field == "annotations.diagnosis"]
+    return _unknown_findings([("annotations.diagnosis", record.annotations.diagnosis)], lineno)
 
 
 # --------------------------------------------------------------------------------------------- the rules
@@ -297,6 +297,11 @@ def finding_problems(record: Record, lineno: int) -> list[Problem]:
     ann = record.annotations
     pairs = [("annotations.diagnosis", ann.diagnosis)]
     pairs += [(f"annotations.objects[{i}].diagnosis", o.diagnosis) for i, o in enumerate(ann.objects)]
+    return _unknown_findings(pairs, lineno)
+
+
+def _unknown_findings(pairs: list[tuple[str, str | None]], lineno: int) -> list[Problem]:
+    """A problem for each (field, diagnosis) whose diagnosis is set and not one of FINDINGS."""
     return [Problem(lineno, where, f"unknown finding {value!r} (a diagnosis is one of {', '.join(FINDINGS)})",
                     "unknown finding") for where, value in pairs if value is not None and normal_finding(value) is None]
 

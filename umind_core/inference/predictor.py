@@ -353,9 +353,10 @@ class Predictor:
         results: list[Result | None] = [None] * batch
 
         def finish(b: int, dec: Decoded, prompt_s: float, decode_s: float) -> None:
-            res = self._result(state, b, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
+            frames, features = state.row_views(b)
+            res = self._result(frames, features, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
             if rows[b].readout is not None:
-                _read_off_masks(res, rows[b], state.row_views(b)[0])
+                _read_off_masks(res, rows[b], frames)
             res.timings.update(encode_s=state.encode_s / batch, prompt_s=prompt_s / batch, decode_s=decode_s / batch)
             results[b] = res
             if on_row is not None:
@@ -364,11 +365,11 @@ class Predictor:
         self.last_stats = self._engine.run(state, [row.suffix_ids for row in rows], finish)
         return results  # type: ignore[return-value]
 
-    def _result(self, state: ImageState, b: int, dec: Decoded, task, prompt, warnings) -> Result:
-        """Row b's answer. A single image is read as an examination of one view whose objects carry no view; an
+    def _result(self, frames: list[Frame], features: list[torch.Tensor], dec: Decoded, task, prompt,
+                warnings) -> Result:
+        """A row's answer on its views' `frames` and image `features` (`ImageState.row_views`). A single image is read as an examination of one view whose objects carry no view; an
         examination's objects sit in the view their ``View k:`` marker names, in that view's pixels, each mask
         decoded against its own view's image features."""
-        frames, features = state.row_views(b)
         exam = len(frames) > 1
         ids, text, parsed, garbled = self._read(dec, warnings)
         views = _span_views(parsed.objects, len(frames), warnings) if exam else [0] * len(parsed.objects)
