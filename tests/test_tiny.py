@@ -43,3 +43,25 @@ def test_image_size_override_changes_the_token_grid():
     assert enc["image_grid_thw"].tolist() == [[1, 8, 8]]  # 128 px / 16 per patch
     with pytest.raises(ValueError, match="multiple of 32"):
         tiny.build_model("tiny", image_size=100)
+
+
+def test_max_image_size_grows_large_images_only_and_is_saved_with_the_processor(tmp_path):
+    import numpy as np
+    from transformers import AutoProcessor
+
+    processor = tiny.build_model("tiny", image_size=128).processor
+    wide, small = np.zeros((540, 800, 3), np.uint8), np.zeros((128, 128, 3), np.uint8)
+
+    def grid(p, image):
+        return p.image_processor(images=[image], return_tensors="pt")["image_grid_thw"].tolist()
+
+    assert grid(processor, wide) == [[1, 6, 8]]  # at most 128 x 128 pixels
+    tiny.set_max_image_size(processor, 256)
+    assert grid(processor, wide) == [[1, 12, 18]]  # about 256 x 256 pixels, the same aspect
+    assert grid(processor, small) == [[1, 8, 8]]  # an image at the model's own input keeps its size
+    processor.save_pretrained(tmp_path)
+    assert grid(AutoProcessor.from_pretrained(tmp_path), wide) == [[1, 12, 18]]
+    with pytest.raises(ValueError, match="only grows"):
+        tiny.set_max_image_size(processor, 64)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        tiny.set_max_image_size(processor, 300)

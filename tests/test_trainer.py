@@ -109,6 +109,12 @@ def test_cli_flags_mirror_the_config(tmp_path):
     missing = parser.parse_args(["--manifest", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")])
     with pytest.raises(TrainingError, match="nope.jsonl"):
         run_train(missing)
+    fresh = parser.parse_args(["--manifest", str(tmp_path / "nope.jsonl"), "--out", "o", "--max-image-size", "384"])
+    with pytest.raises(TrainingError, match="continues a model"):  # before the manifest is looked at
+        run_train(fresh)
+    odd = parser.parse_args(["--manifest", "m", "--out", "o", "--model", "M", "--max-image-size", "300"])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        run_train(odd)
 
 
 def test_run_train_builds_conversations_for_a_raw_manifest(manifest, tmp_path, capsys):

@@ -53,6 +53,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="small", choices=["tiny", "small"], help="size of a fresh model")
     parser.add_argument("--image-size", type=int, default=None,
                         help="input resolution of a fresh model (default: the size's own, 512 for small)")
+    parser.add_argument("--max-image-size", type=int, default=None,
+                        help="with --model: images larger than the model's input keep up to about N x N pixels "
+                        "(smaller ones keep the model's own size); saved with the trained model")
     parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
     parser.add_argument("--strict", action="store_true",
                         help="stop (exit 1) when the manifest check finds any problem, instead of skipping the "
@@ -135,10 +138,15 @@ def _model(args: argparse.Namespace, config: TrainConfig):
     if not args.model:
         from ..modeling.tiny import build_model
 
+
         return build_model(args.size, seed=config.seed, lora=lora, image_size=args.image_size)
     from ..modeling.umind import UMindVL
 
     model = UMindVL.from_pretrained(args.model, dtype=args.dtype, trainable=True, lora=lora)
+    if args.max_image_size is not None:
+        from ..modeling.tiny import set_max_image_size
+
+        set_max_image_size(model.processor, args.max_image_size)
     if lora is not None and model.config.lora is None:
         print(f"umind train: {args.model} has no LoRA adapter; attaching a fresh one (--full trains every "
               "weight instead)", file=sys.stderr)
@@ -155,6 +163,12 @@ def run_train(args: argparse.Namespace) -> int:
                          progress=not args.no_progress,
                          mixed_precision=_resolve_mixed_precision(args.mixed_precision),
                          **{name: getattr(args, name) for name in _CLI_FIELDS})
+    if args.max_image_size is not None:  # refused before the manifest's check, not after it
+        from ..modeling.tiny import check_image_size
+
+        if not args.model:
+            raise TrainingError("--max-image-size continues a model (--model); a fresh one takes --image-size")
+        check_image_size(args.max_image_size)
     manifest = Path(args.manifest)
     if not manifest.is_file():
         raise TrainingError(f"manifest {manifest} does not exist")

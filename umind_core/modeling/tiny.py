@@ -118,6 +118,28 @@ def build_processor(tokenizer, image_size: int = 256):
     return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
 
 
+def check_image_size(image_size: int) -> None:
+    """An input side the vision tower can take: whole merged patches (16 px patches merged 2 x 2)."""
+    if image_size < 64 or image_size % 32:
+        raise ValueError(f"image size must be a multiple of 32 and at least 64, got {image_size}")
+
+
+def set_max_image_size(processor, image_size: int) -> None:
+    """Let images larger than the model's input keep up to about image_size**2 pixels (smaller ones keep the
+    processor's least size). Why: a real scan (HC18's 800 x 540) is resized to the input's pixel count, where a small
+    fetal head is a few dozen pixels across; a trained model continued at a larger input keeps the synthetic 256 px
+    images as they were. Saved with the processor, so the trained model reads images as it was trained."""
+    from transformers.image_processing_utils import SizeDict
+
+    check_image_size(image_size)
+    image_processor = processor.image_processor
+    least = int(image_processor.size.shortest_edge or 0)
+    pixels = image_size * image_size
+    if pixels < least:
+        raise ValueError(f"image size {image_size} is below the model's own input ({least} pixels); it only grows")
+    image_processor.size = SizeDict(shortest_edge=least, longest_edge=pixels)
+
+
 def build_qwen(spec: TinySpec, tokenizer, seed: int = 0):
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -177,8 +199,7 @@ def build_model(
         raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
     spec = SIZES[size]
     if image_size is not None:
-        if image_size < 64 or image_size % 32:
-            raise ValueError(f"image_size must be a multiple of 32 and at least 64, got {image_size}")
+        check_image_size(image_size)
         spec = dataclasses.replace(spec, image_size=int(image_size))
     tokenizer = build_tokenizer(spec.vocab_size, seed)
     processor = build_processor(tokenizer, spec.image_size)
