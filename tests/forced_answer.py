@@ -15,12 +15,12 @@ def force_answer(monkeypatch, text: str, mask_groups: int = 0) -> None:
     original = P.Predictor._result
     gen = torch.Generator().manual_seed(0)
 
-    def _result(self, state, b, dec, task, prompt, warnings):
+    def _result(self, frames, features, dec, task, prompt, warnings):
         ids = self.model.tokenizer.encode(text, add_special_tokens=False)
-        width = state.image_states[0].shape[-1]  # a mask query is a hidden state, as the image states are
+        width = features[0].shape[-1]  # a mask query is a hidden state, as the image features are
         queries = [torch.randn(self.model.num_mask_tokens, width, generator=gen) for _ in range(mask_groups)]
         forced = Decoded(token_ids=ids, token_probs=[1.0] * len(ids), forced=[False] * len(ids),
                          mask_queries=queries)
-        return original(self, state, b, forced, task, prompt, warnings)
+        return original(self, frames, features, forced, task, prompt, warnings)
 
     monkeypatch.setattr(P.Predictor, "_result", _result)
