@@ -22,6 +22,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from real_heldout import read_head  # noqa: E402  the held-out benchmark's reading of a head, the same calls
 
 
 def square_crop(image: np.ndarray, mask: np.ndarray, margin: float) -> tuple[np.ndarray, tuple[int, int, int]]:
@@ -46,17 +49,6 @@ def paste(shape: tuple[int, ...], crop_mask: np.ndarray, where: tuple[int, int, 
     y1, x1 = min(shape[0], top + side), min(shape[1], left + side)
     full[y0:y1, x0:x1] = crop_mask[y0 - top:y1 - top, x0 - left:x1 - left]
     return full
-
-
-def _read(predictor, frame) -> tuple[np.ndarray, float | None]:
-    """The head's mask and the head circumference (mm) on one frame."""
-    predictor.set_image(frame)
-    seg = predictor.predict("segment", "fetal head")
-    masks = [o.mask for o in seg.objects if o.mask is not None]
-    mask = np.any(np.stack(masks), 0) if masks else np.zeros(frame.pixels.shape[:2], bool)
-    hc = predictor.predict("measure", "head circumference")
-    found = [o.physical["perimeter"] for o in hc.objects if o.physical and o.physical.get("perimeter")]
-    return mask, (found[0] if found else None)
 
 
 def _figures(rows: list[tuple[float, float | None]]) -> dict:
@@ -90,14 +82,14 @@ def main(argv=None) -> int:
         truth, image = rec.load_masks()[0] > 0, rec.load_image()
         spacing = tuple(float(v) for v in rec.spacing)
         true_hc = rec.annotations.measurements["HC mm"]
-        first, hc = _read(predictor, Frame(pixels=image, spacing=spacing, index=0, source=rec.id))
+        first, hc, _ = read_head(predictor, Frame(pixels=image, spacing=spacing, index=0, source=rec.id))
         rows["plain"].append((mask_dice(first, truth), None if hc is None else hc - true_hc))
         for m in margins:
             if not first.any():  # nothing to crop around: the plain reading stands
                 rows[f"crop {m}"].append(rows["plain"][-1])
                 continue
             crop, where = square_crop(image, first, m)
-            mask, hc = _read(predictor, Frame(pixels=crop, spacing=spacing, index=0, source=rec.id))
+            mask, hc, _ = read_head(predictor, Frame(pixels=crop, spacing=spacing, index=0, source=rec.id))
             rows[f"crop {m}"].append((mask_dice(paste(image.shape, mask, where), truth),
                                       None if hc is None else hc - true_hc))
     result = {"command": " ".join(["crop_refine_probe.py", *(argv if argv is not None else sys.argv[1:])]),

@@ -65,6 +65,21 @@ def _interval(values, groups, rng, n=2000) -> list[float]:
     return [round(float(np.percentile(means, 2.5)), 4), round(float(np.percentile(means, 97.5)), 4)]
 
 
+def read_head(predictor, frame) -> tuple[np.ndarray, float | None, float]:
+    """What the model reads of a fetal head on `frame`, as a user asks it: the mask (the union of the segmented
+    objects' masks; all False when none), the head circumference read off it (mm with the frame's spacing; None when
+    none) and the segment call's seconds (the image set beforehand, not counted)."""
+    predictor.set_image(frame)
+    t0 = time.perf_counter()
+    seg = predictor.predict("segment", "fetal head")
+    seconds = time.perf_counter() - t0
+    masks = [o.mask for o in seg.objects if o.mask is not None]
+    mask = np.any(np.stack(masks), axis=0) if masks else np.zeros(frame.pixels.shape[:2], bool)
+    hc = predictor.predict("measure", "head circumference")
+    found = [o.physical["perimeter"] for o in hc.objects if o.physical and o.physical.get("perimeter")]
+    return mask, (float(found[0]) if found else None), seconds
+
+
 def hc18(predictor, manifest: Path) -> dict:
     from umind_core.data.manifest import read_manifest
     from umind_core.evaluation.metrics import mask_dice
@@ -73,21 +88,15 @@ def hc18(predictor, manifest: Path) -> dict:
     records = read_manifest(manifest)
     for rec in records:
         truth = rec.load_masks()[0]
-        predictor.set_image(_frame(rec))
-        t0 = time.perf_counter()
-        seg = predictor.predict("segment", "fetal head")
-        t_seg.append(time.perf_counter() - t0)
-        masks = [o.mask for o in seg.objects if o.mask is not None]
-        pred = np.any(np.stack(masks), axis=0) if masks else np.zeros_like(truth, dtype=bool)
+        pred, hc, seconds = read_head(predictor, _frame(rec))
+        t_seg.append(seconds)
         empty += int(not pred.any())
         dice.append(mask_dice(pred, truth > 0))
         groups.append(rec.extra.get("group") or rec.id)
-        hc = predictor.predict("measure", "head circumference")
-        found = [o.physical.get("perimeter") for o in hc.objects if o.physical and o.physical.get("perimeter")]
         truth_hc = rec.annotations.measurements.get("HC mm")
-        hc_diff.append(found[0] - truth_hc if found and truth_hc else None)  # signed, mm
+        hc_diff.append(hc - truth_hc if hc is not None and truth_hc else None)  # signed, mm
         rows.append({"id": rec.id, "dice": round(float(dice[-1]), 4), "truth_hc_mm": truth_hc,
-                     "hc_mm": round(float(found[0]), 2) if found else None})
+                     "hc_mm": round(hc, 2) if hc is not None else None})
     signed = [d for d in hc_diff if d is not None]
     rng = np.random.default_rng(0)
     scored = [(abs(d), g) for d, g in zip(hc_diff, groups) if d is not None]

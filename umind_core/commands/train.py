@@ -138,7 +138,6 @@ def _model(args: argparse.Namespace, config: TrainConfig):
     if not args.model:
         from ..modeling.tiny import build_model
 
-
         return build_model(args.size, seed=config.seed, lora=lora, image_size=args.image_size)
     from ..modeling.umind import UMindVL
 
