@@ -761,9 +761,10 @@ def test_refusal_readout_row_is_its_result_file():
     assert (f"default look {d['mask']['accuracy']:.3f} read off masks against {d['tokens']['accuracy']:.3f} written "
             f"({len(d['right_with_tokens_only'])} right only as written, {len(d['right_with_mask_only'])} only "
             "off masks)") in short
-    assert b["mask"]["accuracy"] == b["tokens"]["accuracy"] and f"`scanner_b` {b['mask']['accuracy']:.3f} both" in short
-    lost = round((d["tokens"]["accuracy"] - d["mask"]["accuracy"]) * d["mask"]["n"])
-    assert f"costs {lost} refusals in {d['mask']['n']}" in short
+    assert (f"`scanner_b` {b['mask']['accuracy']:.3f} against {b['tokens']['accuracy']:.3f} "
+            f"({len(b['right_with_tokens_only'])}, {len(b['right_with_mask_only'])})") in short
+    lost = sum(round((s["tokens"]["accuracy"] - s["mask"]["accuracy"]) * s["mask"]["n"]) for s in (d, b))
+    assert f"costs {lost} refusals in {d['mask']['n'] + b['mask']['n']}" in short
     notes = _flat(RESULTS / "NOTES.md")
     assert (f"default look: {d['mask']['accuracy']:.4f} read off masks against {d['tokens']['accuracy']:.4f} "
             "written") in notes
