@@ -616,8 +616,8 @@ def test_the_benchmarks_score_masks_with_the_one_mask_iou():
 
 def test_the_number_of_an_examinations_views_has_one_rule():
     """`umind infer --exam`, the server's door (`images`) and its frames mode count views with
-    `exam_views.check_view_count` and read them into one `StudyView` (the count was written three times and the
-    view twice, as `_View` and `lib.exam.View`)."""
+    `exam_views.check_view_count` and read them with `exam_views.read_views` (the count was written three times and
+    the view twice, as `_View` and `lib.exam.View`)."""
     import re
 
     from lib import exam
@@ -629,7 +629,7 @@ def test_the_number_of_an_examinations_views_has_one_rule():
 
     assert exam_ref.check_view_count is exam_views.check_view_count and exam.check_exam_count is exam_ref.check_exam_count
     assert "check_view_count" in Path(_infer_exam.__file__).read_text(encoding="utf-8")
-    assert exam.StudyView is exam_views.StudyView
+    assert exam.read_views is exam_views.read_views and "read_views" in Path(_infer_exam.__file__).read_text("utf-8")
     for count, ok in ((0, False), (1, False), (2, True), (exam_views.MAX_EXAM_VIEWS, True),
                       (exam_views.MAX_EXAM_VIEWS + 1, False)):
         try:
@@ -644,6 +644,40 @@ def test_the_number_of_an_examinations_views_has_one_rule():
     copies = [str(p.relative_to(ROOT)) for top in ("umind_core", "monailabel_app") for p in (ROOT / top).rglob("*.py")
               if p.name != "exam_views.py" and again.search(p.read_text(encoding="utf-8"))]
     assert not copies, copies
+
+
+def test_a_view_is_the_manifests_view_wherever_it_is_read():
+    """One view class: a request's examination (`exam_views.read_views`, the CLI's and the server's) holds the
+    manifest's `View` (where it came from, its frame, spacing and site) in a `Record`; the pixels stay beside it.
+    Only the Slicer module (no umind_core in Slicer's Python) keeps a copy of its own."""
+    import re
+
+    import numpy as np
+
+    from umind_core.data.manifest import Record, View
+    from umind_core.exam_views import ExamViewError, read_views
+    from umind_core.imageio import Frame, Geometry, Study
+
+    def study(path, n, spacing):
+        frames = [Frame(np.full((20, 30), k * 10, np.uint8), spacing, k, path) for k in range(n)]
+        kind, shape = ("2d", (20, 30)) if n == 1 else ("clip", (n, 20, 30))
+        return Study(path, frames, Geometry(kind, shape, (*spacing, 1.0)[: len(shape)], (0.0,) * len(shape),
+                                            (1.0,) * len(shape) ** 2))
+
+    kinds = re.compile(r"^class (\w*View)\b", re.M)
+    found = sorted(f"{p.relative_to(ROOT)}:{m}" for top in ("umind_core", "monailabel_app") for p in (ROOT / top).rglob("*.py")
+                   for m in kinds.findall(p.read_text(encoding="utf-8")))
+    assert found == ["umind_core/data/manifest.py:View"], found
+    clip, still = study("clip", 3, (0.2, 0.3)), study("still", 1, (0.5, 0.5))
+    exam = read_views(["clip", "still"], [clip, still], [2, 0], sites=["kidney", None])
+    assert isinstance(exam.record, Record) and all(type(v) is View for v in exam.views)
+    assert [(v.image, v.frame, v.spacing, v.site) for v in exam.views] == [("clip", 2, (0.2, 0.3), "kidney"),
+                                                                            ("still", 0, (0.5, 0.5), None)]
+    assert [f.pixels[0, 0] for f in exam.frames] == [20, 0] and exam.record.site == "kidney"
+    with pytest.raises(ExamViewError, match=r"view 2 \('still'\) shows 'thyroid', an earlier view 'kidney'"):
+        read_views(["clip", "still"], [clip, still], [0, 0], sites=["kidney", "thyroid"])
+    with pytest.raises(ExamViewError, match="at least 2 views"):
+        read_views(["clip"], [clip], [0])
 
 
 def test_the_slicer_label_file_sniffing_is_imageios_rule(tmp_path):

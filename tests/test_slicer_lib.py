@@ -565,18 +565,18 @@ class ExamStub:
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
         from lib.exam import exam_reply
-        from umind_core.exam_views import StudyView
+        from umind_core.exam_views import read_views
 
         p = json.loads(multipart_fields(ex)["params"][1])
         own = read_study(self.files[ex.query["image"]])
         if p.get("exam") == "frames":
-            views = [StudyView(ex.query["image"], own, own.frames[k]) for k in p["frames"]]
+            exam = read_views([ex.query["image"]] * len(p["frames"]), [own] * len(p["frames"]), p["frames"])
         else:
             studies = [own] + [read_study(self.files[i]) for i in p["images"][1:]]
-            views = [StudyView(i, s, s.frames[0]) for i, s in zip(p["images"], studies)]
+            exam = read_views(p["images"], studies, [0] * len(studies))
         result = Result(task=p["task"], answer=self.answer, objects=copy.deepcopy(self.objects))
-        result.attach_views([v.frame for v in views])
-        body = exam_reply(result, views, p["task"], p.get("prompt"), calibrate=True)
+        result.attach_views(exam.frames)
+        body = exam_reply(result, exam, p["task"], p.get("prompt"), calibrate=True)
         body.update(geometry=body["exam"]["views"][0]["geometry"], umind={"version": 0, "tasks": [p["task"]]})
         return 200, "application/json", json.dumps(body).encode()
 

@@ -9,29 +9,63 @@ those rules so that both say the same thing about the same files.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .answers.results import Result
-from .data.manifest import MAX_EXAM_VIEWS, MIN_EXAM_VIEWS, site_conflict
+from .data.manifest import MAX_EXAM_VIEWS, MIN_EXAM_VIEWS, Record, View, site_conflict
+from .frames import current_frame
 from .imageio import Frame, Study
 
-__all__ = ["MAX_EXAM_VIEWS", "MIN_EXAM_VIEWS", "ExamViewError", "StudyView", "check_view_count", "check_view_sites",
-           "study_site", "view_result"]
+__all__ = ["MAX_EXAM_VIEWS", "MIN_EXAM_VIEWS", "ExamRead", "ExamViewError", "check_view_count", "check_view_sites",
+           "read_views", "study_site", "view_frame", "view_result"]
 
 class ExamViewError(ValueError):
     """Views that cannot be read as one examination; the message names the view and the problem."""
 
 
 @dataclass
-class StudyView:
-    """One view of an examination as a request reads it (`umind infer --exam`, the server's exam request): where it
-    came from (a path, a datastore id), the study read from it, the frame that is the view, and what the reader is
-    told about it (a clip read at one frame). A manifest's view is `data.manifest.View`, which holds a file and
-    its annotations rather than pixels."""
-    source: str
-    study: Study
-    frame: Frame
-    notes: list[str] = field(default_factory=list)
+class ExamRead:
+    """An examination as a request read it (`umind infer --exam`, the server's exam request): its `record`, whose
+    views are the manifest's own `View` (where each came from, the frame that is the view, its spacing and site),
+    and beside each view the study read for it and what the reader is told about it (a clip read at one frame).
+    Why a record: a view means one thing wherever it is read, and the rules on views (count, one site) are the
+    record's; the pixels stay beside it, as a manifest keeps them in files."""
+    record: Record
+    studies: list[Study]
+    notes: list[list[str]]
+
+    @property
+    def views(self) -> list[View]:
+        return self.record.views
+
+    @property
+    def frames(self) -> list[Frame]:
+        return [study.frames[v.frame] for v, study in zip(self.record.views, self.studies)]
+
+
+def view_frame(study: Study, current: int | None = None) -> tuple[int, list[str]]:
+    """The frame of a study read as one view: `current` where it is a frame of the study (a client's current
+    frame), else the frame a viewer opens on; a clip read as one view says so."""
+    n = study.geometry.n_frames
+    k = current_frame(study.geometry.kind, n, current if current is not None and 0 <= current < n else None)
+    return k, [] if n == 1 else [f"a clip of {n} frames: frame {k} was read as the view"]
+
+
+def read_views(sources: Sequence[str], studies: Sequence[Study], frames: Sequence[int],
+               notes: Sequence[list[str]] | None = None, sites: Sequence[str | None] | None = None,
+               what: str = "views", cap: int = MAX_EXAM_VIEWS,
+               cap_rule: str = "the model reads at once") -> ExamRead:
+    """The examination of view k = frame `frames[k]` of `studies[k]`, read from `sources[k]` (a path, a datastore
+    id), checked: the view count (`check_view_count`, `what` names what was counted) and one site (`sites[k]`, what
+    a record says, else the study's own; `check_view_sites`). ExamViewError names the problem."""
+    check_view_count(len(sources), what, cap, cap_rule)
+    sites = list(sites) if sites is not None else [None] * len(sources)
+    shown = [study_site(study, recorded) for study, recorded in zip(studies, sites)]
+    check_view_sites(list(sources), shown)
+    views = [View(image=str(src), frame=int(k), spacing=study.frames[k].spacing, site=site)
+             for src, study, k, site in zip(sources, studies, frames, shown)]
+    record = Record(id=str(sources[0]), views=views, site=next((s for s in shown if s), None))
+    return ExamRead(record, list(studies), [list(n) for n in notes] if notes is not None else [[] for _ in views])
 
 
 def check_view_count(count: int, what: str, cap: int = MAX_EXAM_VIEWS,

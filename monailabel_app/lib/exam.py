@@ -16,9 +16,9 @@ import base64
 from pathlib import Path
 
 from umind_core.answers.findings import answer_finding
-from umind_core.exam_views import ExamViewError, StudyView, check_view_sites, study_site, view_result
-from umind_core.frames import current_frame, parse_frames
-from umind_core.imageio import Frame, Geometry, Study, label_map_suffix, read_study
+from umind_core.exam_views import ExamRead, ExamViewError, read_views, view_frame, view_result
+from umind_core.frames import parse_frames
+from umind_core.imageio import Geometry, Study, label_map_suffix, read_study
 from umind_core.outputs import frame_markups, geometry_info, write_viewer_files
 from umind_core.prompts import TEMPLATES
 from umind_core.answers.results import Result
@@ -41,16 +41,7 @@ def is_exam_request(opts: dict) -> bool:
     return bool(opts.get(EXAM_PATHS)) or opts.get("exam") not in (None, "", False)
 
 
-def _frame_of(study: Study, current: int | None) -> tuple[Frame, list[str]]:
-    """The frame of one view: the client's current frame (`slice`) of the request's image, else the frame a viewer
-    opens on; a clip read as one view says so."""
-    n = study.geometry.n_frames
-    k = current_frame(study.geometry.kind, n, current if current is not None and 0 <= current < n else None)
-    notes = [] if n == 1 else [f"a clip of {n} frames: frame {k} was read as the view"]
-    return study.frames[k], notes
-
-
-def read_exam(opts: dict, study: Study, conf) -> list[StudyView]:
+def read_exam(opts: dict, study: Study, conf) -> ExamRead:
     """The examination's views, checked (BadRequest): the request's own `study` first."""
     mode = opts.get("exam")
     if mode not in (None, "", False, EXAM_FRAMES):
@@ -61,15 +52,25 @@ def read_exam(opts: dict, study: Study, conf) -> list[StudyView]:
         idx = parse_frames(opts.get("frames")).select(study.geometry, current=current_slice(opts), past_end="refuse")
         check_exam_count(len(idx), "the frames selected with 'frames'", conf.max_exam_views)
         image = str((opts.get(EXAM_IDS) or ["image"])[0])
-        return [StudyView(image, study, study.frames[k]) for k in idx]
-    paths, ids = opts[EXAM_PATHS], opts[EXAM_IDS]
-    views = []
+        return _checked([image] * len(idx), [study] * len(idx), idx, None, None, conf)
+    paths, ids = opts[EXAM_PATHS], [str(i) for i in opts[EXAM_IDS]]
+    studies, frames, notes = [], [], []
     for i, (path, image) in enumerate(zip(paths, ids)):
         view_study = study if i == 0 else _read_view(path, image, conf)
-        frame, notes = _frame_of(view_study, current_slice(opts) if i == 0 else None)
-        views.append(StudyView(image, view_study, frame, [f"view {i + 1} ({image}): {n}" for n in notes]))
-    _check_sites(views, opts.get(EXAM_SITES) or [None] * len(views))
-    return views
+        k, said = view_frame(view_study, current_slice(opts) if i == 0 else None)
+        studies.append(view_study)
+        frames.append(k)
+        notes.append([f"view {i + 1} ({image}): {n}" for n in said])
+    return _checked(ids, studies, frames, notes, opts.get(EXAM_SITES), conf)
+
+
+def _checked(ids, studies, frames, notes, sites, conf) -> ExamRead:
+    """`exam_views.read_views` (the rules `umind infer --exam` applies) under the server's cap, as a 400."""
+    try:
+        return read_views(ids, studies, frames, notes, sites, what="views", cap=conf.max_exam_views,
+                          cap_rule=f"allowed by max_exam_views = {conf.max_exam_views}")
+    except ExamViewError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _read_view(path: str, image: str, conf) -> Study:
@@ -80,48 +81,40 @@ def _read_view(path: str, image: str, conf) -> Study:
         raise BadRequest(f"view {image!r}: {exc.detail}") from None
 
 
-def _check_sites(views: list[StudyView], recorded: list) -> None:
-    try:
-        check_view_sites([v.source for v in views], [study_site(v.study, r) for v, r in zip(views, recorded)])
-    except ExamViewError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def answer_exam(predictor, views: list[StudyView], task: str, prompt: str | None,
-                readout: str | None = None) -> Result:
+def answer_exam(predictor, exam: ExamRead, task: str, prompt: str | None, readout: str | None = None) -> Result:
     """The model's answer about all views, on the model thread (never beside a batch); `predict_exam` measures each
     object with its own view's spacing."""
-    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, [v.frame for v in views], readout).result()
+    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, exam.frames, readout).result()
 
 
-def exam_reply(result: Result, views: list[StudyView], task: str, prompt: str | None, calibrate: bool) -> dict:
+def exam_reply(result: Result, exam: ExamRead, task: str, prompt: str | None, calibrate: bool) -> dict:
     """The answer JSON: the answer and objects (each with its 0-based `view`), and per view its image, frame,
     geometry and the markups of its objects in that geometry (where the client loads that view)."""
     out_views = []
-    for k, view in enumerate(views):
-        geometry = view.study.output_geometry(calibrate=calibrate)
-        mine = view_result(result, k, view.frame.index, view.frame.size)
-        entry = {"view": k, "image": view.source, "frame": view.frame.index,
-                 "geometry": geometry_info(view.study, geometry),
-                 "markups": frame_markups([mine], geometry), "warnings": view.notes}
+    for k, (view, study, frame) in enumerate(zip(exam.views, exam.studies, exam.frames)):
+        geometry = study.output_geometry(calibrate=calibrate)
+        mine = view_result(result, k, frame.index, frame.size)
+        entry = {"view": k, "image": view.image, "frame": view.frame,
+                 "geometry": geometry_info(study, geometry),
+                 "markups": frame_markups([mine], geometry), "warnings": exam.notes[k]}
         if task == "segment" and not result.unparsable:
-            entry["label"] = _view_label(mine, view, geometry, prompt or TEMPLATES["segment"].default_target)
+            entry["label"] = _view_label(mine, study, geometry, prompt or TEMPLATES["segment"].default_target)
         out_views.append(entry)
     cls = answer_finding(result.answer) if task == "diagnose" else None
     return {"task": task, "prompt": prompt, "answer": result.answer, "text": result.text, "class": cls,
             "objects": [o.to_dict() for o in result.objects], "confidence": result.confidence,
-            "warnings": result.warnings + [w for v in views for w in v.notes],
+            "warnings": result.warnings + [w for notes in exam.notes for w in notes],
             "exam": {"views": out_views}}
 
 
-def _view_label(mine: Result, view: StudyView, geometry: Geometry, target: str) -> dict:
+def _view_label(mine: Result, study: Study, geometry: Geometry, target: str) -> dict:
     """A view's masks as the label map a single-image segment of that view returns (its format, in its geometry),
     inline and base64-encoded: one reply carries every view's, and a client decodes each as it decodes a single
     image's label file. Named by the target (value 1), also when nothing was found, so its segment is cleared."""
-    suffix = label_map_suffix(view.study.geometry)
+    suffix = label_map_suffix(study.geometry)
     path = reply_path(suffix)
     try:
-        files = write_viewer_files([mine], view.study, geometry, labels_to=path, names=[target], fallback=target)
+        files = write_viewer_files([mine], study, geometry, labels_to=path, names=[target], fallback=target)
         data = Path(path).read_bytes()
     finally:
         Path(path).unlink(missing_ok=True)

@@ -41,27 +41,21 @@ class ExamItem:
         return str(self.path)
 
 
-def _views(item: ExamItem, request) -> list:
+def _views(item: ExamItem, request):
     """The examination's views in reading order, checked: count and sites (ValueError naming the problem)."""
-    from ..exam_views import StudyView, check_view_count, check_view_sites, study_site
-    from ..frames import current_frame
+    from ..exam_views import check_view_count, read_views, view_frame
 
     if len(item.files) == 1:
         study = _read(item.files[0], request.axis)
-        views = [StudyView(f"{item.files[0]} frame {k}", study, study.frames[k])
-                 for k in request.frames.select(study.geometry, item.display)]
-        check_view_count(len(views), "selected frames (--frames)")
-    else:
-        check_view_count(len(item.files), "image files in the folder")
-        views = []
-        for path in item.files:
-            study = _read(path, request.axis)
-            n = study.geometry.n_frames
-            k = current_frame(study.geometry.kind, n)
-            notes = [] if n == 1 else [f"{path.name}: a clip of {n} frames, frame {k} was read as the view"]
-            views.append(StudyView(str(path), study, study.frames[k], notes))
-    check_view_sites([v.source for v in views], [study_site(v.study) for v in views])
-    return views
+        frames = request.frames.select(study.geometry, item.display)
+        return read_views([str(item.files[0])] * len(frames), [study] * len(frames), frames,
+                          what="selected frames (--frames)")
+    check_view_count(len(item.files), "image files in the folder")  # counted before any file is read
+    studies = [_read(path, request.axis) for path in item.files]
+    chosen = [view_frame(study) for study in studies]
+    return read_views([str(p) for p in item.files], studies, [k for k, _ in chosen],
+                      [[f"{p.name}: {n}" for n in notes] for p, (_, notes) in zip(item.files, chosen)],
+                      what="image files in the folder")
 
 
 def process_exam(ctx, index: int, item: ExamItem) -> Outcome:
@@ -74,28 +68,30 @@ def process_exam(ctx, index: int, item: ExamItem) -> Outcome:
     if already_done(ctx, out_dir, wanted):
         return Outcome(index, item.display, item.name, "skipped")
     t0 = time.perf_counter()
-    views = _views(item, ctx.request)
-    for study in {id(v.study): v.study for v in views}.values():  # a clip's frames share one study: checked once
+    exam = _views(item, ctx.request)
+    for study in {id(s): s for s in exam.studies}.values():  # a clip's frames share one study: checked once
         _check_content(study, study.path)
     _clear(out_dir)
-    ctx.grow_bar(total=len(views), postfix=item.name[-30:])
-    result = ctx.predictor.predict_exam(ctx.request.task, ctx.request.prompt, [v.frame for v in views])
-    ctx.grow_bar(done=len(views))
+    n = len(exam.views)
+    ctx.grow_bar(total=n, postfix=item.name[-30:])
+    frames = exam.frames
+    result = ctx.predictor.predict_exam(ctx.request.task, ctx.request.prompt, frames)
+    ctx.grow_bar(done=n)
     view_docs = []
-    for k, v in enumerate(views):
+    for k, (view, study, frame) in enumerate(zip(exam.views, exam.studies, frames)):
         folder = VIEW_FOLDER.format(k=k + 1)
-        mine = view_result(result, k, v.frame.index, v.frame.size)
-        batch.write_outputs(out_dir / folder, v.study, [v.frame], [mine], {**wanted, "view": k},
+        mine = view_result(result, k, frame.index, frame.size)
+        batch.write_outputs(out_dir / folder, study, [frame], [mine], {**wanted, "view": k},
                             ctx.model_name, overlay=ctx.overlay)
-        view_docs.append({"view": k, "input": v.study.path, "frame": v.frame.index, "folder": folder,
-                          "spacing": list(v.frame.spacing) if v.frame.spacing is not None else None})
+        view_docs.append({"view": k, "input": study.path, "frame": view.frame, "folder": folder,
+                          "spacing": list(view.spacing) if view.spacing is not None else None})
     doc = {"format": batch.RESULTS_FORMAT, "version": batch.RESULTS_VERSION, "exam": True,
            "input": str(item.path), "model": ctx.model_name, "task": ctx.request.task, "request": wanted,
            "answer": result.answer, "text": result.text, "objects": [o.to_dict() for o in result.objects],
-           "warnings": result.warnings + [n for v in views for n in v.notes], "confidence": result.confidence,
+           "warnings": result.warnings + [w for notes in exam.notes for w in notes], "confidence": result.confidence,
            "views": view_docs, "elapsed_s": round(time.perf_counter() - t0, 3)}
     write_text(out_dir / batch.RESULTS_NAME, json.dumps(doc, indent=2))
-    return Outcome(index, item.display, item.name, "done", frames=len(views))
+    return Outcome(index, item.display, item.name, "done", frames=n)
 
 
 def _clear(out_dir: Path) -> None:

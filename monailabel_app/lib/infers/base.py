@@ -136,13 +136,13 @@ class UMindInferTask(InferTask):
             raise BadRequest(f"an examination's task must be one of {', '.join(self.exam_tasks)}, got {task!r}")
         prompt = exam_prompt(task, opts)
         readout = parse_readout(opts.get("readout"))
-        views = read_exam(opts, study, self.runtime.conf)
+        exam = read_exam(opts, study, self.runtime.conf)
         with PREDICT_LOCK:
             predictor, version = self.runtime.predictor()
         t2 = time.perf_counter()
-        result = answer_exam(predictor, views, task, prompt, readout)
+        result = answer_exam(predictor, exam, task, prompt, readout)
         t3 = time.perf_counter()
-        body = exam_reply(result, views, task, prompt, calibrate=not is_stock_extension(opts))
+        body = exam_reply(result, exam, task, prompt, calibrate=not is_stock_extension(opts))
         body["geometry"] = body["exam"]["views"][0]["geometry"]
         t4 = time.perf_counter()
         body["umind"] = {"version": version, "tasks": [task]}
