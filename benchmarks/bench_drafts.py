@@ -36,17 +36,17 @@ def _difference(ma: list, mb: list, task: str, prompt) -> dict:
             "iou": [round(float(mask_iou(x, y)), 5) for x, y in pairs]}
 
 
-def compare(n_images: int) -> dict:
+def compare(n_images: int, model_dir: str | None = None) -> dict:
     from umind_core import demo
     from umind_core.data.synthetic import SITES, generate
     from umind_core.inference.predictor import Predictor
 
-    model = demo.load_model(None)
+    model = demo.load_model(model_dir)
     # the decoder's own answers (boxes and lines as written): drafts must reproduce every kind of token
     drafted, stepped = (Predictor(model, decode="static", readout="tokens") for _ in range(2))
     stepped._engine.drafts = None  # the step-by-step decode this benchmark compares against
     images = [generate(seed=1_000_400 + i, site=SITES[i % len(SITES)], size=256).image for i in range(n_images)]
-    out = {"answers": 0, "text_differences": 0, "mask_differences": 0, "draft_tokens": 0, "draft_tokens_kept": 0,
+    out = {"model": model_dir or "bundled demo model", "answers": 0, "text_differences": 0, "mask_differences": 0, "draft_tokens": 0, "draft_tokens_kept": 0,
            "seconds_drafts_on": 0.0, "seconds_drafts_off": 0.0, "differing_masks": []}
     for _ in range(2):
         for image in images:
@@ -75,8 +75,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=40)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "decode" / "drafts.json")
+    ap.add_argument("--model", default=None, help="UMind folder (default: the bundled demo model)")
     args = ap.parse_args(argv)
-    out = compare(args.images)
+    out = compare(args.images, args.model)
     from umind_core.atomic import write_text
 
     write_text(args.out, json.dumps(out, indent=2) + "\n")

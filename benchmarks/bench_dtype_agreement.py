@@ -96,7 +96,7 @@ def compare(ref: dict, fast: dict) -> dict:
     return by_task
 
 
-def demo_model(work: Path, n: int) -> dict:
+def demo_model(work: Path, n: int, model_dir: str | None = None) -> dict:
     from umind_core import demo
     from umind_core.data.manifest import read_manifest, write_synthetic_dataset
     from umind_core.evaluation.runner import build_queries, evaluate
@@ -108,7 +108,7 @@ def demo_model(work: Path, n: int) -> dict:
     queries = build_queries(records, ("segment", "detect", "keypoints", "measure", "diagnose"))
     got, truth, seconds = {}, {}, {}
     for dtype in DTYPES:
-        model = demo.load_model(None, dtype=dtype)
+        model = demo.load_model(model_dir, dtype=dtype)
         t = time.perf_counter()
         got[dtype] = answers(model, records, queries)
         seconds[dtype] = round(time.perf_counter() - t, 1)
@@ -116,7 +116,7 @@ def demo_model(work: Path, n: int) -> dict:
                            progress=False).metrics["summary"]
         truth[dtype] = {k: round(v, 4) for k, v in summary.items()
                         if isinstance(v, float) and not k.startswith("exam_")}
-    return {"images": n, "questions": len(got["float32"]), "agreement": compare(got["float32"], got["bfloat16"]),
+    return {"model": model_dir or "bundled demo model", "images": n, "questions": len(got["float32"]), "agreement": compare(got["float32"], got["bfloat16"]),
             "against_truth": truth, "answer_seconds": seconds}
 
 
@@ -200,12 +200,14 @@ def main(argv=None) -> int:
                     help="also the 4B layout in this folder (bf16 against bf16 weights with float32 arithmetic)")
     ap.add_argument("--qwen4b-images", type=int, default=4)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--model", default=None, help="UMind folder for the demo model's part (default: the bundled one)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    result = json.loads(args.out.read_text()) if args.out.is_file() and args.qwen4b and not args.images else {}
+    # the parts not rerun are kept: the 4B layout's needs weights few machines hold
+    result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.images:
-        result = {"demo_model": demo_model(args.work, args.images),
-                  "small_real_vocabulary": small_layout(args.work, args.images)}
+        result.update(demo_model=demo_model(args.work, args.images, args.model),
+                      small_real_vocabulary=small_layout(args.work, args.images))
     if args.qwen4b:
         result["qwen3_vl_4b"] = qwen4b(args.qwen4b, args.qwen4b_images)
     write_text(args.out, json.dumps(result, indent=1))

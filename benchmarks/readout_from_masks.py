@@ -10,7 +10,7 @@ same 200 default-look and 200 `scanner_b` images (a look it never trained on) an
 sweep is rerun here.
 
     .venv/bin/python benchmarks/readout_from_masks.py --work /tmp/readout \\
-        --out benchmarks/results/readout_from_masks.json
+        --out benchmarks/results/readout_from_masks.json [--model DIR]
 """
 
 from __future__ import annotations
@@ -155,13 +155,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="result JSON")
     ap.add_argument("-n", type=int, default=200, help="images per look")
     ap.add_argument("--exams", type=int, default=100, help="examinations: each view alone, and read whole")
+    ap.add_argument("--model", default=None, help="UMind folder (default: the bundled demo model)")
     args = ap.parse_args(argv)
 
     from umind_core import demo
 
     work = Path(args.work)
-    model = demo.load_model(None)
+    model = demo.load_model(args.model)
     out: dict = {"command": " ".join(["benchmarks/readout_from_masks.py", *(argv or sys.argv[1:])]),
+                 "model": args.model or "bundled demo model",
                  "images_per_look": args.n, "tuning": _tuning(model, work, args.n), "looks": {}, "exams": {}}
     for look in HELD_OUT:
         manifest = held_out_set(work, look, args.n)
