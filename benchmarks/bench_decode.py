@@ -93,10 +93,11 @@ def main() -> None:
     parser.add_argument("--prompt", default="lesion")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--model", default=None, help="UMind folder (default: the bundled demo model)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = demo.load_model(None)
+    model = demo.load_model(args.model)
     image = synthetic.generate(3, site="breast", size=256).image
     preds = {m: Predictor(model, decode=m, readout="tokens") for m in MODES}  # the decoder's own answers
     t0 = time.perf_counter()

@@ -99,20 +99,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True, help="folder for eval.json and each arm's metrics and summary")
+    ap.add_argument("--model", default=str(DEMO), help="the model both arms continue (default: the bundled demo "
+                    "model; the published run continued demo model 3)")
     args = ap.parse_args(argv)
+    start_model = Path(args.model)
     work, out = Path(args.work), Path(args.out)
     flags, _, _ = recipe()
     make_set(work, "train", TRAIN_SEED0, TRAIN_N, flags)
     sets = {"default": held_out_set(work, "default", 200),  # the card's held-out sets, and fit_gap's unseen ones
             "unseen_varied": make_set(work, "unseen", UNSEEN_SEED0, 400, flags),
             "scanner_b": held_out_set(work, "scanner_b", 200)}
-    folders = {"demo3": DEMO}
+    folders = {"demo3": start_model}
     out.mkdir(parents=True, exist_ok=True)
     for name, grow, steps in ARMS:
-        start = DEMO
+        start = start_model
         if grow is not None:
             start = work / f"{name}_start"
-            print(f"{name}: {deepen(DEMO, start, *grow)} parameters in the base", flush=True)
+            print(f"{name}: {deepen(start_model, start, *grow)} parameters in the base", flush=True)
         folders[name] = train(work, name, start, steps) / "final"
         shutil.copy(work / name / "metrics.csv", out / f"{name}_metrics.csv")
         shutil.copy(work / name / "summary.json", out / f"{name}_summary.json")

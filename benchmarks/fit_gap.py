@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("-n", type=int, default=400, help="images of each set before the validation ones are left out")
+    ap.add_argument("--model", default=None, help="UMind folder (default: the bundled demo model)")
     args = ap.parse_args(argv)
     from umind_core import demo
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     work = Path(args.work)
     seen = trained_only(make_set(work, "seen", seed0, args.n, flags), fraction)
     unseen = make_set(work, "unseen", UNSEEN_SEED0, args.n, flags)
-    model = demo.load_model(None)
+    model = demo.load_model(args.model)
     out = {"command": " ".join(["benchmarks/fit_gap.py", *(argv or sys.argv[1:])]), "flags": flags,
            "trained_seed0": seed0, "unseen_seed0": UNSEEN_SEED0, "val_fraction": fraction,
            "trained": scores(model, seen), "unseen": scores(model, unseen)}

@@ -52,11 +52,11 @@ def make_sets(work: Path, n_train: int, n_test: int) -> None:
                "--size", "256", "--appearance", look, "--refusal-rate", "0")
 
 
-def model_at(work: Path, size: int) -> Path:
+def model_at(work: Path, size: int, start: Path = DEMO) -> Path:
     """Demo model 2's folder with the processor resizing to size x size pixels."""
     out = work / f"demo2_{size}"
     if not out.is_dir():
-        shutil.copytree(DEMO, out)
+        shutil.copytree(start, out)
         cfg_path = out / "processor" / "processor_config.json"
         cfg = json.loads(cfg_path.read_text())
         for key in ("image_processor", "video_processor"):
@@ -118,12 +118,14 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=20.0, help="training CPU time of each arm")
     ap.add_argument("--n-train", type=int, default=1600)
     ap.add_argument("--n-test", type=int, default=80)
+    ap.add_argument("--model", type=Path, default=DEMO, help="UMind folder both arms start from (default: the bundled "
+                    "demo model)")
     args = ap.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     log = work / "train.log"
     make_sets(work, args.n_train, args.n_test)
-    m8, m16 = model_at(work, 256), model_at(work, 512)
+    m8, m16 = model_at(work, 256, args.model), model_at(work, 512, args.model)
     calib = work / "calibration.json"
     if OUT.is_file() and not calib.is_file():  # the committed run's calibration, so that arms stay comparable
         calib.write_text(json.dumps(json.loads(OUT.read_text())["calibration"]))

@@ -74,12 +74,13 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--model", default=None, help="UMind folder (default: the bundled demo model)")
     args = ap.parse_args(argv)
 
     from umind_core import demo
     from umind_core.inference.predictor import Predictor
 
-    predictor = Predictor(demo.load_model(None))
+    predictor = Predictor(demo.load_model(args.model))
     rows = {look: scan(predictor, held_out_set(Path(args.work), look, args.n)) for look in LOOKS}
     out: dict = {"command": " ".join(["benchmarks/mask_threshold_scan.py", *(argv or sys.argv[1:])]),
                  "thresholds": THRESHOLDS, "looks": {}}

@@ -117,6 +117,8 @@ SITE_TARGETS = {"breast": ("breast lesion",), "thyroid": ("thyroid", "thyroid no
 #: the 20 labeled images (their truth, never the pseudo-labeled images'): it dropped the two masks of IoU 0.16 and
 #: 0.63 (a breast lesion's, scores 0.82 and 0.90, no agreeing box) and kept 23, of IoU 0.61-0.94 where named right
 PSEUDO_MIN_SCORE = 0.85
+#: the model every arm starts from and is scored against (`--model`; None: the bundled demo model)
+START_MODEL: str | None = None
 
 
 
@@ -188,7 +190,7 @@ def pseudo_labels(records) -> tuple[dict, dict]:
     from umind_core.evaluation.runner import record_frame
     from umind_core.inference.predictor import Predictor
 
-    predictor = Predictor(demo.load_model(None))
+    predictor = Predictor(demo.load_model(START_MODEL))
     frames = {r.id: record_frame(r) for r in records}
     found: dict[str, list] = {r.id: [] for r in records}
     counts: dict[str, dict] = {}
@@ -257,7 +259,7 @@ def pick_labels(rule: str, candidates: list, n: int) -> tuple[list, dict]:
     from umind_core.evaluation.runner import record_frame
     from umind_core.inference.predictor import Predictor
 
-    predictor = Predictor(demo.load_model(None))
+    predictor = Predictor(demo.load_model(START_MODEL))
     if rule in ("uncertainty", "uncertainty_balanced"):
         from monailabel_app.lib.activelearning.uncertainty import image_signals
 
@@ -413,7 +415,7 @@ def run_recipe(name: str, manifest: Path, sets: dict, out: Path) -> dict:
     from umind_core.training.trainer import train
 
     overrides, lora = RECIPES[name]
-    model = demo.load_model(None, trainable=True)
+    model = demo.load_model(START_MODEL, trainable=True)
     full = bool(lora.get("full"))
     if not full:
         vision = TrainParams().lora_vision if "vision" in lora and lora["vision"] is None else bool(lora.get("vision"))
@@ -445,6 +447,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "loop_recipe")
+    ap.add_argument("--model", default=None, help="UMind folder to start from (default: the bundled demo model)")
     ap.add_argument("--labels", type=int, default=20)
     ap.add_argument("--tune", type=int, default=60, help="scanner_b pool images scored (not among the labels)")
     ap.add_argument("--default", type=int, default=40)
@@ -456,6 +459,8 @@ def main(argv=None) -> int:
     ap.add_argument("--picks", choices=PICK_RULES, default="random",
                     help="which candidates are labeled (pick_labels); use a separate --out per rule")
     args = ap.parse_args(argv)
+    global START_MODEL
+    START_MODEL = args.model
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [n for n in names if n not in RECIPES]
     if unknown:
@@ -480,7 +485,7 @@ def main(argv=None) -> int:
     results["labels"] = [r.id for r in picked]
     results["picks"] = {"rule": args.picks, "sites": dict(sorted(collections.Counter(r.site for r in picked).items())), **pick_info}
     if "start" not in results:
-        results["start"] = score(demo.load_model(None), sets)
+        results["start"] = score(demo.load_model(START_MODEL), sets)
         write_text(path, json.dumps(results, indent=2))
     print("start", json.dumps(results["start"]), flush=True)
     manifests: dict[tuple, Path] = {}

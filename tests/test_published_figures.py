@@ -847,3 +847,25 @@ def test_real_hc18_loop_row_and_augmented_retrains_are_the_benchmark():
     moved = re.search(r"Dice moved ([-+]\d\.\d{3}) and ([-+]\d\.\d{3})", _flat(notes)).groups()
     for name, change in zip(("umind_uncertainty", "random"), moved):  # paired with run 0, the same pool and test
         assert round(float(augmented[name][20][9]) - float(runs[0][name][20][9]), 3) == float(change), name
+
+
+#: benchmark scripts whose rows read no model of their own (a model-free ceiling, stored gate rows, two named models)
+_NO_MODEL_FLAG = {"mask_resolution_ceiling.py", "replay_gate.py", "bench_model_latency.py"}
+
+
+def test_rows_on_an_earlier_model_name_a_script_that_takes_it():
+    """A row naming an earlier model (demo model 2 or 3, a stage of demo model 4) ran on that model, which the
+    header tells a reader to pass as `--model`: every benchmark script in such a row's command must take the flag
+    (without it the command reads the bundled model and prints another model's figures: three rows did)."""
+    earlier = re.compile(r"demo model [23]\b|stage \d")
+    rows = [ln for ln in BENCHMARKS.read_text(encoding="utf-8").splitlines() if ln.startswith("| ")][2:]
+    checked = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if not earlier.search(cells[0]):
+            continue
+        for script in set(re.findall(r"`(\w+\.py)\b", cells[3])) - _NO_MODEL_FLAG:
+            source = (REPO / "benchmarks" / script).read_text(encoding="utf-8")
+            assert '"--model"' in source, f"{script} (row {cells[0]!r}) takes no --model"
+            checked.add(script)
+    assert {"readout_from_masks.py", "fit_gap.py", "bench_annotation_loop.py"} <= checked, checked
