@@ -714,7 +714,7 @@ def test_demo_model_4_card_and_row_are_their_result_files():
     card = _flat(CARD)
     h, b = real["hc18"], real["busi"]
     assert f"| **{h['dice_mean']:.3f}** [{h['dice_ci95'][0]:.3f}, {h['dice_ci95'][1]:.3f}]" in card
-    assert f"| **{h['hc_mad_mm']:.1f}** [{h['hc_mad_ci95'][0]:.1f}, {h['hc_mad_ci95'][1]:.1f}]" in card
+    assert f"| **{h['hc_mad_mm']:.2f}** [{h['hc_mad_ci95'][0]:.2f}, {h['hc_mad_ci95'][1]:.2f}]" in card
     assert f"| **{b['three_class_accuracy']:.3f}** |" in card and f"| **{b['benign_vs_malignant']:.3f}** |" in card
     cs, cs3 = b["class_scores"], json.loads((RESULTS / "real_heldout_demo3.json").read_text())["busi"]["class_scores"]
     for key in ("forced_three_class_accuracy", "auc_benign_vs_malignant", "auc_lesion_vs_normal"):
@@ -725,7 +725,7 @@ def test_demo_model_4_card_and_row_are_their_result_files():
     full = _full_row(_notes("demo_model4"), "demo model 4 (bundled", start=True)
     short = _short_row("Demo model 4, real held-out split |") + _short_row("Demo model 4, synthetic")
     for row in (full, short):
-        assert f"Dice {h['dice_mean']:.3f}" in row and f"{h['hc_mad_mm']:.1f} mm" in row
+        assert f"Dice {h['dice_mean']:.3f}" in row and f"{h['hc_mad_mm']:.2f} mm" in row
         assert f"three classes {b['three_class_accuracy']:.3f}" in row
         assert f"AUC benign vs malignant {b['class_scores']['auc_benign_vs_malignant']:.3f}" in row
         assert (f"default look mIoU {syn['demo4_default']['segmentation_miou']:.3f} against "
@@ -805,7 +805,7 @@ def test_rows_once_without_a_result_file_are_their_files():
     assert f"{int(n):,} images in {float(seconds):.1f} s ({int(n) / float(seconds):.1f} images/s)" in _short_row(
         "Synthetic data |")
     minutes = [f"{json.loads((RESULTS / 'demo_model4' / f'stage{k}_summary.json').read_text())['seconds'] / 60:.1f}"
-               for k in (1, 3, 4, 5, 8, 9, 10)]
+               for k in (1, 3, 4, 5, 8, 9, 10, 12)]
     assert f"demo model 4's shipped stages: {', '.join(minutes)} min" in _short_row(
         "Training time, every weight |")
 
