@@ -80,7 +80,10 @@ def test_demo_model_parameter_count_in_card_and_docs(demo_model):
     total, _ = _count(demo_model)
     assert demo_model.peft_model is None  # shipped without an adapter: every weight was trained
     assert f"{_fmt(total)} parameters" in _flat(CARD)
-    assert f"| demo model (`small`, 256 px, larger scans up to 384 px, no adapter) | {_fmt(total)} |" in MODEL_DOC.read_text(encoding="utf-8")
+    largest = round(demo_model.processor.image_processor.size["longest_edge"] ** 0.5)  # the input a large scan keeps
+    assert f"| demo model (`small`, 256 px, larger scans up to {largest} px, no adapter) | {_fmt(total)} |" in \
+        MODEL_DOC.read_text(encoding="utf-8")
+    assert f"up to {largest} px for larger scans" in _flat(README) and f"at most {largest}x{largest} pixels" in _flat(CARD)
     stated = re.findall(r"(\d+(?:\.\d+)?) M parameters", _flat(README))
     assert stated and set(stated) == {f"{total / 1e6:.1f}"}, stated  # every mention in the README
 
