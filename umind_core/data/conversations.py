@@ -28,7 +28,7 @@ import numpy as np
 
 from ..answers import grounding
 from ..prompts import EXAM_TEMPLATES, TASKS, TEMPLATES, build_exam_text, build_user_text
-from .manifest import (Conversation, ManifestObject, Record, object_box, read_manifest, rebase,
+from .manifest import (MIN_EXAM_VIEWS, Conversation, ManifestObject, Record, object_box, read_manifest, rebase,
                        write_manifest)
 
 __all__ = [
@@ -493,7 +493,7 @@ def build_exam_conversations(exam: Record, sizes: Sequence[tuple[int, int]], rng
                              tasks: Sequence[str] | None = None) -> list[Conversation]:
     """All training conversations an examination's annotations support: one user turn that sees every view,
     then the question; grounded answers name the view of each object. `sizes` is (width, height) per view."""
-    if not isinstance(exam, Record) or len(exam.views) < 2:
+    if not isinstance(exam, Record) or len(exam.views) < MIN_EXAM_VIEWS:
         raise ConversationError(f"exam must be a manifest Record of several views, got {_kind(exam)}")
     if len(sizes) != len(exam.views):
         raise ConversationError(f"exam {exam.id!r}: {len(sizes)} sizes for {len(exam.views)} views")
