@@ -678,6 +678,8 @@ def test_a_view_is_the_manifests_view_wherever_it_is_read():
         read_views(["clip", "still"], [clip, still], [0, 0], sites=["kidney", "thyroid"])
     with pytest.raises(ExamViewError, match="at least 2 views"):
         read_views(["clip"], [clip], [0])
+    with pytest.raises(ValueError, match="2 views, 2 studies, 2 frames, 1 sites"):  # never a view dropped by zip
+        read_views(["clip", "still"], [clip, still], [0, 0], sites=["kidney"])
 
 
 def test_the_slicer_label_file_sniffing_is_imageios_rule(tmp_path):

@@ -19,6 +19,7 @@ from .imageio import Frame, Study
 __all__ = ["MAX_EXAM_VIEWS", "MIN_EXAM_VIEWS", "ExamRead", "ExamViewError", "check_view_count", "check_view_sites",
            "read_views", "study_site", "view_frame", "view_result"]
 
+
 class ExamViewError(ValueError):
     """Views that cannot be read as one examination; the message names the view and the problem."""
 
@@ -58,14 +59,18 @@ def read_views(sources: Sequence[str], studies: Sequence[Study], frames: Sequenc
     """The examination of view k = frame `frames[k]` of `studies[k]`, read from `sources[k]` (a path, a datastore
     id), checked: the view count (`check_view_count`, `what` names what was counted) and one site (`sites[k]`, what
     a record says, else the study's own; `check_view_sites`). ExamViewError names the problem."""
-    check_view_count(len(sources), what, cap, cap_rule)
     sites = list(sites) if sites is not None else [None] * len(sources)
+    notes = [list(n) for n in notes] if notes is not None else [[] for _ in sources]
+    if not len(sources) == len(studies) == len(frames) == len(sites) == len(notes):  # zip would drop views
+        raise ValueError(f"one study, frame, site and notes per view: {len(sources)} views, {len(studies)} studies, "
+                         f"{len(frames)} frames, {len(sites)} sites, {len(notes)} notes")
+    check_view_count(len(sources), what, cap, cap_rule)
     shown = [study_site(study, recorded) for study, recorded in zip(studies, sites)]
     check_view_sites(list(sources), shown)
     views = [View(image=str(src), frame=int(k), spacing=study.frames[k].spacing, site=site)
              for src, study, k, site in zip(sources, studies, frames, shown)]
     record = Record(id=str(sources[0]), views=views, site=next((s for s in shown if s), None))
-    return ExamRead(record, list(studies), [list(n) for n in notes] if notes is not None else [[] for _ in views])
+    return ExamRead(record, list(studies), notes)
 
 
 def check_view_count(count: int, what: str, cap: int = MAX_EXAM_VIEWS,
