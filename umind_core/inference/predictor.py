@@ -39,7 +39,8 @@ How the work is split:
 
 What lives where: this module checks the inputs (frames, visual prompts), builds each row's prompt and turns each
 decoded answer into a Result (objects, masks, confidence); `decode_batch.BatchDecoder` forms the batches,
-encodes and stacks the image prefixes, feeds the prompts and decodes, narrowing the cache as rows end.
+encodes and stacks the image prefixes, feeds the prompts and decodes, narrowing the cache as rows end;
+`readout` says which prompts are read off a mask and draws their boxes, points and lines from it.
 """
 
 from __future__ import annotations
@@ -54,13 +55,12 @@ import numpy as np
 import torch
 
 from .. import prompts
-from ..answers import calipers as caliper_rule
-from ..answers import grounding, landmarks
+from ..answers import grounding
 from ..answers.results import GroundedObject, Result
-from ..imageio import Frame, line_length
-from ..masks import drawn_objects, mask_box
+from ..imageio import Frame
 from . import fast_decode
 from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
+from .readout import mask_reading, read_off_masks
 
 __all__ = ["READOUTS", "Job", "Predictor", "PredictorError", "checked_readout"]
 
@@ -314,7 +314,7 @@ class Predictor:
         """The user text about one row's views (one image, or an examination's views: `prompts.user_text`); the
         visual prompt is checked and placed on the first by `prompts.VisualPrompt`. With `readout="mask"` a
         detection, a lesion caliper or an organ's landmarks asks the model to segment the target
-        (`_read_off_masks`), in every view."""
+        (`readout.read_off_masks`), in every view."""
         width, height = frames[0].size
         try:
             vp = prompts.VisualPrompt.of(box, points, labels)
@@ -330,20 +330,11 @@ class Predictor:
                    readout=None if readout is None else readout[1])
 
     def _mask_readout(self, task, prompt, readout: str | None = None) -> tuple[str | None, str] | None:
-        """(what to segment, what to read off its mask: "boxes", "landmarks", an axis or "perimeter") when this
-        prompt's answer is to be read off a mask (`readout`, else the Predictor's), else None (the model's own tokens
-        answer): a detection, a lesion caliper, an organ's landmarks, length or head circumference
-        (`landmarks.ORGANS`, `landmarks.MEASURES`)."""
+        """`readout.mask_reading` of this prompt when it is to be read off a mask (`readout`, else the Predictor's),
+        else None (the model's own tokens answer)."""
         if (self.readout if readout is None else checked_readout(readout)) != "mask":
             return None
-        if task == "detect":
-            return prompt, "boxes"
-        if task == "keypoints":
-            organ = landmarks.landmark_target(prompt)
-            return None if organ is None else (organ, "landmarks")
-        if task == "measure":
-            return caliper_rule.caliper_target(prompt) or landmarks.measure_target(prompt)
-        return None
+        return mask_reading(task, prompt)
 
     def _run(self, state: ImageState, rows: list[Row], on_row=None) -> list[Result]:
         """Answer row b's prompt on row b of `state` (the batch decoder's work); build each row's Result the moment
@@ -356,7 +347,7 @@ class Predictor:
             frames, features = state.row_views(b)
             res = self._result(frames, features, dec, rows[b].task, rows[b].prompt, list(rows[b].warnings))
             if rows[b].readout is not None:
-                _read_off_masks(res, rows[b], frames)
+                read_off_masks(res, rows[b], frames)
             res.timings.update(encode_s=state.encode_s / batch, prompt_s=prompt_s / batch, decode_s=decode_s / batch)
             results[b] = res
             if on_row is not None:
@@ -452,93 +443,6 @@ def checked_readout(readout: str) -> str:
     if readout not in READOUTS:
         raise PredictorError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
     return readout
-
-
-def _read_off_masks(result: Result, row: Row, frames: Sequence[Frame]) -> None:
-    """Turn the target's segment answer into the boxes, landmarks or caliper `row` asked for, in place, and measure
-    them; `frames` are the image's one frame or an examination's views.
-
-    Why: on 200 held-out images of each look the boxes and lesion lines demo model 3 writes as coordinates were
-    looser than its masks: detection F1 0.857 and 0.802 (default look, `scanner_b`) against 0.950 and 0.893 with
-    boxes read off its masks, lesion calipers 25.6% and 29.9% off against 18.4% and 19.1%; the truth's boxes and
-    calipers are drawn from masks by the same rules (benchmarks/results/NOTES.md). Where the model refuses the target
-    (its answer says it is not there), nothing is drawn and its answer stands."""
-    drawn = [o for o in result.objects if o.mask is not None and o.mask.any()]
-    if result.objects and not drawn:  # it named the target but drew no pixel of it: nothing to show
-        result.raw_answer = ""
-        result.warnings.append(f"nothing found: the model's answer for {row.prompt or row.task!r} holds no mask "
-                               "pixels to read boxes, landmarks or calipers off")
-    if row.readout == "boxes":
-        result.objects = _boxes(drawn, row)
-    elif row.readout == "landmarks":
-        result.objects = _landmarks(result, drawn, row)
-    else:
-        result.objects = _caliper(result, drawn, row, frames) if drawn else []
-    if result.views:
-        result.attach_views(frames)
-    else:
-        result.attach_geometry(frames[0])
-
-
-def _per_view(drawn: list[GroundedObject]) -> list[tuple[int | None, list[GroundedObject], np.ndarray, float | None]]:
-    """(view, its objects, the union of their masks, their mean score) for each view the drawn masks are in, in the
-    answer's order (one entry, view None, for a single image)."""
-    by_view: dict[int | None, list[GroundedObject]] = {}
-    for o in drawn:
-        by_view.setdefault(o.view, []).append(o)
-    out = []
-    for view, objs in by_view.items():
-        scores = [o.score for o in objs if o.score is not None]
-        out.append((view, objs, np.logical_or.reduce([o.mask for o in objs]),
-                    float(np.mean(scores)) if scores else None))
-    return out
-
-
-def _boxes(drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
-    """A box per object of the drawn masks (`masks.drawn_objects`: each lesion, one organ), view by view."""
-    out = []
-    for view, objs, mask, score in _per_view(drawn):
-        label = objs[0].label or row.prompt or "lesion"
-        out += [GroundedObject(label=label, box=mask_box(piece), score=score, view=view)
-                for piece in drawn_objects(mask, label)]
-    return out
-
-
-def _landmarks(result: Result, drawn: list[GroundedObject], row: Row) -> list[GroundedObject]:
-    """The organ's two landmarks (`landmarks.organ_landmarks`), one object per point as the model writes them, in
-    each view whose mask shows the organ; the answer names them (and the view)."""
-    out, said = [], []
-    for view, _, mask, score in _per_view(drawn):
-        points = landmarks.organ_landmarks(row.prompt, mask)
-        out += [GroundedObject(label=name, points=[xy], score=score, view=view) for name, xy in points]
-        said.append(("" if view is None else f"View {view + 1}: ") + ", ".join(name for name, _ in points))
-    result.raw_answer = "; ".join(said)
-    return out
-
-
-def _caliper(result: Result, drawn: list[GroundedObject], row: Row, frames: Sequence[Frame]) -> list[GroundedObject]:
-    """The asked axis of the lesion (`calipers.mask_axes`) or of the organ (`landmarks.ellipse_axes`: a kidney's
-    length, a BPD, an OFD; its ellipse for a head circumference, measured by its perimeter) with its mask, in the view
-    where its long axis is longest in mm (the view a sonographer measures it in); the answer names the caliper (and
-    the view)."""
-    calibrated = all(f.spacing is not None for f in frames)  # views compare in mm, else all in pixels
-
-    def spacing(o: GroundedObject):
-        return frames[o.view or 0].spacing if calibrated else None
-
-    def axes_of(o: GroundedObject):  # an organ's ellipse is fitted in mm, where its axes are perpendicular
-        return landmarks.ellipse_axes(o.mask, spacing(o)) if landmarks.measure_target(row.prompt) \
-            else caliper_rule.mask_axes(o.mask)
-
-    lesion, axes = max(((o, axes_of(o)) for o in drawn), key=lambda found: line_length(
-        found[1][0], spacing(found[0])).value)  # the long axis
-    where = "" if lesion.view is None else f"View {lesion.view + 1}: "  # an exam answer names its view
-    result.raw_answer = f"{where}{row.prompt or ''}"
-    if row.readout == landmarks.PERIMETER:
-        return [GroundedObject(label=row.prompt, ellipse=(*axes[0], *axes[1]), mask=lesion.mask, score=lesion.score,
-                               view=lesion.view)]
-    line = axes[caliper_rule.AXES[row.readout]]
-    return [GroundedObject(label=row.prompt, line=line, mask=lesion.mask, score=lesion.score, view=lesion.view)]
 
 
 def _span_objects(span, width: int, height: int, masks: dict, mask_scores: dict, token_score: float | None,
