@@ -166,12 +166,12 @@ def small_layout(work: Path, n: int, max_new_tokens: int = 16) -> dict:
 
 def qwen4b(folder: Path, n: int, max_new_tokens: int = 12) -> dict:
     """Qwen3-VL-4B's layout (random weights: `scripts/make_qwen_layout.py --variant 4b`): the bf16 path this project
-    serves it with against bf16 weights with float32 arithmetic (`modeling.upcast`, the nearest to a float32 reference
+    serves it with against bf16 weights with float32 arithmetic (`modeling.speedups.upcast`, the nearest to a float32 reference
     that fits in this machine's memory), the same greedy answers token by token."""
     import gc
 
     from umind_core.modeling.umind import UMindVL
-    from umind_core.modeling.upcast import compute_in_float32
+    from umind_core.modeling.speedups.upcast import compute_in_float32
 
     got, ids, seconds = {}, {}, {}
     for mode in ("bfloat16", "bf16-weights"):

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="JSON with every figure, rewritten after each step")
     parser.add_argument("--save-dir", type=Path, default=Path("/tmp/umind-4b-version"))
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "bf16-weights"), default="bfloat16",
-                        help="bf16-weights: weights stored bf16, arithmetic float32 (umind_core.modeling.upcast), "
+                        help="bf16-weights: weights stored bf16, arithmetic float32 (umind_core.modeling.speedups.upcast), "
                              "for CPUs without bf16 instructions (AVX2 only), where bf16 matmuls are emulated and a "
                              "LoRA step did not finish in 25 minutes; float32 needs ~17 GiB for weights alone")
     args = parser.parse_args(argv)
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         model = UMindVL.from_pretrained(args.folder, dtype="bfloat16" if args.dtype == "bf16-weights" else args.dtype,
                                         trainable=True)
         if args.dtype == "bf16-weights":
-            from umind_core.modeling.upcast import compute_in_float32
+            from umind_core.modeling.speedups.upcast import compute_in_float32
 
             compute_in_float32(model)
         load_s = time.perf_counter() - t0

@@ -157,10 +157,10 @@ def test_parameter_counts_match_an_independent_count(tiny_model_factory):
 
 
 def test_patch_embedding_as_matmul_equals_the_stock_conv3d_and_reads_its_live_weight(tiny_model_factory):
-    """At inference the vision patch embedding runs as one matrix product (modeling/patch_embed.py): the same
+    """At inference the vision patch embedding runs as one matrix product (modeling/speedups/patch_embed.py): the same
     numbers as transformers' Conv3d on the processor's flattened patches, from the conv's own weight at call
     time; a module it does not fit is left alone."""
-    from umind_core.modeling.patch_embed import patch_embed_as_matmul
+    from umind_core.modeling.speedups.patch_embed import patch_embed_as_matmul
 
     model = tiny_model_factory().eval()
     embed = model.qwen.model.visual.patch_embed

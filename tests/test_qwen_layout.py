@@ -216,7 +216,7 @@ def test_bf16_weights_with_float32_arithmetic_train_like_float32(layout):
     """`compute_in_float32` (the 4B model on a CPU without bf16 instructions): frozen weights stay bf16, trainable
     ones become float32, and a LoRA step's loss and gradients equal those of the same weights held in float32
     (up to the bf16 rounding of the pixels, which follow the model's dtype)."""
-    from umind_core.modeling.upcast import compute_in_float32
+    from umind_core.modeling.speedups.upcast import compute_in_float32
 
     def load(upcast: bool):
         torch.manual_seed(0)  # the same fresh LoRA and decoder in both

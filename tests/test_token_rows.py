@@ -1,4 +1,4 @@
-"""The adapter's grounding-token rows merged once per change (umind_core/modeling/token_rows.py): the same logits
+"""The adapter's grounding-token rows merged once per change (umind_core/modeling/speedups/token_rows.py): the same logits
 as peft's per-forward merge, no vocabulary-sized copy per forward at inference, and the rows still learn."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from umind_core.modeling.token_rows import embedding_weight, keep_merged_token_rows
+from umind_core.modeling.speedups.token_rows import embedding_weight, keep_merged_token_rows
 
 
 class _VocabCopies(TorchDispatchMode):

@@ -28,8 +28,8 @@ from .base_folder import BaseFolderError, check_tokenizer, check_weights, read_c
 from .config import CONFIG_NAME, LoraSettings, UMindConfig
 from .mask_decoder import DynamicConvMaskDecoder
 from .packing import packed_attention_mask, packed_position_ids
-from .patch_embed import patch_embed_as_matmul
-from .token_rows import embedding_weight, keep_merged_token_rows
+from .speedups.patch_embed import patch_embed_as_matmul
+from .speedups.token_rows import embedding_weight, keep_merged_token_rows
 
 __all__ = ["UMindVL", "UMindOutput", "UMindModelError", "install_grounding_tokens"]
 
