@@ -8,7 +8,8 @@
 # Stage 1 starts from the bundled demo model 3; stage N from WORK/stage<N-1>/final (or FROM=<folder>); LR overrides
 # the stage's learning rate; AUGMENT=F shows a fraction F of the images zoomed, shifted and toned (`umind train
 # --augment`); MAX_IMAGE_SIZE=N lets the real scans, larger than the input, keep up to about N x N pixels (`umind
-# train --max-image-size`; the synthetic 256 px images keep theirs).
+# train --max-image-size`; the synthetic 256 px images keep theirs); MIN_IMAGE_SIZE=N reads smaller images (BUSI's and
+# the synthetic 256 px ones) enlarged to about N x N (`umind train --min-image-size`).
 set -euo pipefail
 work=${1:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
 stage=${2:?usage: train_demo_model4.sh WORK STAGE [MAX_STEPS]}
@@ -57,4 +58,4 @@ esac
 exec "$umind" train --manifest "$work/$mix/manifest.jsonl" --out "$work/stage$stage" --model "$from" --full \
   --batch-size 8 --val-fraction 0.02 --lr "$lr" --warmup-ratio 0.03 --epochs 20 --max-steps "$steps" \
   --save-every 100 --eval-every 300 --keep-checkpoints 2 --log-every 20 --no-progress --augment "${AUGMENT:-0}" \
-  ${MAX_IMAGE_SIZE:+--max-image-size "$MAX_IMAGE_SIZE"}
+  ${MAX_IMAGE_SIZE:+--max-image-size "$MAX_IMAGE_SIZE"} ${MIN_IMAGE_SIZE:+--min-image-size "$MIN_IMAGE_SIZE"}

@@ -65,3 +65,25 @@ def test_max_image_size_grows_large_images_only_and_is_saved_with_the_processor(
         tiny.set_max_image_size(processor, 64)
     with pytest.raises(ValueError, match="multiple of 32"):
         tiny.set_max_image_size(processor, 300)
+
+
+def test_min_image_size_enlarges_small_images_only_and_is_saved_with_the_processor(tmp_path):
+    import numpy as np
+    from transformers import AutoProcessor
+
+    processor = tiny.build_model("tiny", image_size=128).processor
+    wide, small = np.zeros((540, 800, 3), np.uint8), np.zeros((128, 128, 3), np.uint8)
+
+    def grid(p, image):
+        return p.image_processor(images=[image], return_tensors="pt")["image_grid_thw"].tolist()
+
+    with pytest.raises(ValueError, match="above the model's largest input"):
+        tiny.set_min_image_size(processor, 192)  # the largest is still 128 x 128
+    tiny.set_max_image_size(processor, 256)
+    tiny.set_min_image_size(processor, 192)
+    assert grid(processor, small) == [[1, 12, 12]]  # enlarged to 192 x 192
+    assert grid(processor, wide) == [[1, 12, 18]]  # a large image keeps the largest size
+    processor.save_pretrained(tmp_path)
+    assert grid(AutoProcessor.from_pretrained(tmp_path), small) == [[1, 12, 12]]
+    with pytest.raises(ValueError, match="multiple of 32"):
+        tiny.set_min_image_size(processor, 200)

@@ -115,6 +115,9 @@ def test_cli_flags_mirror_the_config(tmp_path):
     odd = parser.parse_args(["--manifest", "m", "--out", "o", "--model", "M", "--max-image-size", "300"])
     with pytest.raises(ValueError, match="multiple of 32"):
         run_train(odd)
+    fresh = parser.parse_args(["--manifest", str(tmp_path / "nope.jsonl"), "--out", "o", "--min-image-size", "384"])
+    with pytest.raises(TrainingError, match="--min-image-size continues a model"):
+        run_train(fresh)
 
 
 def test_run_train_builds_conversations_for_a_raw_manifest(manifest, tmp_path, capsys):

@@ -56,6 +56,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-image-size", type=int, default=None,
                         help="with --model: images larger than the model's input keep up to about N x N pixels "
                         "(smaller ones keep the model's own size); saved with the trained model")
+    parser.add_argument("--min-image-size", type=int, default=None,
+                        help="with --model: images smaller than N x N pixels are read enlarged to about that "
+                        "(at most the largest size; applied after --max-image-size); saved with the trained model")
     parser.add_argument("--full", action="store_true", help="train all weights (no LoRA): for random-init models")
     parser.add_argument("--strict", action="store_true",
                         help="stop (exit 1) when the manifest check finds any problem, instead of skipping the "
@@ -146,6 +149,10 @@ def _model(args: argparse.Namespace, config: TrainConfig):
         from ..modeling.tiny import set_max_image_size
 
         set_max_image_size(model.processor, args.max_image_size)
+    if args.min_image_size is not None:
+        from ..modeling.tiny import set_min_image_size
+
+        set_min_image_size(model.processor, args.min_image_size)
     if lora is not None and model.config.lora is None:
         print(f"umind train: {args.model} has no LoRA adapter; attaching a fresh one (--full trains every "
               "weight instead)", file=sys.stderr)
@@ -162,12 +169,14 @@ def run_train(args: argparse.Namespace) -> int:
                          progress=not args.no_progress,
                          mixed_precision=_resolve_mixed_precision(args.mixed_precision),
                          **{name: getattr(args, name) for name in _CLI_FIELDS})
-    if args.max_image_size is not None:  # refused before the manifest's check, not after it
+    for flag, size in (("--max-image-size", args.max_image_size), ("--min-image-size", args.min_image_size)):
+        if size is None:  # refused before the manifest's check, not after it
+            continue
         from ..modeling.tiny import check_image_size
 
         if not args.model:
-            raise TrainingError("--max-image-size continues a model (--model); a fresh one takes --image-size")
-        check_image_size(args.max_image_size)
+            raise TrainingError(f"{flag} continues a model (--model); a fresh one takes --image-size")
+        check_image_size(size)
     manifest = Path(args.manifest)
     if not manifest.is_file():
         raise TrainingError(f"manifest {manifest} does not exist")

@@ -140,6 +140,23 @@ def set_max_image_size(processor, image_size: int) -> None:
     image_processor.size = SizeDict(shortest_edge=least, longest_edge=pixels)
 
 
+def set_min_image_size(processor, image_size: int) -> None:
+    """Read images smaller than image_size**2 pixels enlarged to about that many (larger ones as before). Why: a
+    256 px image (a BUSI scan, a synthetic one) is 8 x 8 merged tokens, 32 px of the image each, coarse for a
+    lesion's margin and shape, which tell benign from malignant; enlarged, the same pixels meet more of the
+    network. Never above the largest size, so large images keep theirs. Saved with the processor, as above."""
+    from transformers.image_processing_utils import SizeDict
+
+    check_image_size(image_size)
+    image_processor = processor.image_processor
+    most = int(image_processor.size.longest_edge or 0)
+    pixels = image_size * image_size
+    if pixels > most:
+        raise ValueError(f"image size {image_size} is above the model's largest input ({most} pixels); raise "
+                         "--max-image-size first")
+    image_processor.size = SizeDict(shortest_edge=pixels, longest_edge=most)
+
+
 def build_qwen(spec: TinySpec, tokenizer, seed: int = 0):
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
