@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "monailabel_app"))
 
 from lib.datastore import GuardedDatastore  # noqa: E402
 from lib.index_repair import repair_index  # noqa: E402
-from lib.wall.errors import BadRequest, check_params_json  # noqa: E402
+from lib.wall.errors import BadRequest, Conflict, check_params_json  # noqa: E402
 from lib.wall.finite_json import finite_json  # noqa: E402
 from lib.wall.image_end import trailing_bytes  # noqa: E402
 from lib.wall.json_limits import (MAX_STORED_BYTES, MAX_STORED_DEPTH, check_stored, json_depth,  # noqa: E402
@@ -150,6 +150,32 @@ def test_symlinks_in_the_studies_folder_are_not_served_written_or_followed_on_de
     assert store.datalist() == []
     store.remove_image("a")
     assert victim.exists() and victim.read_bytes() == before and not label.is_symlink()
+
+
+def test_a_linked_folder_inside_the_studies_folder_is_not_served_or_followed_on_delete(tmp_path):
+    """Every component below the studies folder is checked, not only the file: a label folder swapped for a link
+    to an outside folder holding a file of the same name must not serve or delete that file."""
+    studies, outside = tmp_path / "studies", tmp_path / "outside"
+    studies.mkdir()
+    outside.mkdir()
+    png(studies / "a.png", image_array())
+    store = open_store(studies)
+    store.save_label("a", str(png(tmp_path / "l.png", label_array())), "final", {})
+    final = studies / "labels" / "final"
+    victim = outside / "a.png"
+    (final / "a.png").rename(victim)
+    before = victim.read_bytes()
+    final.rmdir()
+    final.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(BadRequest, match="link"):
+        store.get_label_uri("a", "final")
+    assert store.datalist() == []
+    with pytest.raises(Conflict, match="'labels/final' in the studies folder is a link"):
+        store.save_label("a", str(png(tmp_path / "l2.png", label_array())), "final", {})
+    assert victim.read_bytes() == before and sorted(os.listdir(outside)) == ["a.png"]
+    store.remove_image("a")
+    assert victim.exists() and victim.read_bytes() == before
+    assert store.list_images() == []
 
 
 # ---- names and logs ---------------------------------------------------------------------------------------

@@ -127,18 +127,45 @@ class GuardedDatastore(LocalDatastore):
     def _plain(self, path: str) -> str:
         """`path` (inside the studies folder, not resolved) when no component below the folder is a symlink and
         it names a regular file; NotFound otherwise, which names no path."""
+        path = os.path.abspath(path)
+        linked = self._linked_folder(path)
+        if linked is not None or os.path.islink(path):
+            raise NotFound(f"{os.path.basename(path)!r} is a link or lies in a linked folder; the datastore serves "
+                           "regular files only")
+        if not _regular(path):
+            raise NotFound(f"{os.path.basename(path)!r} is not a regular file in the studies folder")
+        return path
+
+    def _linked_folder(self, path: str) -> str | None:
+        """The first folder between the studies folder and `path` that is a symlink (relative, as `labels/final`),
+        None where there is none. NotFound for a path outside the studies folder.
+
+        Why every folder and not only the file: a label folder swapped for a link to an outside folder holding a
+        file of the same name would serve, overwrite or delete that outside file through an ordinary-looking
+        path, as a file link would."""
         root = os.path.abspath(self._datastore_path)
         rel = os.path.relpath(os.path.abspath(path), root)
         if rel.startswith(os.pardir) or os.path.isabs(rel):
             raise NotFound("the file is not inside the studies folder")
         here = root
-        for part in rel.split(os.sep):
+        for part in rel.split(os.sep)[:-1]:
             here = os.path.join(here, part)
             if os.path.islink(here):
-                raise NotFound(f"{os.path.basename(path)!r} is a link; the datastore serves regular files only")
-        if not _regular(here):
-            raise NotFound(f"{os.path.basename(path)!r} is not a regular file in the studies folder")
-        return here
+                return os.path.relpath(here, root)
+        return None
+
+    def _own(self, paths: list[str]) -> list[str]:
+        """The paths that lie in the studies folder's own folders (no linked folder on the way): the only ones a
+        write may move aside or delete; the others are logged and left alone."""
+        out = []
+        for path in paths:
+            linked = self._linked_folder(path)
+            if linked is None:
+                out.append(path)
+            else:
+                logger.warning(f"umind: {os.path.basename(path)!r} was left alone: the folder {linked!r} in the "
+                               "studies folder is a link")
+        return out
 
     def _image_file(self, image_id: str) -> str:
         obj = self._datastore.objects[image_id]
@@ -174,6 +201,7 @@ class GuardedDatastore(LocalDatastore):
         folders = {self._datastore_path, self._datastore.image_path(), labels_root}
         with contextlib.suppress(OSError):
             folders.update(e.path for e in os.scandir(labels_root) if e.is_dir(follow_symlinks=False))
+        folders = {f for f in folders if self._linked_folder(os.path.join(f, "-")) is None}  # never through a link
         with FileLock(self._lock_file):
             removed = [name for folder in sorted(folders) for name in atomic.remove_stale_temps(folder)]
         if removed:
@@ -215,6 +243,12 @@ class GuardedDatastore(LocalDatastore):
         the set-aside files and `remove_after` are deleted. A failure before `dest` is in place restores the
         set-aside files and the in-memory index (`before`); one after it (the index rename) keeps the new
         state in memory, which the next index write or reconcile puts on disk."""
+        linked = self._linked_folder(dest)
+        if linked is not None:
+            self._datastore = before
+            raise Conflict(f"{what}: the folder {linked!r} in the studies folder is a link; the datastore writes "
+                           "only into its own folders")
+        set_aside, remove_after = self._own(set_aside), self._own(remove_after)
         aside: list[tuple[str, Path]] = []
         placed = False
         try:
@@ -366,7 +400,7 @@ class GuardedDatastore(LocalDatastore):
 
     def _unlink(self, paths: list[str], what: str) -> None:
         try:
-            _remove_quietly(paths)
+            _remove_quietly(self._own(paths))
         except OSError as exc:
             if _is_full(exc):
                 raise _full(what, kept=False) from exc
