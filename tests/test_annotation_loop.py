@@ -627,6 +627,26 @@ def test_a_version_clearly_better_on_the_teams_scans_is_judged_on_the_suite_with
     assert decide(tables, Tolerance())[0] is False
 
 
+
+def test_a_gain_on_the_teams_scans_counts_as_clear_only_beyond_their_noise():
+    """The budget opens on a clear gain: beyond the tolerance and beyond `noise_z` paired standard errors. Six
+    held-out masks whose mean rose 0.10 because one rose 0.6 and the rest held (SE 0.10) are not clearly better;
+    the same mean with every mask rising 0.10 is; a rise inside the tolerance never is."""
+    from lib.trainers.gate import PER_SAMPLE, clear_gains, held_out_tolerance
+
+    tol = held_out_tolerance(Tolerance(), 3)
+    before_vals = [0.5] * 6
+
+    def table(after_vals):
+        n = {"segment": 6}
+        before = summary(segmentation_miou=0.5, n_samples=n, **{PER_SAMPLE: {"segment": before_vals}})
+        after = summary(segmentation_miou=sum(after_vals) / 6, n_samples=n, **{PER_SAMPLE: {"segment": after_vals}})
+        return [r for r in compare(before, after, tol) if r["task"] == "segment"]
+
+    assert clear_gains(table([1.1] + [0.5] * 5), tol) == []  # one image carries it: within 1.28 SE
+    assert [r["task"] for r in clear_gains(table([0.6] * 6), tol)] == ["segment"]  # every image: clear
+    assert clear_gains(table([0.504] * 6), tol) == []  # +0.004, inside the 0.005 tolerance
+
 def test_a_run_holds_out_what_the_gate_needs_until_earlier_runs_have_pooled_it():
     """At min_val 1, 20 real corrections held out 1 or 2 and the gate could not call any gain clear (it needs
     held_out_min_samples), so the suite's tolerance ruled. The floor tops the first runs up, then steps back."""
