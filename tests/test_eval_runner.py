@@ -347,4 +347,26 @@ def test_class_scores_rank_the_answer_a_model_was_taught():
         right += max(scores, key=scores.get) == normal_finding(sample.diagnosis)
     assert right >= 4, right
     assert auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75
+    # the score is the class word's own likelihood, not its turn's end: one answer at a time, summed by hand
+    import torch
+    from umind_core.data.manifest import Conversation
+    from umind_core.training.collate import IGNORE_INDEX, collate, encode_turns
+
+    tok = model.processor.tokenizer
+    by_hand = {}
+    for c in ("Normal.", "Benign.", "Malignant."):
+        turns = [Conversation("diagnose", [{"role": "user", "content": question},
+                                           {"role": "assistant", "content": c}], [])]
+        batch = collate([encode_turns(model.processor, samples[0].image, turns, (), model.num_mask_tokens)],
+                        tok.pad_token_id)
+        labels = batch.pop("labels")[0, 1:]
+        batch.pop("mask_targets")
+        with torch.no_grad():
+            logp = torch.log_softmax(model(**batch, decode_masks=False).logits.float()[0, :-1], -1)
+        at = (labels != IGNORE_INDEX).nonzero().flatten()[:len(tok(c, add_special_tokens=False)["input_ids"])]
+        by_hand[c.rstrip(".").lower()] = float(logp[at, labels[at]].sum())
+    total = np.logaddexp.reduce(list(by_hand.values()))
+    scores = class_scores(model, samples[0].image, question)
+    for c, ll in by_hand.items():
+        assert scores[c] == pytest.approx(float(np.exp(ll - total)), abs=1e-4), (c, scores, by_hand)
     assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.2], [True]) is None
