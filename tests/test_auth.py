@@ -280,3 +280,17 @@ def test_the_browser_viewer_asks_for_a_login_refuses_a_bad_password_and_works_wi
         assert page.message().startswith("403")
     finally:
         page.close()
+
+
+def test_token_checks_are_pinned_to_rs256_whatever_the_caller_asks():
+    """MONAI Label calls `jwt.decode` with its own algorithm list; the wrapper replaces it, so a token signed with a
+    shared secret (HS256, the algorithm-confusion attack's shape) is refused even where a caller would allow it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
+    from lib.wall.auth import _PinnedJWT
+
+    pinned = _PinnedJWT(jwt)
+    forged = jwt.encode({"sub": "x"}, "a shared secret of thirty-two bytes", algorithm="HS256")
+    assert jwt.decode(forged, "a shared secret of thirty-two bytes", algorithms=["HS256"])["sub"] == "x"
+    for asked in (["HS256"], ["RS256", "HS256"], None):
+        with pytest.raises(jwt.InvalidAlgorithmError):
+            pinned.decode(forged, "a shared secret of thirty-two bytes", algorithms=asked)

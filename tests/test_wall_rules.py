@@ -209,3 +209,24 @@ def test_every_frame_of_a_study_counts_against_max_pixels(tmp_path):
     one = tmp_path / "one.nii.gz"
     sitk.WriteImage(sitk.GetImageFromArray(np.zeros((200, 200), np.uint8)), str(one))
     assert check_image_budget(str(one), conf) == (200, 200)
+
+
+def test_the_decode_budget_counts_bytes_not_only_pixels(tmp_path):
+    """max_pixels x 4 bytes is the most one decoded study may take: a float64 image (8 bytes a pixel) of 100,000
+    pixels is refused under a 150,000-pixel cap that its pixel count passes; the same image as float32 (4 bytes)
+    fits, and so does a uint8 RGB one (3)."""
+    import SimpleITK as sitk
+
+    from lib.wall.caps import check_image_budget
+
+    conf = parse_conf({"max_pixels": "150000"}, str(tmp_path))
+    wide = tmp_path / "f64.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((250, 400), np.float64)), str(wide))
+    with pytest.raises(BadRequest, match=r"decode to 1 MB \(8 bytes a pixel\), over the budget of 1 MB"):
+        check_image_budget(str(wide), conf)
+    narrow = tmp_path / "f32.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((250, 400), np.float32)), str(narrow))
+    assert check_image_budget(str(narrow), conf) == (250, 400)
+    rgb = tmp_path / "rgb.png"
+    Image.fromarray(np.zeros((250, 400, 3), np.uint8)).save(rgb)
+    assert check_image_budget(str(rgb), conf) == (250, 400)
