@@ -33,8 +33,10 @@ def test_parts_are_rebased_and_prefixed(tmp_path):
         assert r.load_image().shape[:2] == (64, 64)
 
 
-def test_a_part_holding_held_out_records_is_refused(tmp_path):
-    test = _part(tmp_path, "t", 2, 0, split="test")
+@pytest.mark.parametrize("split", ["test", "Testing", "test_set"])
+def test_a_part_holding_held_out_records_is_refused(tmp_path, split):
+    """Every spelling of a test split the trainer leaves out (`split.is_test_split`), not only "test"."""
+    test = _part(tmp_path, "t", 2, 0, split=split)
     with pytest.raises(ValueError, match="held-out"):
         mix_manifests([("real", test)], tmp_path / "m" / "manifest.jsonl")
     assert not (tmp_path / "m" / "manifest.jsonl").exists()

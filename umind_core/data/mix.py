@@ -3,8 +3,8 @@
 Demo model 4 trains on the real training splits (HC18, BUSI) and on synthetic images of the four sites it must not
 forget. `umind train` reads one manifest, so the parts are rebased into one folder's manifest (paths stay
 relative, pointing back into each part's folder: nothing is copied) with ids kept unique by a per-part prefix.
-A record whose split is "test" is refused here whatever file it came from: held-out cases never reach training
-through a mix.
+A record of a test split (`split.is_test_split`, the one rule: "test", "test_set", "testing", any case) is refused
+here whatever file it came from: held-out cases never reach training through a mix.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .manifest import read_manifest, rebase, write_manifest
-from .split import GROUP_KEY
+from .split import GROUP_KEY, is_test_split
 
-__all__ = ["mix_manifests", "HELD_OUT_SPLITS"]
-
-#: split names that are never trained on
-HELD_OUT_SPLITS = ("test",)
+__all__ = ["mix_manifests"]
 
 
 def mix_manifests(parts: Sequence[tuple[str, str | os.PathLike] | tuple[str, str | os.PathLike, int]],
@@ -40,9 +37,9 @@ def mix_manifests(parts: Sequence[tuple[str, str | os.PathLike] | tuple[str, str
         copies = int(rest[0]) if rest else 1
         if copies < 1:
             raise ValueError(f"mix: {prefix} copies must be at least 1, got {copies}")
-        held = [r.id for r in read_manifest(path) if str(r.extra.get("split", "")) in HELD_OUT_SPLITS]
+        held = [r.id for r in read_manifest(path) if is_test_split(r)]
         if held:
-            raise ValueError(f"mix: {path} holds {len(held)} held-out record(s) (split test), e.g. {held[0]!r}")
+            raise ValueError(f"mix: {path} holds {len(held)} held-out record(s) (a test split), e.g. {held[0]!r}")
         for k in range(copies):
             for rec in read_manifest(path):  # a fresh read per copy: records are changed in place below
                 rebase(rec, out.parent)
