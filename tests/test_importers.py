@@ -724,3 +724,35 @@ def test_cli_prints_summary_and_refuses_an_existing_import(tmp_path, capsys):
     code, out, err = _run_cli(argv, capsys)
     assert code == 2 and "already holds an import" in err
     shutil.rmtree(tmp_path / "out")
+
+
+def test_a_colour_label_map_is_skipped_not_read_by_one_channel(tmp_path):
+    """Label maps are grey levels; a colour one (red lesion, green gland) read through its first channel would merge
+    or drop objects without a word, so the row is skipped naming the file. Grey stored as equal RGB channels reads."""
+    from umind_core.importers.common import RowSkipped, read_label_png
+
+    colour = np.zeros((8, 10, 3), np.uint8)
+    colour[2:4, 2:4] = (255, 0, 0)
+    colour[5:7, 5:8] = (0, 255, 0)
+    Image.fromarray(colour).save(tmp_path / "colour.png")
+    with pytest.raises(RowSkipped) as err:
+        read_label_png(tmp_path / "colour.png", (8, 10))
+    assert err.value.reason.startswith("colour label map") and "colour.png" in err.value.detail
+    grey = np.zeros((8, 10, 3), np.uint8)
+    grey[2:4, 2:4] = 2
+    Image.fromarray(grey).save(tmp_path / "grey.png")
+    assert np.array_equal(read_label_png(tmp_path / "grey.png", (8, 10)), grey[..., 0])
+
+
+def test_a_small_split_fraction_still_holds_out_one_whole_group():
+    """`--split test=0.01` on a small source: the hash alone may hold out nothing, which would leave an evaluation
+    with no test case; at least one group is held out, whole."""
+    from types import SimpleNamespace
+
+    from umind_core.importers.common import assign_split
+
+    recs = [SimpleNamespace(id=f"r{i}", extra={"group": f"s{i // 2}"}) for i in range(10)]
+    assert assign_split(recs, "test", 0.01, seed=0) == 10
+    held = [r for r in recs if r.extra["split"] == "test"]
+    assert held and len({r.extra["group"] for r in held}) == 1
+    assert all(r.extra["split"] == "test" for r in recs if r.extra["group"] == held[0].extra["group"])

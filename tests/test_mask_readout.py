@@ -439,3 +439,13 @@ def test_an_exams_landmarks_are_read_in_each_view_that_shows_the_organ(predictor
                 for name, xy in organ_landmarks("fetal head", masks[size])]
     assert [(o.view, o.label, o.points[0]) for o in res.objects] == expected
     assert res.answer == "View 1: BPD near, BPD far; View 2: BPD near, BPD far"
+
+
+def test_calipers_span_the_largest_piece_not_the_first():
+    """A stray fragment drawn above a lesion comes first in scan order; the caliper and the axes are the lesion's."""
+    mask = np.zeros((60, 80), bool)
+    mask[2:4, 2:4] = True  # the fragment, first in scan order
+    mask[20:50, 10:70] = True  # the lesion
+    assert main_component(mask).sum() == 30 * 60
+    long_axis, _ = lesion_axes(main_component(mask))
+    assert math.hypot(long_axis[2] - long_axis[0], long_axis[3] - long_axis[1]) > 59
