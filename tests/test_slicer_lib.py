@@ -1090,3 +1090,36 @@ def test_markup_helpers(scene):
     assert np.allclose(box.center, (1, 2, 3)) and np.allclose(box.size, (4, 6, 8))
     c = box.corners()
     assert np.allclose(c.min(axis=0), (-1, -1, -1)) and np.allclose(c.max(axis=0), (3, 5, 7))
+
+
+@pytest.mark.parametrize("disposition", ['attachment; filename="../../x.nrrd"', 'attachment; filename="..\\\\..\\\\x.nrrd"',
+                                         "attachment; filename*=UTF-8''C%3A%5Cx.nrrd"])
+def test_a_reply_names_a_file_never_a_folder(disposition):
+    """A server names the files of its reply; where they go is the module's choice: folders in either separator
+    (a Windows Slicer treats a backslash as one) are dropped."""
+    from UMindLib.replies import filename_from_disposition
+
+    assert filename_from_disposition(disposition) == "x.nrrd"
+
+
+def test_ijk_to_ras_scales_each_direction_column_by_its_own_spacing():
+    """Slicer's IJKToRASDirections are columns: i moves along column 0 by spacing[0], j along column 1 by spacing[1];
+    on a rotated, anisotropic grid a row-wise product puts each step on the wrong axis."""
+    turn = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # i -> +A, j -> -R
+    m = geo.ijk_to_ras_matrix(ORIGIN, SPACING, turn)
+    assert np.allclose(geo.ijk_to_ras(m, (1, 0, 0)), np.add(ORIGIN, [0.0, 0.5, 0.0]))
+    assert np.allclose(geo.ijk_to_ras(m, (0, 1, 0)), np.add(ORIGIN, [-0.25, 0.0, 0.0]))
+    assert np.allclose(geo.voxel_spacing(m), SPACING)
+
+
+def test_only_a_calibration_hidden_in_ultrasound_regions_is_given_to_the_volume():
+    """A DICOM whose spacing is in its ultrasound regions loads in Slicer at 1 mm a pixel: the reply's spacing is
+    put on the volume. A calibration Slicer reads itself (pixel spacing) or none is left alone."""
+    from UMindLib.replies import hidden_calibration
+
+    regions = {"calibrated": True, "spacing_source": "ultrasound_regions", "frame_spacing": [0.2, 0.3]}
+    assert hidden_calibration(regions) == (0.2, 0.3)
+    assert hidden_calibration({**regions, "spacing_source": "pixel_spacing"}) is None
+    assert hidden_calibration({**regions, "calibrated": False}) is None
+    with pytest.raises(ReplyError, match="frame_spacing"):
+        hidden_calibration({**regions, "frame_spacing": [0.2, -1]})
