@@ -97,7 +97,11 @@ def test_infer_image_is_a_datastore_id_unless_image_dirs_allow_the_file(tmp_path
         assert "not a datastore id" in str(err.value)
     dirs = (allowed.resolve(),)
     assert resolve_infer_image(str(allowed / "ok.png"), store, dirs, uploaded=False)[1] is False
-    for path in (str(allowed / ".." / "secret.png"), str(allowed / "link.png"), str(allowed), "../allowed/ok.png"):
+    sibling = tmp_path / "allowed-not"  # shares the allowed folder's name as a prefix: a sibling, not inside it
+    sibling.mkdir()
+    (sibling / "x.png").write_bytes(_png_bytes())
+    for path in (str(allowed / ".." / "secret.png"), str(allowed / "link.png"), str(allowed), "../allowed/ok.png",
+                 str(sibling / "x.png")):
         with pytest.raises(BadRequest):
             resolve_infer_image(path, store, dirs, uploaded=False)
     with pytest.raises(BadRequest):  # only this request's own upload (a temp file) is accepted as a path
