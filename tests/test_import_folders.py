@@ -93,6 +93,24 @@ def test_pairs_label_defaults_to_the_folder_and_suffix_option(tmp_path):
         import_dataset("busi", flat, tmp_path / "d", label="x")
 
 
+
+def test_a_normal_image_whose_mask_holds_pixels_stays_normal_and_is_counted(tmp_path):
+    """BUSI's normal means no lesion: a normal image's mask with pixels (an export mistake) adds no object and the
+    report counts it, so the mistake is seen instead of silently trusted or silently dropped."""
+    import numpy as np
+    from PIL import Image
+
+    release = tmp_path / "busi_release"
+    make_replicas.busi_release(release)
+    mask = release / "Dataset_BUSI_with_GT" / "normal" / "normal (1)_mask.png"
+    drawn = np.zeros(np.asarray(Image.open(mask)).shape[:2], np.uint8)
+    drawn[4:8, 4:8] = 255
+    Image.fromarray(drawn).save(mask)
+    summary = import_dataset("busi", release, tmp_path / "out", progress=False)
+    recs = _records(tmp_path / "out")
+    assert recs["normal-1"].annotations.objects == [] and recs["normal-1"].annotations.diagnosis == "normal"
+    assert summary.log.dropped == {"mask of a normal image holds pixels (normal = no lesion)": 1}
+
 def test_folders_refuses_a_mask_holding_several_values_naming_it(tmp_path):
     import numpy as np
     from PIL import Image
