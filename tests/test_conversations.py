@@ -210,6 +210,34 @@ def test_refusals_ask_about_absent_anatomy_and_are_recognised(dataset):
         assert not any(is_refusal(_answer(c)) for c in normal)
 
 
+
+def test_a_refusal_never_targets_anatomy_the_record_labels(dataset):
+    """A site's usual anatomy and every label the record holds are present: an imported record that labels a kidney
+    on a breast scan must never be taught to say there is no kidney."""
+    import copy
+
+    from umind_core.data.manifest import ManifestObject
+
+    _, records = dataset
+    rec = copy.deepcopy(records[0])
+    foreign = [t for t in FOREIGN_ANATOMY if t not in SITE_ANATOMY[rec.site]]
+    rec.annotations.objects += [ManifestObject(label=t) for t in foreign[:-1]]
+    for seed in range(6):
+        refusal = _build(rec, seed=seed, refusal_rate=1.0, tasks=["segment", "detect"])[-1]
+        assert foreign[-1] in _user(refusal) and is_refusal(_answer(refusal)), _user(refusal)
+
+
+def test_boxes_are_scaled_by_width_and_height_each(dataset):
+    """x runs along the width and y along the height: on a frame twice as wide as high each axis keeps its own."""
+    _, records = dataset
+    rec = next(r for r in records if any(o.box for o in r.annotations.objects))
+    c = build_conversations(rec, 2 * SIZE, SIZE, random.Random(0), refusal_rate=0.0, tasks=["detect"])[0]
+    label = grounding.parse(_answer(c)).objects[0].label
+    want = next(o.box for o in rec.annotations.objects if o.label == label)
+    got = grounding.parse(_answer(c)).objects[0].boxes[0]
+    _close([got.x1, got.y1, got.x2, got.y2], [want[0] / (2 * SIZE) * grounding.GRID, _grid(want[1]),
+                                              want[2] / (2 * SIZE) * grounding.GRID, _grid(want[3])])
+
 def test_every_refusal_wording_is_a_refusal():
     for wording in REFUSAL_ANSWERS:
         assert is_refusal(wording.format(target="left ventricle", site="breast"))
