@@ -300,9 +300,11 @@ def nrrd_cine(path: Path, t: int = 4, y: int = 16, x: int = 20) -> tuple[Path, n
     return path, data
 
 
-def dicom_deflated(path: Path, arr: np.ndarray, pixel_bytes: bytes | None = None) -> Path:
+def dicom_deflated(path: Path, arr: np.ndarray, pixel_bytes: bytes | None = None, frames: int = 1,
+                   header_bytes: int = 0) -> Path:
     """A Deflated Explicit VR Little Endian file, its data set deflated by hand (`pixel_bytes` may lie about the
-    size Rows x Columns declare: a decompression bomb)."""
+    size Rows x Columns declare: a decompression bomb). `arr` (H, W), (H, W, 3) for RGB, or (frames, H, W[, 3]);
+    `header_bytes` adds a private element that long before the pixel data (a header that inflates without end)."""
     import zlib
 
     from pydicom.filebase import DicomBytesIO
@@ -310,9 +312,12 @@ def dicom_deflated(path: Path, arr: np.ndarray, pixel_bytes: bytes | None = None
     from pydicom.uid import DeflatedExplicitVRLittleEndian
 
     ds = _dataset(path, US_IMAGE_STORAGE, DeflatedExplicitVRLittleEndian)
-    _set_pixels(ds, arr, "MONOCHROME2")
+    _set_pixels(ds, arr, "RGB" if arr.ndim == (4 if frames > 1 else 3) else "MONOCHROME2", frames)
     if pixel_bytes is not None:
         ds.PixelData = pixel_bytes
+    if header_bytes:
+        ds.add_new(0x00090010, "LO", "UMIND TEST")
+        ds.add_new(0x00091010, "OB", bytes(header_bytes))
     body = DicomBytesIO()
     body.is_little_endian, body.is_implicit_VR = True, False
     write_dataset(body, ds)

@@ -106,6 +106,30 @@ def test_a_deflated_dicom_reads_like_the_plain_one(tmp_path):
     assert read_header(tmp_path / "d.dcm")[0] == (1,) + arr.shape
 
 
+
+def test_deflated_dicom_is_bounded_by_every_frame_and_sample_it_declares(tmp_path):
+    """The inflate limit is all the pixel bytes the header declares: a 4-frame clip and an RGB image (each over the
+    slack a limit of one grey frame would leave) read whole, and the pixel cap counts every frame."""
+    from umind_core.imageio.dicom_bounds import read_dicom
+
+    clip = np.random.default_rng(0).integers(0, 255, (4, 256, 256)).astype(np.uint8)
+    study = read_study(dicom_deflated(tmp_path / "clip.dcm", clip, frames=4))
+    assert len(study.frames) == 4 and np.array_equal(study.frames[3].pixels[..., 0], clip[3])
+    rgb = np.random.default_rng(1).integers(0, 255, (200, 200, 3)).astype(np.uint8)
+    assert np.array_equal(read_study(dicom_deflated(tmp_path / "rgb.dcm", rgb)).frames[0].pixels, rgb)
+    with pytest.raises(ImageReadError, match="262,144 pixels declared; at most 100,000"):
+        read_dicom(tmp_path / "clip.dcm", max_pixels=100_000)
+
+
+def test_a_deflated_header_that_inflates_without_end_is_refused(tmp_path):
+    """Before the pixel data, a deflated data set may inflate at most HEADER_INFLATE_MAX bytes of header."""
+    from umind_core.imageio.dicom_bounds import HEADER_INFLATE_MAX
+
+    path = dicom_deflated(tmp_path / "h.dcm", ramp(), header_bytes=HEADER_INFLATE_MAX + 1024)
+    assert path.stat().st_size < 100_000
+    with pytest.raises(ImageReadError, match="header is over"):
+        read_study(path)
+
 def test_a_deflate_bomb_is_refused_while_it_inflates(tmp_path):
     bomb = dicom_deflated(tmp_path / "bomb.dcm", np.zeros((64, 64), np.uint8), pixel_bytes=bytes(200 * 1024 * 1024))
     assert bomb.stat().st_size < 1_000_000  # 200 MB of pixels in a file this small
