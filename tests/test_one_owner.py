@@ -680,6 +680,13 @@ def test_a_view_is_the_manifests_view_wherever_it_is_read():
         read_views(["clip"], [clip], [0])
     with pytest.raises(ValueError, match="2 views, 2 studies, 2 frames, 1 sites"):  # never a view dropped by zip
         read_views(["clip", "still"], [clip, still], [0, 0], sites=["kidney"])
+    # a study read as one view: the client's current frame where the study has it, else the opening one; a clip
+    # says which frame was read, a still says nothing
+    from umind_core.exam_views import view_frame
+
+    assert view_frame(clip, 1) == (1, ["a clip of 3 frames: frame 1 was read as the view"])
+    assert view_frame(clip, 7) == (0, ["a clip of 3 frames: frame 0 was read as the view"])  # not a frame of it
+    assert view_frame(clip, -1)[0] == 0 and view_frame(still, 5) == (0, [])
 
 
 def test_the_slicer_label_file_sniffing_is_imageios_rule(tmp_path):
