@@ -400,3 +400,18 @@ def test_killed_run_resumes_from_the_last_complete_checkpoint(manifest, tmp_path
     steps = [int(r["step"]) for r in _rows(out)]
     assert steps == sorted(set(steps)) and steps[-1] == 14
     assert (out / "final" / "umind_config.json").is_file()
+
+
+def test_resume_takes_the_newest_complete_checkpoint_only(tmp_path):
+    """A step folder without its state file (written last) is not a checkpoint: a copy interrupted by hand or a
+    disk that filled mid-write must not be resumed from."""
+    from umind_core.training.checkpoints import STATE_FILE, latest_checkpoint
+
+    assert latest_checkpoint(tmp_path) is None
+    for step, complete in ((100, True), (200, True), (300, False)):
+        folder = tmp_path / "checkpoints" / f"step-{step}"
+        folder.mkdir(parents=True)
+        if complete:
+            (folder / STATE_FILE).write_text("{}")
+    (tmp_path / "checkpoints" / ".step-400.tmp").mkdir()
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step-200"
