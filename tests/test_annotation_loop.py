@@ -258,6 +258,27 @@ def test_bad_corrections_are_skipped_with_their_reason(study):
     assert "no 'markups' list" in read_corrections({"markups": {"no": "markups"}}, study).skipped[0]
 
 
+
+def test_a_fiducial_node_names_each_point_by_its_label_and_a_line_stays_on_one_frame(tmp_path):
+    """On a 3-frame volume: a node of two control points gives two landmarks named by their labels (the node's name
+    where a label is empty), each on the frame its point lies on; a line whose ends lie on two frames is refused."""
+    from fixtures_imaging import sitk_volume
+    from umind_core.imageio import read_study
+
+    vol = read_study(sitk_volume(tmp_path / "vol.nrrd", np.zeros((3, 60, 80), np.uint8),
+                                 spacing=(*SPACING, 2.0), origin=(*ORIGIN, 0.0)))
+    assert vol.geometry.n_frames == 3
+
+    def at(x, y, k):
+        return [ORIGIN[0] + SPACING[0] * x, ORIGIN[1] + SPACING[1] * y, 2.0 * k]
+
+    markups = mrk(("Fiducial", "poles", [at(12, 30, 0), at(60, 30, 2)]), ("Line", "across", [at(10, 20, 0), at(50, 20, 1)]))
+    markups["markups"][0]["controlPoints"][1]["label"] = ""
+    c = read_corrections({"markups": markups}, vol)
+    assert c.frames[0].keypoints == [("poles-0", pytest.approx((12.0, 30.0)))]
+    assert c.frames[2].keypoints == [("poles", pytest.approx((60.0, 30.0)))]
+    assert c.skipped == ["markup #1 Line 'across': its ends lie on different frames (0 and 1)"]
+
 def test_a_stock_client_label_has_no_corrections(study):
     c = read_corrections({"label_names": {"lesion": 1}}, study)
     assert not c.frames and c.finding is None and c.skipped == []
