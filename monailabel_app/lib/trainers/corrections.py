@@ -106,7 +106,7 @@ def _to_pixel(study: Study, p_lps) -> tuple[float, float, int] | str:
         return "a point is not a finite position"
     h, w = g.frame_shape
     frame = int(round(f))
-    if not 0 <= frame < g.n_frames or abs(f - frame) > 0.5:
+    if not 0 <= frame < g.n_frames:  # round() leaves at most half a frame: every in-range point lies on one
         return f"a point lies on no frame of the image (frame coordinate {f:.2f} of {g.n_frames})"
     if not (-_EDGE_SLACK <= x <= w - 1 + _EDGE_SLACK and -_EDGE_SLACK <= y <= h - 1 + _EDGE_SLACK):
         return f"a point ({x:.1f}, {y:.1f}) lies outside the {w}x{h} image"
