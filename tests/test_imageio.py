@@ -134,13 +134,38 @@ def test_dicom_multiframe_rgb_regions_in_cm(tmp_path):
     assert np.array_equal(sub.frames[0].pixels, arr[2])
 
 
-def test_dicom_region_units_other_than_cm_give_no_spacing(tmp_path):
+@pytest.mark.parametrize("units", [0, 1, 2, 4, 5, 7])  # none, percent, dB, seconds, hertz, cm/s: not lengths
+def test_dicom_region_units_other_than_cm_give_no_spacing(tmp_path, units):
     p, _ = F.dicom_multiframe_rgb(tmp_path / "db.dcm", n=2,
-                                  regions=[F.region(0, 0, 63, 47, 0.5, 0.5, units=2)])
+                                  regions=[F.region(0, 0, 63, 47, 0.5, 0.5, units=units)])
     study = read_study(p)
     assert study.frames[0].spacing is None and not study.geometry.spacing_known
     assert study.frames[0].scan_mask.all()  # the region still marks the scan area
 
+
+
+def test_dicom_spacing_comes_from_the_tissue_region_and_ignores_the_deltas_sign(tmp_path):
+    """A Doppler strip (spatial format 3) listed first is calibrated too; the 2D tissue region's spacing is the
+    image's. A region whose y axis runs upwards (negative PhysicalDeltaY) has the same spacing."""
+    doppler = F.region(0, 30, 63, 47, 0.05, 0.05, spatial_format=3)
+    tissue = F.region(4, 6, 59, 29, 0.015, -0.02)
+    p, _ = F.dicom_multiframe_rgb(tmp_path / "two.dcm", n=2, regions=[doppler, tissue])
+    study = read_study(p)
+    assert study.frames[0].spacing == pytest.approx((0.15, 0.2))
+    assert study.meta["spacing_source"] == "SequenceOfUltrasoundRegions"
+
+
+def test_the_pixel_cap_counts_every_frame_before_decoding(tmp_path, monkeypatch):
+    """A clip is checked as a whole: 3 frames of 64 x 48 (9,216 pixels) are refused under a 7,000-pixel cap that
+    one frame (3,072) and two (6,144) pass."""
+    from umind_core.imageio import readers
+
+    monkeypatch.setattr(readers, "MAX_PIXELS", 7_000)
+    two, _ = F.dicom_multiframe_rgb(tmp_path / "two.dcm", n=2)
+    assert len(read_study(two).frames) == 2
+    three, _ = F.dicom_multiframe_rgb(tmp_path / "three.dcm", n=3)
+    with pytest.raises(ImageReadError, match="9216 pixels; at most 7000"):
+        read_study(three)
 
 def test_dicom_ybr_full_422(tmp_path):
     p, rgb = F.dicom_ybr422(tmp_path / "y.dcm")
