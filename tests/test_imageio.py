@@ -146,9 +146,9 @@ def test_dicom_region_units_other_than_cm_give_no_spacing(tmp_path, units):
 
 def test_dicom_spacing_comes_from_the_tissue_region_and_ignores_the_deltas_sign(tmp_path):
     """A Doppler strip (spatial format 3) listed first is calibrated too; the 2D tissue region's spacing is the
-    image's. A region whose y axis runs upwards (negative PhysicalDeltaY) has the same spacing."""
+    image's. A region whose axes run the other way (negative PhysicalDeltaX/Y) has the same spacing."""
     doppler = F.region(0, 30, 63, 47, 0.05, 0.05, spatial_format=3)
-    tissue = F.region(4, 6, 59, 29, 0.015, -0.02)
+    tissue = F.region(4, 6, 59, 29, -0.015, -0.02)
     p, _ = F.dicom_multiframe_rgb(tmp_path / "two.dcm", n=2, regions=[doppler, tissue])
     study = read_study(p)
     assert study.frames[0].spacing == pytest.approx((0.15, 0.2))
