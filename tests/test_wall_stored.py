@@ -310,3 +310,20 @@ sys.exit(cli.main(["x"]))
     assert done.returncode == 0, done.stderr[-500:]
     assert "work done" in done.stdout and "stopped a background decode build" in done.stderr
     assert time.monotonic() - t0 < 20
+
+
+def test_replies_name_server_folders_by_role_whole_components_only(tmp_path, monkeypatch):
+    """`edge.scrub` hides the server's folders from replies: the workdir inside the studies folder is named as
+    such (longest first), a sibling that only shares a prefix is left alone, and a folder given through a link is
+    hidden under its real path too."""
+    from lib.wall import edge
+
+    monkeypatch.setattr(edge, "_roots", {})
+    edge.set_roots("/data/st", "/data/st/work")
+    assert (edge.scrub("/data/st/work/v1 and /data/st/a.png, not /data/stuff or /data/st.bak")
+            == "<workdir>/v1 and <studies>/a.png, not /data/stuff or /data/st.bak")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    edge.set_roots(str(tmp_path / "link"), None)
+    assert edge.scrub(f"{real}/a.png and {tmp_path / 'link'}/b.png") == "<studies>/a.png and <studies>/b.png"
