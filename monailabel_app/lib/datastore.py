@@ -243,15 +243,14 @@ class GuardedDatastore(LocalDatastore):
         the set-aside files and `remove_after` are deleted. A failure before `dest` is in place restores the
         set-aside files and the in-memory index (`before`); one after it (the index rename) keeps the new
         state in memory, which the next index write or reconcile puts on disk."""
-        linked = self._linked_folder(dest)
-        if linked is not None:
-            self._datastore = before
-            raise Conflict(f"{what}: the folder {linked!r} in the studies folder is a link; the datastore writes "
-                           "only into its own folders")
         set_aside, remove_after = self._own(set_aside), self._own(remove_after)
         aside: list[tuple[str, Path]] = []
         placed = False
         try:
+            linked = self._linked_folder(dest)
+            if linked is not None:  # refused like any failure before `dest` is in place: the index is restored
+                raise Conflict(f"{what}: the folder {linked!r} in the studies folder is a link; the datastore "
+                               "writes only into its own folders")
             with atomic.atomic_path(self._datastore_config_path) as tmp_index:
                 with atomic.atomic_path(dest) as tmp_file:
                     atomic.copy_into(src, tmp_file)
