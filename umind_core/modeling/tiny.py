@@ -129,15 +129,11 @@ def set_max_image_size(processor, image_size: int) -> None:
     processor's least size). Why: a real scan (HC18's 800 x 540) is resized to the input's pixel count, where a small
     fetal head is a few dozen pixels across; a trained model continued at a larger input keeps the synthetic 256 px
     images as they were. Saved with the processor, so the trained model reads images as it was trained."""
-    from transformers.image_processing_utils import SizeDict
-
-    check_image_size(image_size)
-    image_processor = processor.image_processor
-    least = int(image_processor.size.shortest_edge or 0)
-    pixels = image_size * image_size
+    least, _ = _pixel_range(processor)
+    pixels = _checked_pixels(image_size)
     if pixels < least:
         raise ValueError(f"image size {image_size} is below the model's own input ({least} pixels); it only grows")
-    image_processor.size = SizeDict(shortest_edge=least, longest_edge=pixels)
+    _set_pixel_range(processor, least, pixels)
 
 
 def set_min_image_size(processor, image_size: int) -> None:
@@ -145,16 +141,29 @@ def set_min_image_size(processor, image_size: int) -> None:
     256 px image (a BUSI scan, a synthetic one) is 8 x 8 merged tokens, 32 px of the image each, coarse for a
     lesion's margin and shape, which tell benign from malignant; enlarged, the same pixels meet more of the
     network. Never above the largest size, so large images keep theirs. Saved with the processor, as above."""
-    from transformers.image_processing_utils import SizeDict
-
-    check_image_size(image_size)
-    image_processor = processor.image_processor
-    most = int(image_processor.size.longest_edge or 0)
-    pixels = image_size * image_size
+    _, most = _pixel_range(processor)
+    pixels = _checked_pixels(image_size)
     if pixels > most:
         raise ValueError(f"image size {image_size} is above the model's largest input ({most} pixels); raise "
                          "--max-image-size first")
-    image_processor.size = SizeDict(shortest_edge=pixels, longest_edge=most)
+    _set_pixel_range(processor, pixels, most)
+
+
+def _pixel_range(processor) -> tuple[int, int]:
+    """(least, most) pixels the processor resizes an image to (Qwen's shortest_edge / longest_edge are pixel counts)."""
+    size = processor.image_processor.size
+    return int(size.shortest_edge or 0), int(size.longest_edge or 0)
+
+
+def _checked_pixels(image_size: int) -> int:
+    check_image_size(image_size)
+    return image_size * image_size
+
+
+def _set_pixel_range(processor, least: int, most: int) -> None:
+    from transformers.image_processing_utils import SizeDict
+
+    processor.image_processor.size = SizeDict(shortest_edge=least, longest_edge=most)
 
 
 def build_qwen(spec: TinySpec, tokenizer, seed: int = 0):
