@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import fixtures_imaging as fx
 from conftest import lesion_boxes, make_image
 from umind_core import batch, demo
 from umind_core.cli import main
+from umind_core.testing.server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 (Y0, Y1, X0, X1), = lesion_boxes(256, 256, 1)
@@ -291,12 +291,6 @@ def test_without_model_the_untrained_tiny_model_warns(tmp_path, capsys, monkeypa
 # ------------------------------------------------------------------ accelerate
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _assert_same(one, two, where: str = "") -> None:
     """The same results.json content, except timings and float noise (thread counts change reduction order)."""
     if isinstance(one, dict):
@@ -327,7 +321,7 @@ def test_accelerate_two_cpu_processes_write_what_one_process_writes(tmp_path, ca
     # single-process without mpirun); --device cpu makes them join a gloo group, GPUs or not
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()),
+           "--main_process_port", str(free_port()),
            "-m", "umind_core.cli", "infer", *map(str, inputs), "--out", str(tmp_path / "two"), *common,
            "--device", "cpu"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)

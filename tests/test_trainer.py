@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from umind_core.data.manifest import write_synthetic_dataset
 from umind_core.training.collate import ManifestDataset
 from umind_core.training.schedule import cosine_with_warmup, lr_factor, warmup_steps_for
 from umind_core.commands.train import add_train_arguments, run_train
+from umind_core.testing.server import free_port
 from umind_core.training.trainer import (
     METRIC_COLUMNS,
     TrainConfig,
@@ -315,12 +315,6 @@ def test_a_checkpoint_of_another_model_is_refused(tiny_model_factory, manifest, 
 
 # ------------------------------------------------------------------------------------------- processes
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -343,7 +337,7 @@ def test_two_processes_under_accelerate_launch(manifest, tmp_path):
     # two workers and ACCELERATE_USE_CPU keeps them on the CPU with gloo
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(script),
+           "--main_process_port", str(free_port()), str(script),
            *_cli_args(manifest, out, "--max-steps", "4", "--save-every", "2")]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]

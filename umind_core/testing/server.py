@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,10 +39,52 @@ def same_reply(a, b, tol: float = 1e-5) -> bool:
     return a == b
 
 
-def free_port() -> int:
+_PORT_FLOOR = 10000  # below this lie well-known services' ports
+_PORT_BLOCK = 2000  # ports handed to one pytest-xdist worker
+_next_port: list[int] = []  # this process's next candidate, chosen at random on the first call
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port that no other test worker is handed, free when asked.
+
+    A port the kernel picks (bind to 0) is free only until someone else gets the same one: two xdist workers
+    did, and a slow-starting server's probe was answered by the other worker's server. So each worker takes
+    ports from its own block below the kernel's ephemeral range (which the kernel never hands out, and which
+    Orthanc's and accelerate's picks never reach), walking forward so a port just released by a stopping
+    server is not reused at once. Where that range starts too low for a block, the kernel picks."""
+    floor = _ephemeral_floor()
+    blocks = (floor - _PORT_FLOOR) // _PORT_BLOCK
+    if blocks < 1:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    start = _PORT_FLOOR + (index % blocks) * _PORT_BLOCK
+    if not _next_port:
+        _next_port.append(random.randrange(_PORT_BLOCK))
+    for _ in range(_PORT_BLOCK):
+        port = start + _next_port[0] % _PORT_BLOCK
+        _next_port[0] += 1
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free loopback port in {start}-{start + _PORT_BLOCK - 1}")
 
 
 @dataclass
