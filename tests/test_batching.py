@@ -35,7 +35,7 @@ def _mixed_jobs(frames) -> list[Job]:
 
 def _alone(model, job: Job):
     return Predictor(model, max_new_tokens=64, decode="eager").predict_batch(
-        [job.frame], job.task, job.prompt, box=job.box, points=job.points, labels=job.labels)[0]
+        [job.image], job.task, job.prompt, box=job.box, points=job.points, labels=job.labels)[0]
 
 
 def _assert_same(batched, alone):
@@ -78,6 +78,27 @@ def test_a_refused_job_fails_alone_and_the_others_answer(trained_tiny):
         assert isinstance(answers[i], PredictorError), answers[i]
     assert "non-finite" in str(answers[3])
     for job, res in zip(good, (answers[0], answers[2], answers[5])):
+        _assert_same(res, _alone(trained_tiny, job))
+
+
+def test_an_examination_job_batches_with_images_and_answers_as_predict_exam(trained_tiny):
+    """A Job whose image is a list of views is the examination `predict_exam` reads: in `predict_many` beside
+    single images (which still answer as alone) it gives predict_exam's answer; a bad view fails only that job."""
+    frames = _frames()
+    views = [make_image(5, height=64, width=64), make_image(6, height=48, width=80)]
+    images = _mixed_jobs(frames)[:3]
+    exam = Job(views, "segment", "lesion")
+    bad_exam = Job([views[0], np.full((64, 64), np.nan, dtype=np.float32)], "diagnose", None)
+    jobs = [images[0], exam, images[1], bad_exam, images[2], Job(tuple(views), "report", None)]
+    answers = Predictor(trained_tiny, max_new_tokens=64, batch_size=8).predict_many(jobs)
+    eager = Predictor(trained_tiny, max_new_tokens=64, decode="eager")
+    for k, job in ((1, exam), (5, jobs[5])):
+        alone = eager.predict_exam(job.task, job.prompt, views=views)
+        assert answers[k].views is not None and len(answers[k].views) == 2
+        _assert_same(answers[k], alone)
+        assert [o.view for o in answers[k].objects] == [o.view for o in alone.objects]
+    assert isinstance(answers[3], PredictorError) and "view 2 of the examination" in str(answers[3])
+    for job, res in zip(images, (answers[0], answers[2], answers[4])):
         _assert_same(res, _alone(trained_tiny, job))
 
 

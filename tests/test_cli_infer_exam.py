@@ -109,6 +109,32 @@ def test_a_segment_exam_writes_each_views_mask_in_its_own_label_map(tmp_path, ca
         assert int((labels != 0).sum()) == (obj["mask"]["pixels"] if k == 3 else 0)
 
 
+def test_parallel_examinations_answer_as_one_after_another(tmp_path, capsys, model_dir, monkeypatch):
+    """--parallel 2 hands each examination to the scheduler as one Job of its views: the same answers and files
+    as running them one after another."""
+    for k in range(3):
+        _exam_folder(tmp_path / "in" / f"exam{k}", n=2 + k % 2)
+    force_answer(monkeypatch, f"View 2: {grounding.format_box(Box(100, 100, 600, 600), 'lesion')}")
+    from umind_core.inference.scheduler import BatchScheduler
+
+    handed, original = [], BatchScheduler.predict
+    monkeypatch.setattr(BatchScheduler, "predict",
+                        lambda self, jobs: handed.append([len(j.image) for j in jobs]) or original(self, jobs))
+    docs = {}
+    for parallel in (1, 2):
+        out = tmp_path / f"out{parallel}"
+        rc, stdout, err = _infer(capsys, model_dir, tmp_path / "in" / "exam0", tmp_path / "in" / "exam1",
+                                 tmp_path / "in" / "exam2", "--exam", "--task", "detect", "--prompt", "lesion",
+                                 "--readout", "tokens", "--parallel", parallel, "--out", out)
+        assert rc == 0 and stdout.startswith("umind infer: 3 inputs, 7 frames, 0 failed"), err
+        docs[parallel] = {k: _doc(out / f"exam{k}" / "results.json") for k in range(3)}
+        assert sorted(handed) == ([] if parallel == 1 else [[2], [2], [3]])  # one Job of its views each
+    for k in range(3):
+        one, two = docs[1][k], docs[2][k]
+        assert one["objects"] == two["objects"] and one["answer"] == two["answer"]
+        assert [o["view"] for o in two["objects"]] == [1] and len(two["views"]) == 2 + k % 2
+
+
 def test_one_files_frames_are_the_views(tmp_path, capsys, model_dir, monkeypatch):
     clip, _ = dicom_mono_multiframe(tmp_path / "sweep.dcm", n=4)
     force_answer(monkeypatch, "Normal study.")

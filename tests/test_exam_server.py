@@ -178,3 +178,32 @@ def test_the_site_recorded_with_an_image_counts_too(server):
     resp = interpret(server, "breast1", {"task": "report", "images": ["plain3"]})
     assert resp.status_code == 400 and "shows 'kidney'" in resp.text
     assert interpret(server, "breast1", {"task": "report", "images": ["plain4"]}).status_code == 200
+
+
+def test_an_examination_is_batched_beside_image_requests_and_answers_as_alone(server):
+    """An examination is one Job of its views handed to the scheduler as every request's jobs: sent together with
+    image requests, each reply equals its lone reply, and the scheduler counted the examination's batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    exam = {"task": "report", "images": ["breast1", "breast2"]}
+
+    def image(name: str) -> requests.Response:
+        return requests.post(f"{server.url}/infer/umind_interpret?image={name}",
+                             data={"params": json.dumps({"task": "report"})}, timeout=300)
+
+    def batches() -> int:
+        return requests.get(server.url + "/info/", timeout=30).json()["umind"]["batching"]["batches"]
+
+    alone_image = image("plain0").json()
+    before = batches()
+    alone_exam = interpret(server, "breast1", exam).json()
+    assert batches() == before + 1  # the examination ran as one of the scheduler's batches
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(interpret, server, "breast1", exam)] + [pool.submit(image, "plain0") for _ in range(3)]
+        replies = [f.result() for f in futures]
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    together = replies[0].json()
+    assert together["text"] == alone_exam["text"] and together["objects"] == alone_exam["objects"]
+    assert [v["image"] for v in together["exam"]["views"]] == ["breast1", "breast2"]
+    for r in replies[1:]:
+        assert r.json()["frames"][0]["text"] == alone_image["frames"][0]["text"] and "exam" not in r.json()

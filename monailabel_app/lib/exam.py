@@ -4,10 +4,11 @@ Two ways to name the views: `images` (datastore ids, the request's own image fir
 `wall/exam_ref.py`) or `exam: "frames"` (the selected frames of the request's own clip or series, e.g. the frames
 of a biometry sweep). Each view is read and capped like any infer image; views that show different sites
 (the datastore image info's `site`, or a DICOM's BodyPartExamined) are refused with the rule `umind check` uses
-(`manifest.site_conflict`). The model reads all views in one conversation (`Predictor.predict_exam`, on the
-model thread, so it never runs beside a batch); every grounded object names its view, is measured with that
-view's spacing and comes back as markups in that view's geometry, so a client puts it on the right image; a
-segment's masks come back per view as that view's label map, inline (`_view_label`).
+(`manifest.site_conflict`). The model reads all views in one conversation: one `Job` whose image is the list
+of views, handed to the scheduler as any request's jobs (the Predictor runs it as a batch of its own); every
+grounded object names its view, is measured with that view's spacing and comes back as markups in that view's
+geometry, so a client puts it on the right image; a segment's masks come back per view as that view's label map,
+inline (`_view_label`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from umind_core.outputs import frame_markups, geometry_info, write_viewer_files
 from umind_core.prompts import TEMPLATES
 from umind_core.answers.results import Result
 
-from .model_holder import MODEL_THREAD
 from .params import current_slice, parse_prompt
 from .reply_files import reply_path
 from .wall.caps import check_image_budget
@@ -31,7 +31,7 @@ from .wall.errors import BadRequest
 from .wall.exam_ref import EXAM_IDS, EXAM_PATHS, EXAM_SITES, check_exam_count
 from .wire import prompt_key
 
-__all__ = ["EXAM_FRAMES", "answer_exam", "exam_prompt", "exam_reply", "is_exam_request", "read_exam"]
+__all__ = ["EXAM_FRAMES", "exam_prompt", "exam_reply", "is_exam_request", "read_exam"]
 
 #: the `exam` value that makes the selected frames of the request's own image the views
 EXAM_FRAMES = "frames"
@@ -79,12 +79,6 @@ def _read_view(path: str, image: str, conf) -> Study:
         return read_study(path)
     except BadRequest as exc:
         raise BadRequest(f"view {image!r}: {exc.detail}") from None
-
-
-def answer_exam(predictor, exam: ExamRead, task: str, prompt: str | None, readout: str | None = None) -> Result:
-    """The model's answer about all views, on the model thread (never beside a batch); `predict_exam` measures each
-    object with its own view's spacing."""
-    return MODEL_THREAD.submit(predictor.predict_exam, task, prompt, exam.frames, readout).result()
 
 
 def exam_reply(result: Result, exam: ExamRead, task: str, prompt: str | None, calibrate: bool) -> dict:

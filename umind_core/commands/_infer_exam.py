@@ -75,7 +75,7 @@ def process_exam(ctx, index: int, item: ExamItem) -> Outcome:
     n = len(exam.views)
     ctx.grow_bar(total=n, postfix=item.name[-30:])
     frames = exam.frames
-    result = ctx.predictor.predict_exam(ctx.request.task, ctx.request.prompt, frames)
+    result = ctx.predict_exam(frames)
     ctx.grow_bar(done=n)
     view_docs = []
     for k, (view, study, frame) in enumerate(zip(exam.views, exam.studies, frames)):

@@ -185,6 +185,16 @@ class _Context:
 
         return self.scheduler.predict([Job(f, r.task, r.prompt, r.box, r.points, r.labels) for f in frames])
 
+    def predict_exam(self, views: list):
+        """One examination's answer (its views read in one conversation): as `predict`, batched with other inputs
+        when running in parallel, so the model still runs on its one thread."""
+        r = self.request
+        if self.scheduler is None:
+            return self.predictor.predict_exam(r.task, r.prompt, views)
+        from ..inference.predictor import Job
+
+        return self.scheduler.predict([Job(tuple(views), r.task, r.prompt)])[0]
+
     def grow_bar(self, total: int = 0, done: int = 0, postfix: str | None = None) -> None:
         if self.bar is None:
             return
@@ -329,8 +339,8 @@ def run(args: argparse.Namespace) -> int:
     # a rerun where everything is done loads no model; a model that fails to load stops the run (status 2)
     pending = args.overwrite or any(batch.existing_request(out / items[i].name) != wanted for i in mine)
     predictor = None
-    # an examination is one conversation of its own (no batch to share): examinations run one after another
-    parallel = args.parallel > 1 and len(mine) > 1 and not request.exam
+    # an examination is a batch of its own, read and written while other inputs' batches run
+    parallel = args.parallel > 1 and len(mine) > 1
     # with parallel inputs the model loads and runs on one thread of its own (see umind_core.inference.scheduler: torch's
     # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
     model_executor = model_thread() if parallel and pending else None

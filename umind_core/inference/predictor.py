@@ -29,7 +29,8 @@ How the work is split:
   one prefix with every view labelled ``View k:`` (`prompts.exam_prefix`, the layout the exam conversations train
   on) encoded once, then any number of prompts worded by `prompts.EXAM_TEMPLATES`. The answer's ``View k:``
   markers say which view each object is in; its box, points, line and mask are converted to that view's pixels,
-  and its mask decodes against that view's image states, at that view's size.
+  and its mask decodes against that view's image states, at that view's size. A `Job` whose image is a list of
+  views is the same examination read in `predict_many`, so a server batches examinations with single images.
 
 - `readout="mask"` (the default): a detection, a lesion caliper ("breast lesion long axis"), a kidney's or fetal
   head's landmarks or length (BPD, OFD) or a head circumference asks the model to segment the target, and its boxes,
@@ -81,9 +82,12 @@ class VisualPromptError(PredictorError, prompts.PromptError):
 
 @dataclass(frozen=True)
 class Job:
-    """One prompt on one frame: the unit `Predictor.predict_many` batches with others."""
+    """One prompt on one image or one examination: the unit `Predictor.predict_many` batches with others.
 
-    frame: Frame | np.ndarray
+    `image` is a Frame or an array, or a list or tuple of them: an examination's views in reading order, answered
+    as `predict_exam` answers them (one prefix holding every view, each object naming its view)."""
+
+    image: Frame | np.ndarray | Sequence[Frame | np.ndarray]
     task: str
     prompt: str | None = None
     box: Sequence[float] | None = None
@@ -255,6 +259,7 @@ class Predictor:
 
     def predict_many(self, jobs: Sequence[Job], on_chunk=None, on_answer=None) -> list[Result | PredictorError]:
         """Answer unrelated jobs in batches; each gets its Result, or the PredictorError that refused its input.
+        A job on an examination (`Job.image` a list of views) is answered as `predict_exam` answers it.
 
         A bad frame or visual prompt fails only its own job. The image set by `set_image` is left as it was.
         `on_chunk(n)` is called after each batch of n jobs (a progress bar's update). `on_answer(i, answer)` is
@@ -275,16 +280,19 @@ class Predictor:
         return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
-    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame, Row]], dict[int, PredictorError]]:
-        """(index, frame, row) of every job the Predictor accepts, and the error of each one it refuses.
-        Jobs on one image object share one Frame, so that the image is encoded once."""
-        ready, failed, frames = [], {}, {}
+    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame | tuple[Frame, ...], Row]],
+                                                     dict[int, PredictorError]]:
+        """(index, image, row) of every job the Predictor accepts (image: a Frame, or an examination's tuple of
+        Frames), and the error of each one it refuses. Jobs on one image object share one Frame (one tuple), so
+        that the image is encoded once."""
+        ready, failed, images = [], {}, {}
         for i, job in enumerate(jobs):
             try:
-                frame = frames.get(id(job.frame))
-                if frame is None:
-                    frame = frames[id(job.frame)] = _as_frame(job.frame)
-                ready.append((i, frame, self._row(job.task, job.prompt, job.box, job.points, job.labels, [frame],
+                image = images.get(id(job.image))
+                if image is None:
+                    image = images[id(job.image)] = _as_image(job.image)
+                frames = list(image) if isinstance(image, tuple) else [image]
+                ready.append((i, image, self._row(job.task, job.prompt, job.box, job.points, job.labels, frames,
                                                   job.readout)))
             except PredictorError as exc:
                 failed[i] = exc
@@ -292,19 +300,26 @@ class Predictor:
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
-    def _answer(self, ready: list[tuple[int, Frame, Row]], on_chunk=None, on_answer=None) -> list[Result]:
-        """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index)."""
+    def _answer(self, ready: list[tuple[int, Frame | tuple[Frame, ...], Row]], on_chunk=None,
+                on_answer=None) -> list[Result]:
+        """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index).
+        Single images share batches (`BatchDecoder.chunks`); an examination is one row whose prefix holds all its
+        views, so it runs as a batch of its own."""
         order = {i: k for k, (i, _, _) in enumerate(ready)}
         results: list[Result | None] = [None] * len(ready)
+        exams = [item for item in ready if isinstance(item[1], tuple)]
+        images = [item for item in ready if not isinstance(item[1], tuple)]
         with self._lock:
-            for chunk in self._engine.chunks(ready):
+            for chunk in self._engine.chunks(images) + [[item] for item in exams]:
                 def on_row(b: int, res: Result, chunk=chunk) -> None:
                     i = chunk[b][0]
                     results[order[i]] = res
                     if on_answer is not None:
                         on_answer(i, res)
 
-                state = self._engine.encode_rows([frame for _, frame, _ in chunk])
+                exam = chunk[0][1] if isinstance(chunk[0][1], tuple) else None
+                state = self._engine.encode_exam(list(exam)) if exam is not None \
+                    else self._engine.encode_rows([frame for _, frame, _ in chunk])
                 self._run(state, [row for _, _, row in chunk], on_row)
                 if on_chunk is not None:
                     on_chunk(len(chunk))
@@ -496,6 +511,13 @@ def _view_groups(spans, views: list[int | None], n_groups: int) -> dict[int, lis
         if v is not None:
             out.setdefault(v, []).extend(m.index for m in span.masks if m.index < n_groups)
     return out
+
+
+def _as_image(image) -> Frame | tuple[Frame, ...]:
+    """A job's image checked: a list or tuple is an examination's views (a tuple of Frames), else one image."""
+    if isinstance(image, (list, tuple)):
+        return tuple(_as_exam(image))
+    return _as_frame(image)
 
 
 def _as_exam(views) -> list[Frame]:

@@ -29,6 +29,8 @@ import logging
 import os
 from pathlib import Path
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
@@ -41,7 +43,7 @@ from umind_core.outputs import TooManyLabels, all_unparsable, frame_markups, geo
 from umind_core.inference.predictor import Job
 from umind_core.answers.results import Result
 
-from ..exam import answer_exam, exam_prompt, exam_reply, is_exam_request, read_exam
+from ..exam import exam_prompt, exam_reply, is_exam_request, read_exam
 from ..wall.caps import check_frame_count, check_image_budget, check_request_counts
 from ..wall.errors import BadRequest, to_http
 from ..wall.finite_json import finite_json
@@ -62,6 +64,16 @@ from ..wire import prompt_key
 __all__ = ["UMindInferTask"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What one request asks the model and how its answers become the reply: `jobs` go to the scheduler in one
+    submission, `reply(answers)` writes (path, body), `tasks` are the Predictor tasks it ran (the reply says)."""
+
+    jobs: list[Job]
+    tasks: list[str]
+    reply: Callable[[list[Result]], tuple[str | None, dict]]
 
 
 class UMindInferTask(InferTask):
@@ -100,34 +112,33 @@ class UMindInferTask(InferTask):
 
     # ------------------------------------------------------------------ request
     def __call__(self, request: dict):
+        """One path for every request: what it asks (`_Ask`: an image's jobs, or an examination's one job), the
+        jobs through the scheduler (batched with concurrent requests, on the model thread), the reply written."""
         t0 = time.perf_counter()
         try:
             opts = with_defaults(self._config, request)
             check_request_counts(opts, self.runtime.conf)  # caps first: nothing is read or allocated yet
-            targets = self._targets(opts)
-            study = self._read(opts)
+            ask = self._exam_ask(opts) if is_exam_request(opts) else self._image_ask(opts)
             t1 = time.perf_counter()
-            if is_exam_request(opts):
-                path, body = self._exam(study, opts, t0, t1)
-                return path, finite_json(body)
             with PREDICT_LOCK:
                 scheduler, version = self.runtime.scheduler()
             t2 = time.perf_counter()
-            runs = self._run(scheduler, study, opts, targets)  # batched with concurrent requests
+            answers = scheduler.predict(ask.jobs)  # every job of the request in one submission: one batch
             t3 = time.perf_counter()
-            path, body = self._write(study, opts, runs)
+            path, body = ask.reply(answers)
         except Exception as exc:  # every failure leaves as an HTTP error naming the problem
             raise _named(to_http(exc, f"{self._name()} on {{image}}"), request.get("image")) from exc
         t4 = time.perf_counter()
-        body["umind"] = {"version": version, "tasks": sorted({t for t, _, _ in runs}), **body.get("umind", {})}
+        body["umind"] = {"version": version, "tasks": ask.tasks, **body.get("umind", {})}
         body["latencies"] = _latencies(t0, t1, t2, t3, t4)
         return path, finite_json(body)
 
     def _name(self) -> str:
         return type(self).__name__
 
-    def _exam(self, study: Study, opts: dict, t0: float, t1: float):
-        """An examination (`lib/exam.py`): the views read together, one answer with each object on its view."""
+    def _exam_ask(self, opts: dict) -> _Ask:
+        """An examination (`lib/exam.py`): the views read together as one job, one answer with each object on its
+        view."""
         if not self.exam_tasks:
             raise BadRequest(f"{self._name()} reads one image; an examination (images, exam) is read by the "
                              "interpret task")
@@ -136,18 +147,14 @@ class UMindInferTask(InferTask):
             raise BadRequest(f"an examination's task must be one of {', '.join(self.exam_tasks)}, got {task!r}")
         prompt = exam_prompt(task, opts)
         readout = parse_readout(opts.get("readout"))
-        exam = read_exam(opts, study, self.runtime.conf)
-        with PREDICT_LOCK:
-            predictor, version = self.runtime.predictor()
-        t2 = time.perf_counter()
-        result = answer_exam(predictor, exam, task, prompt, readout)
-        t3 = time.perf_counter()
-        body = exam_reply(result, exam, task, prompt, calibrate=not is_stock_extension(opts))
-        body["geometry"] = body["exam"]["views"][0]["geometry"]
-        t4 = time.perf_counter()
-        body["umind"] = {"version": version, "tasks": [task]}
-        body["latencies"] = _latencies(t0, t1, t2, t3, t4)
-        return None, body
+        exam = read_exam(opts, self._read(opts), self.runtime.conf)
+
+        def reply(answers: list[Result]) -> tuple[None, dict]:
+            body = exam_reply(answers[0], exam, task, prompt, calibrate=not is_stock_extension(opts))
+            body["geometry"] = body["exam"]["views"][0]["geometry"]
+            return None, body
+
+        return _Ask([Job(tuple(exam.frames), task, prompt, readout=readout)], [task], reply)
 
     def _read(self, opts: dict) -> Study:
         image = opts.get("image")
@@ -178,9 +185,10 @@ class UMindInferTask(InferTask):
             raise BadRequest(f"task must be one of {', '.join(self.umind_tasks)} (or 'all'), got {task!r}")
         return [task]
 
-    def _run(self, scheduler, study: Study, opts: dict,
-             targets: list[str | None]) -> list[tuple[str, str | None, list[Result]]]:
-        """(task, target, one Result per selected frame) for every task and target of the request."""
+    def _image_ask(self, opts: dict) -> _Ask:
+        """One image: a job per task, target and selected frame; the reply as `output` says (`_write`)."""
+        targets = self._targets(opts)  # a bad prompt is refused before the image is read
+        study = self._read(opts)
         geometry = study.geometry
         box = points = labels = None
         if self.interactive:
@@ -200,15 +208,19 @@ class UMindInferTask(InferTask):
             key = prompt_key(task)
             for target in (targets if key == "prompt" else [parse_prompt(key, opts.get(key), required=True)]):
                 asks.append((task, target))
+
+        def reply(answers: list[Result]) -> tuple[str | None, dict]:
+            """(task, target, one Result per selected frame) for every task and target, written."""
+            it, runs = iter(answers), []
+            for task, target in asks:
+                results = [next(it) for _ in selected]
+                for r in results:
+                    r.attach_geometry(geometry)
+                runs.append((task, target, results))
+            return self._write(study, opts, runs)
+
         jobs = [Job(frame, task, target, box, points, labels, readout) for task, target in asks for frame in selected]
-        answers = iter(scheduler.predict(jobs))  # every job of the request in one submission: one batch
-        runs = []
-        for task, target in asks:
-            results = [next(answers) for _ in selected]
-            for r in results:
-                r.attach_geometry(geometry)
-            runs.append((task, target, results))
-        return runs
+        return _Ask(jobs, sorted({task for task, _ in asks}), reply)
 
     # ------------------------------------------------------------------ outputs
     def _write(self, study: Study, opts: dict, runs) -> tuple[str | None, dict]:
