@@ -568,3 +568,44 @@ def test_grid_round_trip_is_within_half_a_cell(value, size):
     value = min(value, size)
     back = from_grid(to_grid(value, size), size)
     assert math.isclose(back, value, abs_tol=size / GRID / 2 + 1e-9)
+
+
+# ------------------------------------------------------------------------------------------------ view markers
+
+def test_each_object_takes_the_last_view_marker_before_it_in_any_case():
+    text = (f"View 1: {format_box(Box(1, 2, 30, 40), 'nodule')} VIEW 2: {format_box(Box(5, 6, 50, 60), 'cyst')} "
+            f"view 3 : {format_point(Point(7, 8), 'isthmus')}")
+    assert [(o.label, o.view) for o in parse(text).objects] == [("nodule", 1), ("cyst", 2), ("isthmus", 3)]
+
+
+def test_a_view_zero_marker_is_warned_about_and_assigns_no_view():
+    res = parse(f"View 0: {format_box(Box(1, 2, 30, 40), 'nodule')}")
+    assert [o.view for o in res.objects] == [None]
+    assert any("views count from 1" in w for w in res.warnings)
+
+
+def test_a_view_marker_inside_a_label_is_not_a_marker():
+    text = f"View 1: {format_box(Box(1, 2, 30, 40), 'view 2: nodule')} {format_box(Box(5, 6, 50, 60), 'cyst')}"
+    assert [o.view for o in parse(text).objects] == [1, 1]
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+def test_a_number_too_long_to_convert_clips_to_its_own_side_of_the_grid():
+    text = f"{BOX_START}(-123456789,5),(123456789,7){BOX_END}"
+    (obj,) = parse(text).objects
+    assert (obj.boxes[0].x1, obj.boxes[0].x2) == (0, GRID)
+
+
+def test_format_box_refuses_corners_out_of_order_on_either_axis():
+    for box in (Box(9, 1, 5, 4), Box(1, 9, 5, 4)):
+        with pytest.raises(GroundingError, match="out of order"):
+            format_box(box)
+
+
+# ------------------------------------------------------------------------------------------------ token soup
+
+@pytest.mark.parametrize("answer", ["size 6A773 mm", "6a7731"])
+def test_a_digit_a_letter_and_three_digits_is_token_soup(answer):
+    assert g.degenerate(parse(answer)) is not None
+

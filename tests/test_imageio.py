@@ -267,7 +267,7 @@ def test_nifti_4d_single_slice_is_cine(tmp_path):
     assert (geo.kind, geo.shape) == ("cine", (5, 16, 20))
     assert geo.spacing == pytest.approx((0.3, 0.4, 0.05), abs=1e-6)
     assert len(geo.direction) == 9 and len(geo.origin) == 3
-    expected = imageio._window(data, "x")
+    expected = imageio.window_uint8(data, "x")
     assert np.array_equal(np.stack([f.pixels[..., 0] for f in study.frames]), expected)
     with pytest.raises(ImageReadError, match="cine"):
         read_study(p, axis=1)

@@ -449,3 +449,30 @@ def test_calipers_span_the_largest_piece_not_the_first():
     assert main_component(mask).sum() == 30 * 60
     long_axis, _ = lesion_axes(main_component(mask))
     assert math.hypot(long_axis[2] - long_axis[0], long_axis[3] - long_axis[1]) > 59
+
+
+def test_an_exam_with_an_uncalibrated_view_compares_its_calipers_in_pixels(predictor, monkeypatch):
+    """Millimetres of one view against pixels of another mean nothing: with any view uncalibrated the caliper goes
+    where the lesion is longest in pixels (view 1: 60 px, against view 2's 40 px at 2 mm a pixel, 80 mm)."""
+    views = [Frame(pixels=np.zeros((96, 96, 3), np.uint8), spacing=sp, index=0, source=f"v{k}")
+             for k, sp in enumerate([None, (2.0, 2.0)])]
+    long_px, short_px = _ellipse(96, 96, 48.0, 48.0, 30.0, 10.0), _ellipse(96, 96, 48.0, 48.0, 20.0, 8.0)
+    force_answer(monkeypatch, "View 1: " + grounding.format_mask("breast lesion") + " View 2: "
+                 + grounding.format_mask("breast lesion"), mask_groups=2)
+    given = iter([long_px, short_px])
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
+        [next(given).copy() for _ in queries], [0.9] * len(queries), 0.1))
+    (obj,) = predictor.predict_exam("measure", "breast lesion long axis", views=views).objects
+    assert obj.view == 0 and np.array_equal(obj.mask, long_px)
+
+
+def test_read_off_boxes_keep_the_label_the_model_gave_its_mask(predictor, monkeypatch):
+    mask, _ = _blob_mask()
+    force_answer(monkeypatch, grounding.format_mask("thyroid nodule"), mask_groups=1)
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.9], 0.1))
+    predictor.set_image(_frame())
+    assert {o.label for o in predictor.predict("detect", "breast lesion").objects} == {"thyroid nodule"}
+    monkeypatch.undo()
+    force_answer(monkeypatch, grounding.format_mask(), mask_groups=1)  # an unlabelled mask: the prompt names it
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: ([mask.copy()], [0.9], 0.1))
+    assert {o.label for o in predictor.predict("detect", "breast lesion").objects} == {"breast lesion"}

@@ -293,3 +293,38 @@ def test_token_end_offsets_equal_decoding_every_prefix(trained_tiny, text):
     assert _char_offsets(tok, ids) == by_prefix
     if text:
         assert by_prefix[-1] == len(tok.decode(ids, skip_special_tokens=False))
+
+
+# ------------------------------------------------------------------------------------------------ small rules
+
+def test_a_span_scores_only_the_tokens_that_overlap_it():
+    from umind_core.inference.predictor import _span_score
+
+    offsets, probs = [5, 10, 15], [0.1, 0.5, 0.9]  # tokens cover [0, 5), [5, 10), [10, 15)
+    assert _span_score((5, 10), offsets, probs) == pytest.approx(0.5)
+    assert _span_score((4, 11), offsets, probs) == pytest.approx(0.5)  # one character into each neighbour
+    assert _span_score((15, 20), offsets, probs) is None
+
+
+def test_a_frame_wider_than_the_largest_side_is_refused(tiny_model_factory):
+    p = Predictor(tiny_model_factory(), max_new_tokens=4)
+    with pytest.raises(PredictorError, match="outside 8..16384"):
+        p.set_image(np.zeros((8, 16385), np.uint8))
+
+
+def test_a_float_image_is_stretched_from_its_own_minimum_to_its_maximum():
+    from umind_core.inference.predictor import _as_frame
+
+    frame = _as_frame(np.linspace(100.0, 200.0, 64 * 64).reshape(64, 64))
+    assert frame.pixels.min() == 0 and frame.pixels.max() == 255 and frame.pixels.dtype == np.uint8
+
+
+def test_only_the_first_object_of_a_span_carries_its_points():
+    from umind_core.answers import grounding
+    from umind_core.inference.predictor import _span_objects
+
+    text = (grounding.format_ref("nodule") + grounding.format_box(grounding.Box(10, 10, 200, 200))
+            + grounding.format_box(grounding.Box(300, 300, 500, 500)) + grounding.format_point(grounding.Point(50, 50)))
+    (span,) = grounding.parse(text).objects
+    objects = _span_objects(span, 100, 100, {}, {}, None)
+    assert [len(o.points) for o in objects] == [1, 0] and all(o.box is not None for o in objects)

@@ -169,3 +169,71 @@ def test_user_text_picks_the_table_by_view_count_and_refuses_clicks_on_an_examin
     assert prompts.exam_prefix(1) == prompts.IMAGE_PREFIX and "View 2" in prompts.exam_prefix(2)
     with pytest.raises(prompts.PromptError, match="no box or clicks"):
         prompts.user_text("segment", "nodule", 2, box=box)
+
+
+# ------------------------------------------------------------------------------------------------ wording rules
+
+def test_a_target_of_six_words_is_a_target_and_seven_is_a_sentence():
+    six = "left lobe upper pole thyroid nodule"
+    seven = "the left lobe upper pole thyroid nodule"
+    assert build_user_text("segment", six) == TEMPLATES["segment"].instruction.format(target=six)
+    assert build_user_text("segment", seven) == seven
+
+
+@pytest.mark.parametrize("article", ["the", "a", "an", "An"])
+def test_a_leading_article_is_dropped_from_the_target(article):
+    assert build_user_text("segment", f"{article} ovary") == TEMPLATES["segment"].instruction.format(target="ovary")
+
+
+@pytest.mark.parametrize("build", ["image", "exam"])
+def test_context_ending_in_any_sentence_mark_gets_no_extra_full_stop(build):
+    from umind_core.prompts import build_exam_text
+
+    text = (lambda p: build_user_text("report", p)) if build == "image" else (lambda p: build_exam_text("report", p))
+    assert text("Patient is 40!").endswith("Context: Patient is 40!")
+    assert text("Is it new?").endswith("Context: Is it new?")
+    assert text("follow-up").endswith("Context: follow-up.")
+
+
+# ------------------------------------------------------------------------------------------------ visual prompts
+
+def test_a_box_that_only_touches_the_frame_from_outside_lies_outside():
+    from umind_core.prompts import VisualPrompt
+
+    for box in ((-20, 10, 0, 30), (10, -20, 30, 0), (100, 10, 120, 30), (10, 60, 30, 80)):
+        with pytest.raises(PromptError, match="lies outside"):
+            VisualPrompt.of(box).on_frame(100, 60)
+
+
+@pytest.mark.parametrize("box", [(50, 10, 130, 30), (10, 40, 30, 90), (-5, 10, 30, 30)])
+def test_a_box_partly_outside_on_any_side_is_clipped_with_a_warning(box):
+    from umind_core.prompts import VisualPrompt
+
+    grid, _, warnings = VisualPrompt.of(box).on_frame(100, 60)
+    assert len(warnings) == 1 and "clipped" in warnings[0]
+    assert 0 <= grid.x1 <= grid.x2 <= grounding.GRID and 0 <= grid.y1 <= grid.y2 <= grounding.GRID
+
+
+def test_a_point_below_a_wide_frame_lies_outside_even_within_its_width():
+    from umind_core.prompts import VisualPrompt
+
+    with pytest.raises(PromptError, match="lies outside"):
+        VisualPrompt.of(points=[(10, 80)], labels=[1]).on_frame(100, 60)  # y 80 > height 60, < width 100
+    VisualPrompt.of(points=[(10, 60)], labels=[1]).on_frame(100, 60)  # on the edge: inside
+
+
+@pytest.mark.parametrize("box", [(10, 20, 10, 40), (10, 20, 30, 20)])
+def test_a_box_without_width_or_without_height_has_no_area(box):
+    from umind_core.prompts import VisualPrompt
+
+    with pytest.raises(PromptError, match="no area"):
+        VisualPrompt.of(box)
+
+
+def test_an_examination_takes_no_clicks_either():
+    from umind_core.prompts import user_text
+
+    with pytest.raises(PromptError, match="no box or clicks"):
+        user_text("segment", "lesion", n_views=2, points=[Point(10, 10)], labels=[1])
+    with pytest.raises(PromptError, match="no box or clicks"):
+        user_text("segment", "lesion", n_views=2, box=Box(1, 1, 20, 20))

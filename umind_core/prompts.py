@@ -166,6 +166,11 @@ def _is_sentence(text: str) -> bool:
     return text.endswith(("?", ".")) or len(text.split()) > _MAX_TARGET_WORDS
 
 
+def _with_context(head: str, text: str) -> str:
+    """A finding task's instruction with the user's words after it as context, ended as a sentence."""
+    return f"{head} Context: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
+
+
 def _as_target(text: str) -> str:
     """A free phrase as the object of an instruction: no leading article, no trailing punctuation."""
     target = re.sub(r"^(the|a|an)\s+", "", text, flags=re.I).rstrip(" ,;:!")
@@ -324,7 +329,7 @@ def build_user_text(
     elif template.answer == "text":  # diagnose, report
         head = wording.format(target=template.default_target)
         if text is not None:
-            head += f" Context: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
+            head = _with_context(head, text)
     elif text is not None and _is_sentence(text):
         head = text
     else:
@@ -417,6 +422,6 @@ def build_exam_text(task: str, prompt: str | None = None, variant: int = 0) -> s
         return text
     if task == "report":
         head = wordings[variant]
-        return head if text is None else f"{head} Context: {text}" + ("" if text.endswith((".", "?", "!")) else ".")
+        return head if text is None else _with_context(head, text)
     target = _as_target(text) if text is not None else TEMPLATES[task].default_target
     return wordings[variant].format(target=target)

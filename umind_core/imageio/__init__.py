@@ -48,16 +48,16 @@ from .opening import checked_format, decoder_failure, sitk_reader  # noqa: F401
 from .headers import read_header  # noqa: F401
 from .markups import MARKUPS_SCHEMA, parse_markups, read_markups_json, write_markups_json
 from .overlays import write_overlay_png
-from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, _window, read_image,  # noqa: F401
-                      read_study)
+from .readers import (MAX_PIXELS, MAX_SIDE, MIN_SIDE, SUPPORTED_SUFFIXES, read_image,  # noqa: F401
+                      read_study, window_uint8)
 from .writers import (LABEL_MAP_SUFFIXES, label_map_suffix, read_label_map, write_image,  # noqa: F401
                       write_label_map)
 
 # Beyond __all__, the names callers reach as umind_core.imageio.X stay here too: frame_itk_axes,
-# frame_normal_axis, stack_from_volume, the size caps, LABEL_MAP_SUFFIXES, CONTENT_FORMATS, and one private
-# one: _window (tests).
+# frame_normal_axis, stack_from_volume, the size caps, LABEL_MAP_SUFFIXES, CONTENT_FORMATS.
 
 __all__ = [
+    "window_uint8",
     "ImageReadError",
     "ImageWriteError",
     "MarkupsError",

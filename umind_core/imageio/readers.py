@@ -104,8 +104,9 @@ def _check_frame_size(name: str, geometry: Geometry) -> None:
                              f"at least {MIN_SIDE} px a side)")
 
 
-def _window(arr: np.ndarray, name: str) -> np.ndarray:
-    """Min-max to uint8 over the whole array; NaN/inf -> finite min; constant -> zeros."""
+def window_uint8(arr: np.ndarray, name: str) -> np.ndarray:
+    """Min-max to uint8 over the whole array, rounded (its maximum is 255); NaN/inf -> finite min; constant ->
+    zeros. The one rule for a non-uint8 image: files as they are read, arrays handed to the Predictor."""
     a = np.asarray(arr, dtype=np.float32 if arr.dtype.itemsize <= 2 else np.float64)
     finite = np.isfinite(a)
     if not finite.any():
@@ -155,7 +156,7 @@ def _read_pil(p: Path, fmt: str, axis: int | None):
         mode = im.mode
         meta: dict[str, Any] = {"mode": mode, "format": im.format}
         if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-            arr = _window(np.asarray(im), name)
+            arr = window_uint8(np.asarray(im), name)
         elif mode in ("L", "1", "LA", "La"):
             arr = np.asarray(im.convert("L"))
         else:  # RGB, RGBA (alpha dropped), P/PA (palette applied), CMYK, YCbCr, ...
@@ -208,7 +209,7 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
     if pi in ("MONOCHROME1", "MONOCHROME2"):
         rescaled = "RescaleSlope" in ds or "RescaleIntercept" in ds
         grey = apply_modality_lut(arr, ds) if rescaled else arr
-        grey = grey if grey.dtype == np.uint8 else _window(grey, name)
+        grey = grey if grey.dtype == np.uint8 else window_uint8(grey, name)
         if pi == "MONOCHROME1":
             grey = 255 - grey
         stack = _to_rgb(grey)
@@ -220,11 +221,11 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
         stack = _to_rgb(rgb)
     elif pi in ("YBR_FULL", "YBR_FULL_422"):
         # pydicom 2.x returns YBR for both (it upsamples 422 and asks Pillow not to convert)
-        ybr = arr if arr.dtype == np.uint8 else _window(arr, name)
+        ybr = arr if arr.dtype == np.uint8 else window_uint8(arr, name)
         stack = _to_rgb(convert_color_space(ybr, "YBR_FULL", "RGB"))
     elif pi in ("RGB", "YBR_RCT", "YBR_ICT"):
         # JPEG 2000 decoders hand back RGB for the reversible/irreversible colour transforms
-        stack = _to_rgb(arr if arr.dtype == np.uint8 else _window(arr, name))
+        stack = _to_rgb(arr if arr.dtype == np.uint8 else window_uint8(arr, name))
     else:
         raise ImageReadError(f"{name}: unsupported PhotometricInterpretation {pi!r}")
 
@@ -388,7 +389,7 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
     if kind == "2d":
         if axis not in (None, 0):
             raise ImageReadError(f"{name}: axis={axis} given for a 2D image")
-        stack = _to_rgb(_window(arr, name)[None])
+        stack = _to_rgb(window_uint8(arr, name)[None])
         geometry = Geometry(kind="2d", shape=tuple(arr.shape[:2]), spacing=spacing,
                             origin=origin, direction=direction, axis=0, format=fmt)
         return stack, geometry, (spacing[0], spacing[1]), None, meta
@@ -398,7 +399,7 @@ def _read_sitk(p: Path, fmt: str, axis: int | None):
     geometry = Geometry(kind=kind, shape=tuple(arr.shape[:3]), spacing=spacing, origin=origin,
                         direction=direction, axis=ax, format=fmt)
     _check_frame_size(name, geometry)
-    vol = _window(arr, name)
+    vol = window_uint8(arr, name)
     stack = _to_rgb(stack_from_volume(vol, ax))
     return stack, geometry, frame_spacing(geometry), None, meta
 

@@ -58,7 +58,7 @@ import torch
 from .. import prompts
 from ..answers import grounding
 from ..answers.results import GroundedObject, Result
-from ..imageio import Frame
+from ..imageio import Frame, window_uint8
 from . import fast_decode
 from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
 from .readout import mask_reading, read_off_masks
@@ -564,9 +564,7 @@ def _as_frame(image: Frame | np.ndarray) -> Frame:
     if pixels.dtype != np.uint8:
         if not np.issubdtype(pixels.dtype, np.number) or not np.isfinite(pixels).all():
             raise PredictorError(f"{source}: image has non-finite or non-numeric values ({pixels.dtype})")
-        lo, hi = float(pixels.min()), float(pixels.max())
-        scale = 255.0 / (hi - lo) if hi > lo else 0.0
-        pixels = ((pixels - lo) * scale).astype(np.uint8)
+        pixels = window_uint8(pixels, source)
     pixels = np.ascontiguousarray(pixels)
     if frame is not None:
         return Frame(pixels=pixels, spacing=frame.spacing, index=frame.index, source=frame.source,
