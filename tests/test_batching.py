@@ -608,3 +608,19 @@ def test_a_split_prompt_feed_answers_as_each_alone(trained_tiny, monkeypatch):
     assert len(splits) == 1 and splits[0] is not None, splits
     for job, res in zip(jobs, batched):
         _assert_same(res, _alone(trained_tiny, job))
+
+
+def test_the_regroup_wait_expects_last_batchs_callers_for_twice_the_wait_after_it():
+    """Callers answered at a batch's end come back within about a regroup wait: the next batch holds for them while
+    its first job arrives within twice `regroup_ms` of that end, after that nobody is expected."""
+    scheduler = BatchScheduler(_SlowEcho(0.0), regroup_ms=30.0)
+    scheduler._last_end = (10.0, 5)
+    assert scheduler._expected(10.0 + 0.045) == 5  # 45 ms after: within 60
+    assert scheduler._expected(10.0 + 0.065) == 1
+    assert BatchScheduler(_SlowEcho(0.0), regroup_ms=0.0)._expected(10.0) == 1
+
+
+def test_a_batch_holds_at_most_the_predictors_batch_size_unless_told():
+    echo = _SlowEcho(0.0)
+    echo.batch_size = 3
+    assert BatchScheduler(echo).max_jobs == 3 and BatchScheduler(echo, max_jobs=5).max_jobs == 5

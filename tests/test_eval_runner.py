@@ -370,3 +370,38 @@ def test_class_scores_rank_the_answer_a_model_was_taught():
     for c, ll in by_hand.items():
         assert scores[c] == pytest.approx(float(np.exp(ll - total)), abs=1e-4), (c, scores, by_hand)
     assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.2], [True]) is None
+
+
+def test_a_refusal_never_asks_for_a_structure_the_record_labels():
+    """A kidney scan with a labelled spleen: the spleen is not absent, so no refusal query asks for it (200 records,
+    about 11 would draw it if labels were ignored)."""
+    from umind_core.data.manifest import Annotations, ManifestObject, Record
+
+    records = [Record(id=f"k{i}", image="k.png", site="kidney",
+                      annotations=Annotations([ManifestObject("spleen", box=(1.0, 1.0, 5.0, 5.0))]))
+               for i in range(200)]
+    targets = [q.target["target"] for q in build_queries(records, "refusal") if q.target["should_refuse"]]
+    assert len(targets) >= 100 and "spleen" not in targets and "kidney" not in targets
+
+
+def test_a_line_of_no_length_is_not_asked_and_labels_match_keypoints_in_any_case():
+    from umind_core.data.manifest import Annotations, Line, ManifestObject, Record
+
+    lines = [Line("cyst long axis", (1.0, 1.0, 9.0, 1.0), 0.0), Line("cyst short axis", (1.0, 1.0, 1.0, 5.0), 2.5)]
+    rec = Record(id="c", image="c.png", spacing=(0.5, 0.5), site="breast",
+                 annotations=Annotations([ManifestObject("cyst", lines=lines)]))
+    assert [q.prompt for q in build_queries([rec], "measure")] == ["cyst short axis"]
+    assert match_keypoints(["Upper pole", "lower pole"], [(0.0, 0.0), (9.0, 9.0)],
+                           [(None, (1.0, 1.0)), (" upper POLE ", (8.0, 8.0))]) == [(8.0, 8.0), (1.0, 1.0)]
+
+
+def test_without_a_drawn_line_the_number_the_model_wrote_is_scored():
+    """The answer a reader sees drops a length no line backs; the score reads the model's own words."""
+    from umind_core.data.manifest import Annotations, Line, ManifestObject, Record
+
+    rec = Record(id="c", image="c.png", spacing=(0.5, 0.5), site="breast", annotations=Annotations(
+        [ManifestObject("cyst", lines=[Line("cyst long axis", (1.0, 1.0, 9.0, 1.0), 20.0)])]))
+    (q,) = build_queries([rec], "measure")
+    result = Result("measure", answer="cyst long axis", raw_answer="cyst long axis Length: 25.0 mm.")
+    sample = score(q, result, rec)
+    assert sample["pred_source"] == "text" and sample["pred_mm"] == pytest.approx(25.0)

@@ -274,3 +274,30 @@ def test_an_exam_caliper_is_scored_once_on_the_view_it_was_drawn_in(exams):
     (sample,) = samples  # once per examination and name, whatever number of views show it
     # the truth line on its own view: its length in that view's spacing is the truth (lengths are stored to 0.01 mm)
     assert sample["view"] == chosen and sample["rel_error"] == pytest.approx(0.0, abs=1e-3)
+
+
+def _exam(views_lines, measurements=None, report=None):
+    from umind_core.data.manifest import Annotations, Line, ManifestObject, Record, View
+
+    views = [View(image=f"v{k}.png", spacing=(0.2, 0.2), annotations=Annotations(
+        [ManifestObject("kidney", lines=[Line(name, (0.0, 0.0, 1.0, 1.0), mm) for name, mm in lines])]))
+        for k, lines in enumerate(views_lines)]
+    return Record(id="e", site="kidney", views=views,
+                  annotations=Annotations(measurements=measurements or {}, report=report))
+
+
+def test_best_view_prefers_a_long_axis_and_else_the_longest_line():
+    # view 1 has the longest line, but view 2 holds the long axis: the long-axis plane is the one reported from
+    assert best_view(_exam([[("kidney length", 110.0)], [("lesion long axis", 20.0)]])) == 1
+    assert best_view(_exam([[("kidney width", 50.0)], [("kidney length", 110.0)]])) == 1  # no long axis: longest
+    assert best_view(_exam([[], []])) == 0
+
+
+def test_truth_sizes_are_the_ones_the_report_states_and_a_size_is_read_at_its_first_statement():
+    exam = _exam([[]], measurements={"kidney length mm": 110.0, "kidney AP mm": 45.0, "kidney width mm": 50.0},
+                 report="Site: kidney. Length: 111.0 mm.")
+    assert exam_truth_sizes(exam) == {"length": 110.0}
+    assert set(exam_truth_sizes(_exam([[]], measurements=exam.annotations.measurements))) == {"length", "width",
+                                                                                               "depth"}
+    assert parse_report_sizes("Size: 20.0 x 9.0 mm (long x short axis). Size: 30.0 x 12.0 mm (long x short axis).") \
+        == {"length": 20.0, "depth": 9.0}

@@ -251,3 +251,24 @@ def test_eager_and_fast_decoding_read_an_examination_alike(tiny_model_factory, e
     eager = Predictor(model, max_new_tokens=6, decode="eager").predict_exam("diagnose", views=exam_views)
     assert fast.text == eager.text
     assert fast.confidence["token_prob_mean"] == pytest.approx(eager.confidence["token_prob_mean"], abs=1e-4)
+
+
+def test_a_mask_marker_past_the_decoded_groups_gets_no_mask_and_no_error(predictor, monkeypatch):
+    """An answer cut short may name more mask groups than were decoded: the extra marker draws nothing."""
+    force_answer(monkeypatch, f"View 1: {grounding.format_mask('nodule')} View 2: {grounding.format_mask('cyst')}",
+                 mask_groups=1)
+    res = predictor.predict_exam("segment", "thyroid nodule", views=_mixed_views())
+    assert [(o.label, o.view, o.mask is not None) for o in res.objects] == [("nodule", 0, True)]
+
+
+def test_an_exams_mask_entropy_weighs_each_view_by_its_masks_and_pixels(predictor, monkeypatch):
+    """Two masks in view 1 at entropy 0.2 and one in view 2 at 0.8, views of one size: (2 x 0.2 + 0.8) / 3."""
+    views = [Frame(pixels=np.zeros((64, 64, 3), np.uint8), spacing=None, index=0, source=f"v{k}") for k in range(2)]
+    force_answer(monkeypatch, f"View 1: {grounding.format_mask('a')} {grounding.format_mask('b')} "
+                              f"View 2: {grounding.format_mask('c')}", mask_groups=3)
+    entropies = iter([0.2, 0.8])
+    monkeypatch.setattr(Predictor, "_masks", lambda self, features, queries, size: (
+        [np.ones(size, bool) for _ in queries], [0.9] * len(queries), next(entropies)))
+    res = predictor.predict_exam("segment", "thyroid nodule", views=views)
+    assert [o.view for o in res.objects] == [0, 0, 1]
+    assert res.confidence["mask_entropy"] == pytest.approx((2 * 0.2 + 0.8) / 3)

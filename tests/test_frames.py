@@ -53,3 +53,10 @@ def test_past_the_end_is_clipped_or_refused_as_the_caller_says():
             parse_frames("9").select(cine, "c", past_end=past_end)
     with pytest.raises(FrameSpecError, match="frame 8 is out of range"):
         parse_frames([1, 8]).select(cine)
+
+
+def test_a_refused_range_may_end_on_the_last_frame_but_not_one_past_it():
+    cine = _geo("cine", 7)  # frames 0..6; a range's stop is inclusive
+    assert parse_frames("4-6").select(cine, past_end="refuse") == [4, 5, 6]
+    with pytest.raises(FrameSpecError, match="frame 7 is out of range"):
+        parse_frames("4-7").select(cine, past_end="refuse")
