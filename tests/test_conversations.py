@@ -307,3 +307,28 @@ def test_attach_writes_a_manifest_that_reads_back(dataset, tmp_path):
     assert all(r.conversations == by_id[r.id] for r in sub)
     other_seed = read_manifest(attach_conversations(path, tmp_path / "seed4.jsonl", seed=4))
     assert [r.conversations for r in other_seed] != [r.conversations for r in a]
+
+
+@pytest.mark.parametrize("views", [1, 2])
+def test_a_diagnosis_rests_on_the_reports_finding_as_a_sentence_and_a_measurement_is_asked_without_its_unit(views):
+    """An image's and an examination's conversations share the rules: "Malignant. Irregular mass..." (the finding
+    capitalised as a sentence of its own) and "What is the HC?" for a measurement named "HC (mm)"."""
+    from umind_core.data.conversations import build_exam_conversations
+    from umind_core.data.manifest import Annotations, Record, View
+
+    ann = Annotations(diagnosis="malignant", report="Site: breast. Finding: irregular mass, spiculated margins. "
+                                                      "Impression: suspicious.", measurements={"HC (mm)": 180.04})
+    images = [View(image=f"v{k}.png") for k in range(views)]
+    rec = Record(id="r", site="breast", annotations=ann, views=images)
+    asked = 0
+    for seed in range(12):
+        rng = random.Random(seed)
+        convs = build_conversations(rec, 64, 64, rng, tasks=["diagnose", "ask"], refusal_rate=0.0) if views == 1 \
+            else build_exam_conversations(rec, [(64, 64)] * views, rng, tasks=["diagnose", "ask"])
+        answers = {c.task: _answer(c) for c in convs}
+        assert answers["diagnose"] == "Malignant. Irregular mass, spiculated margins."
+        if "HC" in answers["ask"]:
+            asked += 1
+            assert answers["ask"] == "The HC is 180.0 mm." and "(mm)" not in _user(
+                next(c for c in convs if c.task == "ask"))
+    assert asked > 0  # the measurement question was drawn at least once (else the site question)

@@ -68,6 +68,7 @@ def test_exam_and_single_records_read_and_write_back_unchanged(dataset, tmp_path
     (lambda o: o["annotations"].update(objects=[{"label": "x"}]), "objects belong to the view"),
     (lambda o: o["conversations"][0].update(mask_views=[1]), "mask_views"),
     (lambda o: o["conversations"][0].update(mask_views=[0, 7]), "must index images"),
+    (lambda o: o["conversations"][0].update(mask_views=[0, len(o["images"])]), "must index images"),  # one past
     (lambda o: o["images"][1].update(spacing=[0, 1]), "images[1].spacing"),
 ])
 def test_bad_exam_records_name_the_problem_and_line(dataset, tmp_path, change, message):

@@ -178,6 +178,12 @@ def test_schedule_warms_up_linearly_to_the_peak_then_decays_to_zero():
     assert max(lrs) == pytest.approx(1e-4) and lrs.index(max(lrs)) == warm
 
 
+def test_warm_up_rounds_up_and_the_rate_stays_at_zero_past_the_last_step():
+    assert warmup_steps_for(30, 0.05) == 2 and warmup_steps_for(10, 0.01) == 1  # 1.5 steps -> 2; 0.1 -> 1
+    assert lr_factor(100, 100, 5) == pytest.approx(0.0)
+    assert lr_factor(150, 100, 5) == pytest.approx(0.0)  # a resumed run past its length does not climb again
+
+
 # ------------------------------------------------------------------------------------------- training runs
 
 def test_lora_run_learns_and_writes_every_artifact(tiny_model_factory, manifest, tmp_path):

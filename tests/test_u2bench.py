@@ -230,3 +230,15 @@ def test_u2_end_to_end_fixed_predictions():
     per = {"DD": {"21": dd}, "LL": {"04": ll}, "KD": {"48": kd}, "CVE": {"18": cve}}
     expect = 0.2 * 2 / 3 + 0.07 * 0.5 + 0.07 * 1.0 + 0.07 * (1 - 0.1 / math.sqrt(2))
     assert u2_score(per) == pytest.approx(expect)
+
+
+def test_a_row_word_then_a_column_word_in_either_order_but_middle_only_as_a_row():
+    assert normalize_position("left upper") == normalize_position("upper left") == "upper left"
+    assert normalize_position("middle left") == "middle left"
+    assert normalize_position("middle upper") is None  # "middle" before a row word is no column
+
+
+def test_lenient_bleu_takes_the_closest_reference_length_ties_to_the_shorter():
+    hyp = "a b c d e f g h"  # 8 tokens, every n-gram in the long reference
+    assert bleu_lenient([hyp], [["a b c d", "a b c d e f g h i"]]) == pytest.approx(math.exp(1 - 9 / 8))
+    assert bleu_lenient([hyp], [["a b c d e f g", "a b c d e f g h i"]]) == pytest.approx(1.0)  # 7 and 9: 7

@@ -113,6 +113,23 @@ def _finding(report: str | None) -> str | None:
     return text[:1].upper() + text[1:] + "."
 
 
+def _diagnosis_answer(diagnosis: str, report: str | None) -> str:
+    """"Malignant." and the report's finding as the cues it rests on, for an image's and an examination's
+    diagnose conversation alike."""
+    cues = _finding(report)
+    return diagnosis.strip().rstrip(".").capitalize() + "." + (f" {cues}" if cues else "")
+
+
+def _measurement_asks(measurements: dict[str, float], rng: random.Random) -> list[tuple[str, str]]:
+    """A question and its answer per measurement, the unit kept out of the quantity's name ("HC (mm)" asks for
+    the HC), for an image's and an examination's ask conversation alike; one `rng.choice` each, in order."""
+    out = []
+    for name, value in measurements.items():
+        quantity = re.sub(r"\s*\(?mm\)?$", "", name).strip() or name
+        out.append((rng.choice(_MEASURE_QUESTIONS).format(name=quantity), f"The {quantity} is {float(value):.1f} mm."))
+    return out
+
+
 # ------------------------------------------------------------------------------------- per task
 
 def _segment(rec: Record, rng: random.Random) -> list[Conversation]:
@@ -161,10 +178,7 @@ def _diagnose(rec: Record, rng: random.Random) -> list[Conversation]:
     diagnosis = ann.diagnosis or next((o.diagnosis for o in ann.objects if o.diagnosis), None)
     if diagnosis is None:
         return []
-    answer = diagnosis.strip().rstrip(".").capitalize() + "."
-    cues = _finding(ann.report)
-    if cues:
-        answer += " " + cues
+    answer = _diagnosis_answer(diagnosis, ann.report)
     return [_conversation("diagnose", build_user_text("diagnose", variant=_variant("diagnose", rng)), answer)]
 
 
@@ -180,10 +194,7 @@ def _ask(rec: Record, rng: random.Random) -> list[Conversation]:
     options = []
     if rec.site:
         options.append((rng.choice(_SITE_QUESTIONS), f"This is a {_site_words(rec.site)} ultrasound image."))
-    for name, value in rec.annotations.measurements.items():
-        quantity = re.sub(r"\s*\(?mm\)?$", "", name).strip() or name
-        options.append((rng.choice(_MEASURE_QUESTIONS).format(name=quantity),
-                        f"The {quantity} is {float(value):.1f} mm."))
+    options += _measurement_asks(rec.annotations.measurements, rng)
     if not options:
         return []
     question, answer = options[rng.randrange(len(options))]
@@ -468,9 +479,7 @@ def _exam_text(exam: Record, rng: random.Random, tasks: Sequence[str]) -> list[C
     diagnosis = ann.diagnosis or next((o.diagnosis for v in exam.views for o in v.annotations.objects
                                        if o.diagnosis), None)
     if "diagnose" in tasks and diagnosis is not None:
-        answer = diagnosis.strip().rstrip(".").capitalize() + "."
-        cues = _finding(ann.report)
-        answer += f" {cues}" if cues else ""
+        answer = _diagnosis_answer(diagnosis, ann.report)
         out.append(_exam_conversation("diagnose", build_exam_text("diagnose", None, _exam_variant("diagnose", rng)),
                                       answer))
     if "report" in tasks and ann.report and ann.report.strip():
@@ -479,10 +488,7 @@ def _exam_text(exam: Record, rng: random.Random, tasks: Sequence[str]) -> list[C
     if "ask" in tasks:
         options = [("What site does this ultrasound examination show?",
                     f"This is a {_site_words(exam.site)} ultrasound examination.")] if exam.site else []
-        for name, value in ann.measurements.items():
-            quantity = re.sub(r"\s*\(?mm\)?$", "", name).strip() or name
-            options.append((rng.choice(_MEASURE_QUESTIONS).format(name=quantity),
-                            f"The {quantity} is {float(value):.1f} mm."))
+        options += _measurement_asks(ann.measurements, rng)
         if options:
             question, answer = options[rng.randrange(len(options))]
             out.append(_exam_conversation("ask", build_exam_text("ask", question), answer))
