@@ -716,3 +716,23 @@ def test_a_budget_granted_to_the_served_version_stays_for_the_next_run():
     lost = summary(segmentation_miou=0.70, detection_f1=1.0, n_samples=n)
     tables, _, _ = gate_tables(before, {**after, SET_HELD_OUT: lost}, start, sets, params, served_on_budget=True)
     assert decide(tables, Tolerance())[0] is False
+
+
+def test_an_exported_frame_joins_landmarks_to_the_mask_holding_them_and_each_roi_to_one_object(tmp_path):
+    """x is the column, y the row (on a frame that is not square, a swap lands in the other lesion); two ROIs for
+    one name correct two objects of that name, one each; and training needs two labelled images."""
+    from lib.trainers.corrections import FrameCorrections
+    from lib.trainers.dataset import DatasetError, _frame_objects, _split
+
+    lab = np.zeros((40, 60), np.uint8)
+    lab[2:10, 20:29] = 1  # rows 2-9, columns 20-28
+    lab[25:35, 5:20] = 2  # rows 25-34, columns 5-19
+    (tmp_path / "masks").mkdir()
+    fixes = FrameCorrections(keypoints=[("tip", (25.0, 5.0))],
+                             boxes=[("lesion", (1.0, 1.0, 30.0, 12.0)), ("lesion", (3.0, 20.0, 22.0, 38.0))])
+    notes: list[str] = []
+    objects = _frame_objects(lab, {1: "lesion", 2: "lesion"}, fixes, None, "img", tmp_path, notes)
+    assert [o.box for o in objects] == [(1.0, 1.0, 30.0, 12.0), (3.0, 20.0, 22.0, 38.0)] and not notes
+    assert [[k.name for k in o.keypoints] for o in objects] == [["tip"], []]
+    with pytest.raises(DatasetError, match="at least 2 labeled images"):
+        _split(["only"], 0.5, 1, 0)

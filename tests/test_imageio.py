@@ -616,3 +616,30 @@ def test_read_label_map_is_write_label_maps_reverse_in_frame_order(tmp_path):
     with pytest.raises(ImageReadError, match=r"p.png: label of shape \(1, 4, 5\) does not match the image "
                                              r"\(1 frames of 5x4\)"):
         read_label_map(tmp_path / "p.png", other)
+
+
+def test_a_zero_spacing_is_no_calibration():
+    from umind_core.imageio.geometry import usable_spacing
+
+    assert usable_spacing((0.2, 0.3)) and not usable_spacing((0.0, 0.3)) and not usable_spacing((0.2, -0.1))
+
+
+def test_a_closed_curve_drawn_elsewhere_measures_back_to_its_first_point(tmp_path):
+    from umind_core.imageio import read_markups_json, write_markups_json
+    from umind_core.imageio.markups import parse_markups
+
+    square = [[0.0, 0.0, 0.0], [10.0, 0.0, 0.0], [10.0, 10.0, 0.0], [0.0, 10.0, 0.0]]
+    path = write_markups_json([{"type": "ClosedCurve", "name": "c", "points_lps": square},
+                               {"type": "Line", "name": "l", "points_lps": square[:2]}], tmp_path / "m.mrk.json")
+    doc = json.loads(path.read_text())
+    lengths = [m["measurements"][0]["value"] for m in doc["markups"]]
+    assert lengths == pytest.approx([40.0, 10.0])
+    for m in doc["markups"]:
+        m["measurements"] = []  # a file from another tool states no length: the points are measured on reading
+    assert [m["length_mm"] for m in parse_markups(doc)] == pytest.approx([40.0, 10.0])
+    assert [m["length_mm"] for m in read_markups_json(path)] == pytest.approx([40.0, 10.0])
+
+
+def test_windowing_rounds_so_the_brightest_value_is_255():
+    out = imageio.window_uint8(np.linspace(100.0, 200.0, 1001), "x")
+    assert out.min() == 0 and out.max() == 255 and out[2] == 1  # 100.2 -> 0.51 rounds to 1

@@ -295,6 +295,9 @@ def test_request_presets_and_errors(volume):
     assert model_for_task("segment", True, ["umind_segment"]) == "umind_segment"
     with pytest.raises(RequestError, match="no model"):
         model_for_task("detect", False, ["umind_segment"])
+    with pytest.raises(RequestError, match="non-negative size"):
+        RoiBox([0.0, 0.0, 0.0], [4.0, -2.0, 1.0]).corners()
+    assert RoiBox([0.0, 0.0, 0.0], [4.0, 2.0, 0.0]).corners().shape == (8, 3)  # a flat ROI on one slice is fine
 
 
 # MRML builders --------------------------------------------------------------------------

@@ -67,3 +67,16 @@ def test_label_map_suffix_keeps_spacing_and_honours_result_extension(fmt, kind, 
                  direction=(1.0, 0.0, 0.0, 1.0) if kind == "2d" else tuple(float(v) for v in (1, 0, 0, 0, 1, 0, 0, 0, 1)),
                  format=fmt)
     assert label_map_suffix(g, requested) == suffix
+
+
+def test_a_target_names_its_segment_whatever_its_case_and_spacing():
+    from lib.stock_extension import map_targets
+
+    assert map_targets(["Thyroid  Nodule", None], ["thyroid nodule", "thyroid"], "segment") == ["thyroid nodule", None]
+
+
+def test_a_segment_listed_twice_keeps_the_value_of_its_first_place():
+    from lib.stock_extension import label_names_from_list
+
+    names = label_names_from_list([{"name": "lesion"}, {"name": "gland"}, {"name": " lesion "}])
+    assert names == {"lesion": 1, "gland": 2}

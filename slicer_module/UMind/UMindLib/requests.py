@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .contract import CLIENT_MARKER, EXAM_MODEL, EXAM_TASKS, INTERACTIVE_MODEL, READOUT, READOUTS, SEGMENT_MODEL
+from .contract import CLIENT_MARKER, EXAM_MODEL, EXAM_TASKS, INTERACTIVE_MODEL, READOUT, READOUTS
 from .geometry import GeometryError, as_matrix, box_ras_to_ijk_extent, ijk_index, ras_to_ijk
 
 __all__ = ["RequestError", "TaskPreset", "TASK_PRESETS", "RoiBox", "RunRequest", "ImageTarget",
@@ -82,9 +82,8 @@ def model_for_task(task: str, has_visual_prompts: bool, available: Sequence[str]
     if task == "segment" and has_visual_prompts:
         model = INTERACTIVE_MODEL
     if available and model not in available:
-        for alt in [TASK_PRESETS[task].model] + ([SEGMENT_MODEL] if task == "segment" else []):
-            if alt in available:
-                return alt
+        if TASK_PRESETS[task].model in available:  # an interactive segment falls back to the segment model
+            return TASK_PRESETS[task].model
         raise RequestError(f"the server offers no model for task {task!r} "
                            f"(has: {', '.join(available)})")
     return model
