@@ -450,3 +450,18 @@ def test_the_file_watchers_reconcile_waits_for_a_label_write_in_progress(env, mo
     assert threads[1] is True
     assert sorted(ds.get_labeled_images()) == ["img", "second"]
     assert sorted(open_store(studies).get_labeled_images()) == ["img", "second"]  # and so does the index file
+
+
+def test_a_saved_labels_own_label_names_win_over_the_stock_extensions_list(tmp_path):
+    """The stock extension's `label_info` list becomes `label_names` at the door, unless the client sent its own
+    `label_names` dict: that one names the values the label map holds."""
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    png(studies / "img.png", image_array())
+    ds = open_store(studies)
+    listed = [{"name": "lesion", "idx": 1}, {"name": "gland", "idx": 2}]
+    ds.save_label("img", str(png(tmp_path / "l.png", label_array())), "final", {"label_info": listed})
+    assert ds.get_label_info("img", "final")["label_names"] == {"lesion": 1, "gland": 2}
+    ds.save_label("img", str(png(tmp_path / "l2.png", label_array())), "final",
+                  {"label_info": listed, "label_names": {"gland": 1}})
+    assert ds.get_label_info("img", "final")["label_names"] == {"gland": 1}
