@@ -72,7 +72,7 @@ def test_label_map_suffix_keeps_spacing_and_honours_result_extension(fmt, kind, 
 def test_a_target_names_its_segment_whatever_its_case_and_spacing():
     from lib.stock_extension import map_targets
 
-    assert map_targets(["Thyroid  Nodule", None], ["thyroid nodule", "thyroid"], "segment") == ["thyroid nodule", None]
+    assert map_targets(["thyroid  nodule", None], ["Thyroid Nodule", "thyroid"], "segment") == ["Thyroid Nodule", None]
 
 
 def test_a_segment_listed_twice_keeps_the_value_of_its_first_place():
