@@ -157,3 +157,14 @@ def pytest_terminal_summary(terminalreporter):
                if isinstance(getattr(r, "longrepr", None), tuple) and SKIP_PREFIX in str(r.longrepr[2])}
     for reason in sorted(reasons)[:1]:
         terminalreporter.write_line(reason.removeprefix("Skipped: "))
+
+
+def pytest_unconfigure(config):
+    """Let a tuned Predictor's background builder finish before Python exits: one still inside torch.compile is
+    killed mid-C++ and the process aborts ("terminate called without an active exception", exit 134) after every
+    test passed, as `umind` commands avoid with the same call (`step_builder.stop_all_builders`)."""
+    import sys
+
+    builders = sys.modules.get("umind_core.inference.step_builder")
+    if builders is not None:  # nothing to stop where no test loaded the decoder
+        builders.stop_all_builders()

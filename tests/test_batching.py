@@ -624,3 +624,14 @@ def test_a_batch_holds_at_most_the_predictors_batch_size_unless_told():
     echo = _SlowEcho(0.0)
     echo.batch_size = 3
     assert BatchScheduler(echo).max_jobs == 3 and BatchScheduler(echo, max_jobs=5).max_jobs == 5
+
+
+def test_a_closed_schedulers_worker_ends_at_once_and_a_later_call_starts_another():
+    scheduler = BatchScheduler(_SlowEcho(0.0), idle_s=60.0)
+    assert scheduler.run(["a"]) == ["a"]
+    worker = scheduler._worker
+    assert worker is not None and worker.is_alive()
+    scheduler.close(timeout=10.0)
+    assert not worker.is_alive() and scheduler._worker is None  # not 60 s of idling
+    assert scheduler.run(["b"]) == ["b"]
+    scheduler.close(timeout=10.0)

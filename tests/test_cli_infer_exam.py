@@ -117,9 +117,9 @@ def test_parallel_examinations_answer_as_one_after_another(tmp_path, capsys, mod
     force_answer(monkeypatch, f"View 2: {grounding.format_box(Box(100, 100, 600, 600), 'lesion')}")
     from umind_core.inference.scheduler import BatchScheduler
 
-    handed, original = [], BatchScheduler.predict
-    monkeypatch.setattr(BatchScheduler, "predict",
-                        lambda self, jobs: handed.append([len(j.image) for j in jobs]) or original(self, jobs))
+    handed, schedulers, original = [], set(), BatchScheduler.predict
+    monkeypatch.setattr(BatchScheduler, "predict", lambda self, jobs: schedulers.add(self)
+                        or handed.append([len(j.image) for j in jobs]) or original(self, jobs))
     docs = {}
     for parallel in (1, 2):
         out = tmp_path / f"out{parallel}"
@@ -129,6 +129,7 @@ def test_parallel_examinations_answer_as_one_after_another(tmp_path, capsys, mod
         assert rc == 0 and stdout.startswith("umind infer: 3 inputs, 7 frames, 0 failed"), err
         docs[parallel] = {k: _doc(out / f"exam{k}" / "results.json") for k in range(3)}
         assert sorted(handed) == ([] if parallel == 1 else [[2], [2], [3]])  # one Job of its views each
+    assert len(schedulers) == 1 and next(iter(schedulers))._worker is None  # closed with the run, not left idling
     for k in range(3):
         one, two = docs[1][k], docs[2][k]
         assert one["objects"] == two["objects"] and one["answer"] == two["answer"]

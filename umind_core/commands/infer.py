@@ -374,10 +374,7 @@ def run(args: argparse.Namespace) -> int:
             for index in mine:
                 records.append(_run_one(ctx, index, items[index]))
     finally:
-        if bar is not None:
-            bar.close()
-        if model_executor is not None:
-            model_executor.shutdown()
+        _release(ctx, model_executor)
     if state is not None:
         _write_rank_summary(out, rank, records)
         state.wait_for_everyone()
@@ -387,6 +384,17 @@ def run(args: argparse.Namespace) -> int:
     records.sort(key=lambda r: r.index)
     print("\n".join(_summary_lines(records, time.perf_counter() - t0)))
     return 1 if any(r.status == "failed" for r in records) else 0
+
+
+def _release(ctx: _Context, model_executor) -> None:
+    """What a run holds, given back whether it ended well or not: the progress bar, the scheduler's worker thread
+    (now, not `idle_s` after the run: one alive while Python exits can abort the process) and the model's thread."""
+    if ctx.bar is not None:
+        ctx.bar.close()
+    if ctx.scheduler is not None:
+        ctx.scheduler.close()
+    if model_executor is not None:
+        model_executor.shutdown()
 
 
 def _discover(specs, out: Path, exam: bool) -> tuple[list, list[tuple[str, str]]]:

@@ -108,6 +108,7 @@ class BatchScheduler:
         self._queue: list[_Ticket] = []
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
+        self._closing = False  # `close` asked the worker to end now rather than after `idle_s`
         self._history: list[tuple[int, float]] = []  # (callers, seconds in the Predictor) of the last 1000 batches
 
     def run(self, jobs: Sequence[Job]) -> list[Result | PredictorError]:
@@ -121,6 +122,7 @@ class BatchScheduler:
             self._peak = max(self._peak, self._running + len(self._queue))
             self._cond.notify_all()
             if self._worker is None:
+                self._closing = False
                 self._worker = threading.Thread(target=self._loop, name="umind-batch", daemon=True)
                 self._worker.start()
         return ticket.future.result()
@@ -132,6 +134,20 @@ class BatchScheduler:
             if isinstance(answer, Exception):
                 raise answer
         return answers  # type: ignore[return-value]
+
+    def close(self, timeout: float = 30.0) -> None:
+        """End the worker thread now (once the queue is empty) rather than `idle_s` later, and wait for it.
+
+        Why: a caller that is done with the scheduler (`umind infer` at the end of its run) would otherwise leave
+        a daemon thread waiting out its idle time; one still alive while Python exits can abort the process
+        ("terminate called without an active exception", exit 134) after all its work succeeded. A later `run`
+        starts a new worker."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
 
     @property
     def batches(self) -> list[int]:
@@ -163,7 +179,7 @@ class BatchScheduler:
             idle_until = self._clock.now() + self.idle_s
             while not self._queue:
                 left = idle_until - self._clock.now()
-                if left <= 0:
+                if left <= 0 or self._closing:
                     self._worker = None
                     return None
                 self._clock.wait(self._cond, left)
