@@ -635,3 +635,29 @@ def test_a_closed_schedulers_worker_ends_at_once_and_a_later_call_starts_another
     assert not worker.is_alive() and scheduler._worker is None  # not 60 s of idling
     assert scheduler.run(["b"]) == ["b"]
     scheduler.close(timeout=10.0)
+
+
+
+def test_every_scheduler_is_closed_when_the_interpreter_exits():
+    """An idling worker nobody closed is ended by the scheduler module's atexit hook, before finalization could
+    stop it mid-wait (a process abort after its work succeeded). A hook registered before the module's import
+    runs after it (atexit is last in, first out) and reports what it finds."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import atexit
+seen = {}
+atexit.register(lambda: print("alive" if seen["s"]._worker is not None and seen["s"]._worker.is_alive() else "closed"))
+from umind_core.inference.scheduler import BatchScheduler
+class Echo:
+    batch_size = 8
+    def predict_many(self, jobs, on_chunk=None, on_answer=None):
+        return list(jobs)
+seen["s"] = BatchScheduler(Echo(), idle_s=600.0)
+assert seen["s"].run(["a"]) == ["a"]
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and out.stdout.strip() == "closed", out.stderr[-2000:]

@@ -29,7 +29,8 @@ cores it took a tuned server from 21.4-25.2 to 24.1-28.0 requests/s (1.40-1.42x 
 runs; benchmarks/results/batching/NOTES.md).
 
 The worker thread starts with the first call and ends after `idle_s` without work, so a scheduler whose
-Predictor was replaced (a promoted version) leaves no thread behind.
+Predictor was replaced (a promoted version) leaves no thread behind; `close` ends it at once (a caller done with
+the scheduler), and every scheduler is closed when the interpreter exits (`_close_all`).
 
 The worker reads and waits for time through a `clock` (`MonotonicClock` unless given another): how callers are
 grouped depends on when they arrive against the window and the regroup wait, so a test that steps a clock of its
@@ -46,8 +47,10 @@ one (`benchmarks/bench_worker_thread.py`). The server loads its model and answer
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -109,6 +112,7 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self._closing = False  # `close` asked the worker to end now rather than after `idle_s`
+        _SCHEDULERS.add(self)
         self._history: list[tuple[int, float]] = []  # (callers, seconds in the Predictor) of the last 1000 batches
 
     def run(self, jobs: Sequence[Job]) -> list[Result | PredictorError]:
@@ -259,3 +263,18 @@ class BatchScheduler:
             if left[k] > 0:
                 start = next(i for i, (kk, _) in enumerate(owner) if kk == k)
                 ticket.future.set_result(returned[start: start + len(ticket.jobs)])
+
+
+#: every scheduler of this process (a running worker holds its own), closed when the interpreter exits
+_SCHEDULERS: "weakref.WeakSet[BatchScheduler]" = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    """End every scheduler's worker before Python finalizes: atexit callbacks run before daemon threads are stopped,
+    and a worker stopped mid-wait by finalization can abort the process (exit 134) after its work succeeded: a
+    server stopped within `idle_s` of its last request, a script that never calls `close`."""
+    for scheduler in list(_SCHEDULERS):
+        scheduler.close()
+
+
+atexit.register(_close_all)
