@@ -82,15 +82,18 @@ def test_a_refused_job_fails_alone_and_the_others_answer(trained_tiny):
 
 
 def test_an_examination_job_batches_with_images_and_answers_as_predict_exam(trained_tiny):
-    """A Job whose image is a list of views is the examination `predict_exam` reads: in `predict_many` beside
-    single images (which still answer as alone) it gives predict_exam's answer; a bad view fails only that job."""
+    """A Job whose image is a list of views is the examination `predict_exam` reads: in `predict_many` it shares a
+    stacked batch with single images (each row still answers as alone) and gives predict_exam's answer; a bad view
+    fails only that job."""
     frames = _frames()
     views = [make_image(5, height=64, width=64), make_image(6, height=48, width=80)]
     images = _mixed_jobs(frames)[:3]
     exam = Job(views, "segment", "lesion")
     bad_exam = Job([views[0], np.full((64, 64), np.nan, dtype=np.float32)], "diagnose", None)
     jobs = [images[0], exam, images[1], bad_exam, images[2], Job(tuple(views), "report", None)]
-    answers = Predictor(trained_tiny, max_new_tokens=64, batch_size=8).predict_many(jobs)
+    chunks: list[int] = []
+    answers = Predictor(trained_tiny, max_new_tokens=64, batch_size=8).predict_many(jobs, on_chunk=chunks.append)
+    assert chunks == [5]  # one stacked batch: 3 images and 2 examinations (one layout, encoded together)
     eager = Predictor(trained_tiny, max_new_tokens=64, decode="eager")
     for k, job in ((1, exam), (5, jobs[5])):
         alone = eager.predict_exam(job.task, job.prompt, views=views)

@@ -178,7 +178,7 @@ def test_a_mask_group_in_view_2_decodes_against_view_2_at_its_size(predictor, mo
     assert [o.view for o in res.objects] == [1, 2]
     (w2, h2), (w3, h3) = views[1].size, views[2].size
     assert res.objects[0].mask.shape == (h2, w2) and res.objects[1].mask.shape == (h3, w3)
-    grids = [tuple(s.shape[:2]) for s in predictor._exam.image_states]
+    grids = [tuple(s.shape[:2]) for s in predictor._exam.image_states[0]]
     assert len(set(grids)) == 3  # three sizes, three token grids
     assert decoded == [(grids[1], (h2, w2), 1), (grids[2], (h3, w3), 1)]  # one decoder call per view
     assert res.objects[0].physical["area_mm2"] == pytest.approx(res.objects[0].mask.sum() * 0.25 * 0.2)

@@ -157,19 +157,21 @@ def test_the_lean_image_prefix_equals_transformers_prefix(trained_tiny, layout):
     from umind_core.inference.predictor import _as_frame
 
     if layout == "two frames":
-        frames, kind = [_as_frame(make_image(0)), _as_frame(make_image(1))], "encode"
+        rows = [(_as_frame(make_image(0)),), (_as_frame(make_image(1)),)]
     else:
-        frames, kind = [_as_frame(make_image(0)), _as_frame(make_image(1)[:48, :40])], "encode_exam"
+        rows = [(_as_frame(make_image(0)), _as_frame(make_image(1)[:48, :40]))]
     fast = BatchDecoder(trained_tiny, fast_decode.FastDecoder(trained_tiny, compile=False), 64, True, 8)
     eager = BatchDecoder(trained_tiny, None, 64, True, 8)
-    lean, ref = getattr(fast, kind)(frames), getattr(eager, kind)(frames)
+    lean, ref = fast.encode(rows), eager.encode(rows)
     assert isinstance(lean.cache, fast_decode.StaticKVCache) and lean.prefix_len == ref.prefix_len
     n = ref.prefix_len
     for layer, (k, v) in enumerate(zip(lean.cache.keys, lean.cache.values)):
         torch.testing.assert_close(k[:, :, :n], ref.cache.layers[layer].keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(v[:, :, :n], ref.cache.layers[layer].values, atol=1e-5, rtol=1e-5)
-    assert len(lean.image_states) == len(ref.image_states) == 2
-    for a, b in zip(lean.image_states, ref.image_states):
+    lean_states = [s for row in lean.image_states for s in row]
+    ref_states = [s for row in ref.image_states for s in row]
+    assert len(lean_states) == len(ref_states) == 2 and len(lean.image_states) == len(rows)
+    for a, b in zip(lean_states, ref_states):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lean.rope_delta, ref.rope_delta)
 

@@ -156,7 +156,7 @@ def test_chat_template_and_predictor_give_the_same_token_ids(model):
 
 
 def _user_text(predictor, task, prompt, visual) -> str:
-    frame = predictor._state.frames[0]
+    frame = predictor._state.views[0][0]
     return predictor._row(task, prompt, visual.get("box"), visual.get("points"), visual.get("labels"),
                           [frame]).user_text
 

@@ -3,10 +3,12 @@
 The Predictor decides what is asked and turns each answer into a Result; this module owns how a batch of rows is
 run on the model, because that is where the speed is and where rows can leak into each other:
 
-- `BatchDecoder.chunks` forms the batches: frames of one size encode together; with the fast decoder rows of
-  different images and prompts share a batch, without it (the eager reference) only rows of one frame size and
-  one prompt do.
-- `BatchDecoder.encode_rows` runs the image prefix of each distinct frame once and, where rows of different
+- A row reads one or more views: a single image is an examination of one view (`prompts.exam_prefix` writes
+  both prefixes), so one state type and one encoding path serve both.
+- `BatchDecoder.chunks` forms the batches: rows of one layout (their views' sizes) encode together; with the fast
+  decoder rows of different layouts and prompts share a batch, without it (the eager reference) only rows of one
+  layout and one prompt do.
+- `BatchDecoder.encode_rows` runs the image prefix of each distinct row once and, where rows of different
   prefixes share a batch, stacks them into one cache (`fast_decode.StaticKVCache.stack`: right-aligned, the holes
   shifted out of RoPE), so every row answers as it would alone.
 - `BatchDecoder.run` feeds the rows' prompts (left-padded; in two parts where that saves positions, see
@@ -31,12 +33,12 @@ from ..imageio import Frame
 from . import fast_decode
 from .answer_drafts import AnswerDrafts
 
-__all__ = ["PROMPT_PART_POSITIONS", "BatchDecoder", "Decoded", "ExamState", "ImageState", "Row"]
+__all__ = ["PROMPT_PART_POSITIONS", "BatchDecoder", "Decoded", "ImageState", "Row", "layout"]
 
 # What one more forward costs, in prompt positions. On the demo model a prompt forward cost 0.8-1.8 ms beside
 # about 0.05 ms a position (1 row: 2.6 ms for 17 tokens, 4.8 for 62; 8 rows: 8.2 ms for 17, 27.7 for 62).
 PROMPT_PART_POSITIONS = 32
-PREFIX_IDS_KEPT = 256  # (prefix texts, image grids) whose token ids are kept (one per frame size and exam layout)
+PREFIX_IDS_KEPT = 256  # (prefix texts, image grids) whose token ids are kept (one per row layout)
 
 
 def _model_busy(method):
@@ -67,37 +69,31 @@ class Row:
 
 @dataclass
 class ImageState:
-    """What encoding keeps: the cache after the image prefix and the mask decoder's image features."""
+    """What encoding keeps: the cache after each row's image prefix and the mask decoder's image features. Row b
+    reads the views `views[b]` (one for a single image, several for an examination, in the order the model read
+    them); decoding treats every row alike, only the Predictor reads the views (each answer's objects name
+    theirs)."""
 
-    frames: list[Frame]
+    views: list[tuple[Frame, ...]]
     cache: object
     prefix_len: int  # the slot after the image prefix (the longest one when rows were stacked)
     rope_delta: torch.Tensor  # (B, 1): M-RoPE position of slot 0 for the text after the image, per row
-    image_states: list[torch.Tensor]  # per frame (H, W, D)
+    image_states: list[list[torch.Tensor]]  # per row, per view (H, W, D)
     encode_s: float
 
     @property
     def batch(self) -> int:
-        return len(self.frames)
+        return len(self.views)
 
     def row_views(self, b: int) -> tuple[list[Frame], list[torch.Tensor]]:
-        """(frames, image features) the answer of row b reads: its own image."""
-        return [self.frames[b]], [self.image_states[b]]
+        """(frames, image features) the answer of row b reads: its own views."""
+        return list(self.views[b]), list(self.image_states[b])
 
 
-@dataclass
-class ExamState(ImageState):
-    """An examination's prefix (`prompts.exam_prefix`): ONE row whose prefix holds every view, so `frames` and
-    `image_states` are per view, in the order the model read them, and `batch` is 1. Decoding treats it as any
-    one-row state; only the Predictor reads the views (each answer's objects name theirs)."""
-
-    @property
-    def batch(self) -> int:
-        return 1
-
-    def row_views(self, b: int) -> tuple[list[Frame], list[torch.Tensor]]:
-        """Every view: the one row reads them all."""
-        return list(self.frames), list(self.image_states)
+def layout(views: tuple[Frame, ...]) -> tuple[tuple[int, int], ...]:
+    """A row's layout: its views' sizes, in order. Rows of one layout have one prefix length and one image grid,
+    so they encode as one batch without padding."""
+    return tuple(f.size for f in views)
 
 
 @dataclass
@@ -138,45 +134,46 @@ class BatchDecoder:
         return self.fast is not None and not self.model.training
 
     def chunks(self, ready: list) -> list[list]:
-        """Batches of at most `batch_size` (index, frame, Row) items: same-size frames together (they encode as
-        one batch); without stacking, only items with one frame size and one user text share a batch."""
+        """Batches of at most `batch_size` (index, views, Row) items: rows of one layout together (they encode as
+        one batch); without stacking, only items with one layout and one user text share a batch."""
         stacks = self.stacks()
         groups: dict[tuple, list] = {}
         for item in ready:
-            _, frame, row = item
-            groups.setdefault((frame.size,) if stacks else (frame.size, row.user_text), []).append(item)
+            _, views, row = item
+            groups.setdefault((layout(views),) if stacks else (layout(views), row.user_text), []).append(item)
         runs = [[item for group in groups.values() for item in group]] if stacks else list(groups.values())
         chunks = [run[s: s + self.batch_size] for run in runs for s in range(0, len(run), self.batch_size)]
         # each batch's rows longest prompt first (see _feed_prompts); which jobs share a batch stays as it was
         return [sorted(chunk, key=lambda item: -len(item[2].suffix_ids)) for chunk in chunks]
 
-    def encode_rows(self, frames: list[Frame]) -> ImageState:
-        """The state whose row i is frames[i]: each distinct frame encoded once, frames of one size together, and
-        rows of different prefixes stacked into one cache (right-aligned, the holes shifted out of RoPE)."""
-        distinct: dict[int, Frame] = {}
-        for frame in frames:
-            distinct.setdefault(id(frame), frame)
-        if not self.stacks() or (len(distinct) == len(frames) and len({f.size for f in frames}) == 1):
-            return self.encode(frames)
-        by_size: dict[tuple[int, int], list[Frame]] = {}
-        for frame in distinct.values():
-            by_size.setdefault(frame.size, []).append(frame)
+    def encode_rows(self, rows: list[tuple[Frame, ...]]) -> ImageState:
+        """The state whose row i reads rows[i]: each distinct row (one views tuple object) encoded once, rows of
+        one layout together, and rows of different prefixes stacked into one cache (right-aligned, the holes
+        shifted out of RoPE)."""
+        distinct: dict[int, tuple[Frame, ...]] = {}
+        for views in rows:
+            distinct.setdefault(id(views), views)
+        if not self.stacks() or (len(distinct) == len(rows) and len({layout(r) for r in rows}) == 1):
+            return self.encode(rows)
+        by_layout: dict[tuple, list[tuple[Frame, ...]]] = {}
+        for views in distinct.values():
+            by_layout.setdefault(layout(views), []).append(views)
         where: dict[int, tuple[ImageState, int]] = {}
-        for group in by_size.values():
+        for group in by_layout.values():
             state = self.encode(group)
-            for r, frame in enumerate(group):
-                where[id(frame)] = (state, r)
-        rows = [where[id(f)] for f in frames]
-        cache = self.fast.stack([(st.cache, r) for st, r in rows], self.answer_room())
+            for r, views in enumerate(group):
+                where[id(views)] = (state, r)
+        placed = [where[id(views)] for views in rows]
+        cache = self.fast.stack([(st.cache, r) for st, r in placed], self.answer_room())
         length = cache.get_seq_length()
-        delta = torch.cat([st.rope_delta[r: r + 1] - (length - st.prefix_len) for st, r in rows])
-        states = {id(st): st for st, _ in rows}
+        delta = torch.cat([st.rope_delta[r: r + 1] - (length - st.prefix_len) for st, r in placed])
+        states = {id(st): st for st, _ in placed}
         return ImageState(
-            frames=list(frames),
+            views=list(rows),
             cache=cache,
             prefix_len=length,
             rope_delta=delta,
-            image_states=[st.image_states[r] for st, r in rows],
+            image_states=[st.image_states[r] for st, r in placed],
             encode_s=sum(st.encode_s for st in states.values()),
         )
 
@@ -184,23 +181,24 @@ class BatchDecoder:
         """Cache slots an answer may need after its prompt: the longest answer and one mask group."""
         return self.max_new_tokens + self.model.num_mask_tokens
 
-    def encode(self, frames: list[Frame]) -> ImageState:
-        """Run the vision encoder and the LLM over the image prefix of frames of one size, as one batch."""
-        return self._encode_prefix(frames, [prompts.IMAGE_PREFIX] * len(frames), ImageState)
-
-    def encode_exam(self, views: list[Frame]) -> ExamState:
-        """Run the vision encoder and the LLM over one examination's prefix: every view in one sequence, each
-        labelled ``View k:`` (`prompts.exam_prefix`, the layout the exam conversations train on). Views may differ
-        in size: each is encoded at its own resolution (one `image_grid_thw` row per view)."""
-        return self._encode_prefix(views, [prompts.exam_prefix(len(views))], ExamState)
+    def encode(self, rows: list[tuple[Frame, ...]]) -> ImageState:
+        """Run the vision encoder and the LLM over the image prefix of rows of one layout, as one batch: each row's
+        views in one sequence (`prompts.exam_prefix`: several views each labelled ``View k:``, the layout the exam
+        conversations train on; one view is the plain image prefix). Views of a row may differ in size: each is
+        encoded at its own resolution (one `image_grid_thw` row per view)."""
+        rows = [tuple(views) for views in rows]
+        if len({layout(views) for views in rows}) != 1:
+            raise ValueError(f"encode takes rows of one layout, got {sorted({layout(v) for v in rows})}")
+        return self._encode_prefix(rows)
 
     @_model_busy
-    def _encode_prefix(self, frames: list[Frame], texts: list[str], kind: type[ImageState]) -> ImageState:
-        """The prefix texts (one per sequence, their image placeholders filled by `frames` in order) through the
-        model with the cache kept; the image states of every image, in order (one per sequence for single frames,
-        one per view for an examination)."""
+    def _encode_prefix(self, rows: list[tuple[Frame, ...]]) -> ImageState:
+        """Each row's prefix text (its image placeholders filled by its views in order) through the model with the
+        cache kept; the image states of every view of every row."""
         model = self.model
         t0 = time.perf_counter()
+        texts = [prompts.exam_prefix(len(views)) for views in rows]
+        frames = [frame for views in rows for frame in views]
         enc = _to_device(self._processed(frames, texts), model.device, model.dtype)
         position_ids, delta = model.rope_index(enc["input_ids"], enc["mm_token_type_ids"], enc["image_grid_thw"])
         if self.fast is not None and not model.training:  # the lean layers, straight into the decoder's cache
@@ -225,13 +223,12 @@ class BatchDecoder:
             if self.fast is not None:  # a model in training mode keeps transformers' cache (FastDecoder.adopt)
                 cache = self.fast.adopt(cache, answer_tokens=self.answer_room())
         spans = model.image_spans(enc["input_ids"], enc["image_grid_thw"])
-        image_states = [model.image_states(hidden[b], span) for b in range(len(texts)) for span in spans[b]]
-        return kind(
-            frames=frames,
+        return ImageState(
+            views=rows,
             cache=cache,
             prefix_len=int(enc["input_ids"].shape[1]),
             rope_delta=delta.to(model.device),
-            image_states=image_states,
+            image_states=[[model.image_states(hidden[b], span) for span in spans[b]] for b in range(len(rows))],
             encode_s=time.perf_counter() - t0,
         )
 

@@ -60,7 +60,7 @@ from ..answers import grounding
 from ..answers.results import GroundedObject, Result
 from ..imageio import Frame, window_uint8
 from . import fast_decode
-from .decode_batch import BatchDecoder, Decoded, ExamState, ImageState, Row
+from .decode_batch import BatchDecoder, Decoded, ImageState, Row
 from .readout import mask_reading, read_off_masks
 
 __all__ = ["READOUTS", "Job", "Predictor", "PredictorError", "checked_readout"]
@@ -119,7 +119,7 @@ class Predictor:
         self.readout = checked_readout(readout)
         self.mask_threshold = float(mask_threshold)
         self._state: ImageState | None = None
-        self._exam: ExamState | None = None
+        self._exam: ImageState | None = None
         self._lock = threading.RLock()
         self.last_stats: dict[str, int] = {}
         try:
@@ -160,7 +160,7 @@ class Predictor:
         frame = _as_frame(image)
         with self._lock:
             self._state = None
-            self._state = self._engine.encode([frame])
+            self._state = self._engine.encode([(frame,)])
             self.last_stats = {"prefix_tokens": self._state.prefix_len}
 
     def reset_image(self) -> None:
@@ -174,7 +174,7 @@ class Predictor:
         with self._lock:
             if self._state is None:
                 raise PredictorError("no image set: call set_image(frame) before get_image_embedding()")
-            return self._state.image_states[0].detach()
+            return self._state.image_states[0][0].detach()
 
     # ------------------------------------------------------------------ examination
     @property
@@ -187,7 +187,7 @@ class Predictor:
         frames = _as_exam(views)
         with self._lock:
             self._exam = None
-            self._exam = self._engine.encode_exam(frames)
+            self._exam = self._engine.encode([tuple(frames)])
             self.last_stats = {"prefix_tokens": self._exam.prefix_len}
 
     def reset_exam(self) -> None:
@@ -208,7 +208,7 @@ class Predictor:
                 self.set_exam(views)
             if self._exam is None:
                 raise PredictorError("no examination set: call set_exam(views) before predict_exam()")
-            return self._run(self._exam, [self._row(task, prompt, None, None, None, self._exam.frames, readout)])[0]
+            return self._run(self._exam, [self._row(task, prompt, None, None, None, self._exam.views[0], readout)])[0]
 
     # ------------------------------------------------------------------ prompts
     def predict(
@@ -225,7 +225,7 @@ class Predictor:
         with self._lock:
             if self._state is None:
                 raise PredictorError("no image set: call set_image(frame) before predict()")
-            row = self._row(task, prompt, box, points, labels, self._state.frames[:1], readout)
+            row = self._row(task, prompt, box, points, labels, self._state.views[0], readout)
             return self._run(self._state, [row])[0]
 
     def predict_batch(
@@ -280,19 +280,18 @@ class Predictor:
         return answers  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
-    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, Frame | tuple[Frame, ...], Row]],
+    def _prepare(self, jobs: Sequence[Job]) -> tuple[list[tuple[int, tuple[Frame, ...], Row]],
                                                      dict[int, PredictorError]]:
-        """(index, image, row) of every job the Predictor accepts (image: a Frame, or an examination's tuple of
-        Frames), and the error of each one it refuses. Jobs on one image object share one Frame (one tuple), so
-        that the image is encoded once."""
+        """(index, views, row) of every job the Predictor accepts (views: the job's Frames, one for a single image),
+        and the error of each one it refuses. Jobs on one image object share one views tuple, so that it is
+        encoded once."""
         ready, failed, images = [], {}, {}
         for i, job in enumerate(jobs):
             try:
-                image = images.get(id(job.image))
-                if image is None:
-                    image = images[id(job.image)] = _as_image(job.image)
-                frames = list(image) if isinstance(image, tuple) else [image]
-                ready.append((i, image, self._row(job.task, job.prompt, job.box, job.points, job.labels, frames,
+                views = images.get(id(job.image))
+                if views is None:
+                    views = images[id(job.image)] = _as_views(job.image)
+                ready.append((i, views, self._row(job.task, job.prompt, job.box, job.points, job.labels, views,
                                                   job.readout)))
             except PredictorError as exc:
                 failed[i] = exc
@@ -300,26 +299,21 @@ class Predictor:
                 failed[i] = VisualPromptError(str(exc))
         return ready, failed
 
-    def _answer(self, ready: list[tuple[int, Frame | tuple[Frame, ...], Row]], on_chunk=None,
+    def _answer(self, ready: list[tuple[int, tuple[Frame, ...], Row]], on_chunk=None,
                 on_answer=None) -> list[Result]:
         """Results of prepared jobs, in their order; `on_answer(i, result)` as each is ready (i: the job's index).
-        Single images share batches (`BatchDecoder.chunks`); an examination is one row whose prefix holds all its
-        views, so it runs as a batch of its own."""
+        Rows share batches as `BatchDecoder.chunks` forms them, examinations and single images alike."""
         order = {i: k for k, (i, _, _) in enumerate(ready)}
         results: list[Result | None] = [None] * len(ready)
-        exams = [item for item in ready if isinstance(item[1], tuple)]
-        images = [item for item in ready if not isinstance(item[1], tuple)]
         with self._lock:
-            for chunk in self._engine.chunks(images) + [[item] for item in exams]:
+            for chunk in self._engine.chunks(ready):
                 def on_row(b: int, res: Result, chunk=chunk) -> None:
                     i = chunk[b][0]
                     results[order[i]] = res
                     if on_answer is not None:
                         on_answer(i, res)
 
-                exam = chunk[0][1] if isinstance(chunk[0][1], tuple) else None
-                state = self._engine.encode_exam(list(exam)) if exam is not None \
-                    else self._engine.encode_rows([frame for _, frame, _ in chunk])
+                state = self._engine.encode_rows([views for _, views, _ in chunk])
                 self._run(state, [row for _, _, row in chunk], on_row)
                 if on_chunk is not None:
                     on_chunk(len(chunk))
@@ -373,9 +367,10 @@ class Predictor:
 
     def _result(self, frames: list[Frame], features: list[torch.Tensor], dec: Decoded, task, prompt,
                 warnings) -> Result:
-        """A row's answer on its views' `frames` and image `features` (`ImageState.row_views`). A single image is read as an examination of one view whose objects carry no view; an
-        examination's objects sit in the view their ``View k:`` marker names, in that view's pixels, each mask
-        decoded against its own view's image features."""
+        """A row's answer on its views' `frames` and image `features` (`ImageState.row_views`). A single image is
+        read as an examination of one view whose objects carry no view; an examination's objects sit in the view
+        their ``View k:`` marker names, in that view's pixels, each mask decoded against its own view's image
+        features."""
         exam = len(frames) > 1
         ids, text, parsed, garbled = self._read(dec, warnings)
         views = _span_views(parsed.objects, len(frames), warnings) if exam else [0] * len(parsed.objects)
@@ -513,11 +508,12 @@ def _view_groups(spans, views: list[int | None], n_groups: int) -> dict[int, lis
     return out
 
 
-def _as_image(image) -> Frame | tuple[Frame, ...]:
-    """A job's image checked: a list or tuple is an examination's views (a tuple of Frames), else one image."""
+def _as_views(image) -> tuple[Frame, ...]:
+    """A job's image as the views its row reads, checked: a list or tuple is an examination's views, anything else
+    one image (an examination of one view)."""
     if isinstance(image, (list, tuple)):
         return tuple(_as_exam(image))
-    return _as_frame(image)
+    return (_as_frame(image),)
 
 
 def _as_exam(views) -> list[Frame]:
