@@ -301,3 +301,32 @@ def test_truth_sizes_are_the_ones_the_report_states_and_a_size_is_read_at_its_fi
                                                                                                "depth"}
     assert parse_report_sizes("Size: 20.0 x 9.0 mm (long x short axis). Size: 30.0 x 12.0 mm (long x short axis).") \
         == {"length": 20.0, "depth": 9.0}
+
+
+def test_an_examinations_sections_are_a_single_images_sections():
+    """Detection, calipers and diagnosis have one aggregation rule (`scoring.*_section`): the same samples tagged as
+    an examination's (view, target) samples give the sections single images give, key for key."""
+    from umind_core.evaluation.exam_objects import aggregate_objects
+    from umind_core.evaluation.exams import aggregate_exams
+
+    det = [{"task": "detect", "pred_boxes": [[0, 0, 10, 10], [50, 50, 60, 60]], "gt_boxes": [[1, 1, 10, 10]]},
+           {"task": "detect", "pred_boxes": [], "gt_boxes": [[5, 5, 20, 20]]}]
+    meas = [{"task": "measure", "prompt": "breast lesion long axis", "pred_mm": 11.0, "gt_mm": 10.0},
+            {"task": "measure", "prompt": "kidney length", "pred_mm": None, "gt_mm": 90.0},
+            {"task": "measure", "prompt": "BPD", "pred_mm": 40.0, "gt_mm": 50.0}]
+    dia = [{"task": "diagnose", "true": "benign", "pred": "benign"},
+           {"task": "diagnose", "true": "malignant", "pred": None},
+           {"task": "diagnose", "true": "malignant", "pred": "malignant"}]
+    image = aggregate(det + meas + dia)
+
+    def as_exam(samples, reading):
+        return [{**s, "task": f"exam_{s['task']}", "reading": reading, "objects_on_views_without_target": 0,
+                 "id": f"exam-{i}"} for i, s in enumerate(samples)]
+
+    objects, _ = aggregate_objects(as_exam(det + meas, "exam"))
+    assert objects["exam"]["detection"] == image["detection"]
+    assert objects["exam"]["measurement"] == image["measurement"]
+    assert image["measurement"]["by_kind"]["lesion calipers"]["n"] == 1
+    section, _ = aggregate_exams(as_exam(dia, "exam") + as_exam(dia[:1], "best_view"))
+    assert section["exam"]["diagnosis"] == image["diagnosis"]
+    assert section["best_view"]["diagnosis"] != image["diagnosis"]

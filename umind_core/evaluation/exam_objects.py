@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import metrics as M
-from .scoring import IOU_THRESHOLD, build_queries, keypoint_section, score
+from .scoring import build_queries, detection_section, keypoint_section, measurement_section, score
 
 __all__ = ["OBJECT_READINGS", "OBJECT_TASKS", "aggregate_objects", "exam_object_samples", "object_scorable",
            "object_table", "of_reading", "view_alone_samples"]
@@ -113,16 +112,14 @@ def aggregate_objects(samples: list[dict]) -> tuple[dict, dict]:
             part["segmentation"] = {"miou": float(np.mean([s["iou"] for s in seg])), "n": len(seg)}
             summary[f"{key}_segmentation_miou"] = part["segmentation"]["miou"]
         if det:
-            prf = M.detection_prf([s["pred_boxes"] for s in det], [s["gt_boxes"] for s in det], IOU_THRESHOLD)
-            part["detection"] = {k: prf[k] for k in ("precision", "recall", "f1", "tp", "fp", "fn")} | {"n": len(det)}
-            summary[f"{key}_detection_f1"] = prf["f1"]
+            part["detection"] = detection_section(det)
+            summary[f"{key}_detection_f1"] = part["detection"]["f1"]
         kp, meas = of_reading(samples, "exam_keypoints", reading), of_reading(samples, "exam_measure", reading)
         if kp:
             part["keypoints"] = keypoint_section(kp)  # n and n_missing count points, n_samples the samples
             summary[f"{key}_keypoint_error_rel_width"] = part["keypoints"]["mean_rel_width"]
         if meas:
-            part["measurement"] = {**M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas]),
-                                   "n_samples": len(meas)}
+            part["measurement"] = measurement_section(meas)
             summary[f"{key}_measurement_rel_error"] = part["measurement"]["mean_rel"]
         scored = seg + det + kp + meas
         if reading == "exam" and scored:

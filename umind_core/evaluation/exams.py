@@ -33,7 +33,7 @@ import numpy as np
 from . import metrics as M
 from .exam_objects import (OBJECT_TASKS, aggregate_objects, exam_object_samples, object_scorable, object_table,
                            of_reading, view_alone_samples)
-from .scoring import CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, parse_diagnosis
+from .scoring import CHUNK_RECORDS, DIAGNOSIS_LABELS, EvalError, diagnosis_section, parse_diagnosis
 
 __all__ = [
     "EXAM_TASKS",
@@ -191,8 +191,7 @@ def aggregate_exams(samples: list[dict]) -> tuple[dict, dict]:
         dia, rep = of_reading(samples, "exam_diagnose", reading), of_reading(samples, "exam_report", reading)
         part: dict[str, Any] = {}
         if dia:
-            part["diagnosis"] = M.classification_metrics([s["true"] for s in dia],
-                                                         [s["pred"] or "unparsed" for s in dia], DIAGNOSIS_LABELS)
+            part["diagnosis"] = diagnosis_section(dia)
             summary[f"{key}_diagnosis_accuracy"] = part["diagnosis"]["accuracy"]
         if rep:
             hyps, refs = [s["hypothesis"] for s in rep], [s["reference"] for s in rep]

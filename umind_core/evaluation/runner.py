@@ -57,8 +57,12 @@ from .scoring import (  # noqa: F401  (re-exported: the evaluation's public name
     Query,
     _check_tasks,
     build_queries,
+    detection_section,
+    diagnosis_section,
     keypoint_section,
     match_keypoints,
+    measurement_kind,
+    measurement_section,
     parse_diagnosis,
     score,
 )
@@ -140,8 +144,7 @@ def aggregate(samples: Sequence[dict]) -> dict:
 
     det = _of(samples, "detect")
     if det:
-        out["detection"] = {**M.detection_prf([s["pred_boxes"] for s in det], [s["gt_boxes"] for s in det],
-                                              IOU_THRESHOLD), "iou_threshold": IOU_THRESHOLD, "n": len(det)}
+        out["detection"] = detection_section(det)
         summary.update(detection_precision=out["detection"]["precision"],
                        detection_recall=out["detection"]["recall"], detection_f1=out["detection"]["f1"])
 
@@ -153,20 +156,13 @@ def aggregate(samples: Sequence[dict]) -> dict:
 
     meas = _of(samples, "measure")
     if meas:
-        out["measurement"] = M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas])
-        kinds: dict[str, list[dict]] = {}
-        for s in meas:
-            kinds.setdefault(measurement_kind(s["prompt"]), []).append(s)
-        out["measurement"]["by_kind"] = {k: M.measurement_errors([s["pred_mm"] for s in v], [s["gt_mm"] for s in v])
-                                         for k, v in sorted(kinds.items())}
+        out["measurement"] = measurement_section(meas)
         summary["measurement_rel_error"] = out["measurement"]["mean_rel"]
         summary["head_circumference_mad_mm"] = out["measurement"]["by_kind"].get(HC_KIND, {}).get("mean_abs")
 
     dia = _of(samples, "diagnose")
     if dia:
-        # an unparsed answer stays a string outside the labels, so it counts as wrong
-        out["diagnosis"] = M.classification_metrics([s["true"] for s in dia],
-                                                    [s["pred"] or "unparsed" for s in dia], DIAGNOSIS_LABELS)
+        out["diagnosis"] = diagnosis_section(dia)
         summary.update(diagnosis_accuracy=out["diagnosis"]["accuracy"],
                        diagnosis_macro_f1=out["diagnosis"]["macro_f1"])
 
@@ -361,12 +357,6 @@ def summary_table(metrics: dict, model_name: str = "UMind") -> tuple[dict, dict]
     if counts:
         add("Samples", counts)
     return tables, scale
-
-
-def measurement_kind(line_name: str) -> str:
-    """What a measurement line measures, for the per-kind breakdown: a lesion's two calipers are one kind (their
-    names carry the lesion's label), every other line its own (kidney length, BPD)."""
-    return "lesion calipers" if line_name.endswith((" long axis", " short axis")) else line_name
 
 
 def _safe(name: str) -> str:

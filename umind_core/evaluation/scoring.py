@@ -26,6 +26,10 @@ from . import metrics as M
 __all__ = [
     "CHUNK_RECORDS",
     "DIAGNOSIS_LABELS",
+    "detection_section",
+    "diagnosis_section",
+    "measurement_kind",
+    "measurement_section",
     "EVAL_TASKS",
     "IOU_THRESHOLD",
     "SPATIAL_TASKS",
@@ -309,6 +313,38 @@ def _image_width(result, record) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- aggregate
+
+def measurement_kind(line_name: str) -> str:
+    """What a measurement line measures, for the per-kind breakdown: a lesion's two calipers are one kind (their
+    names carry the lesion's label), every other line its own (kidney length, BPD)."""
+    return "lesion calipers" if line_name.endswith((" long axis", " short axis")) else line_name
+
+
+def detection_section(det: list[dict]) -> dict:
+    """Detection precision, recall and F1 at IoU `IOU_THRESHOLD` over the samples' boxes: single images, or an
+    examination's (view, target) samples; the one rule both readings are scored by."""
+    return {**M.detection_prf([s["pred_boxes"] for s in det], [s["gt_boxes"] for s in det], IOU_THRESHOLD),
+            "iou_threshold": IOU_THRESHOLD, "n": len(det)}
+
+
+def measurement_section(meas: list[dict]) -> dict:
+    """Caliper errors over all the samples and per kind (`measurement_kind` of each line's name)."""
+    out = M.measurement_errors([s["pred_mm"] for s in meas], [s["gt_mm"] for s in meas])
+    kinds: dict[str, list[dict]] = {}
+    for s in meas:
+        kinds.setdefault(measurement_kind(s["prompt"]), []).append(s)
+    out["by_kind"] = {k: M.measurement_errors([s["pred_mm"] for s in v], [s["gt_mm"] for s in v])
+                      for k, v in sorted(kinds.items())}
+    out["n_samples"] = len(meas)
+    return out
+
+
+def diagnosis_section(dia: list[dict]) -> dict:
+    """Classification metrics over `DIAGNOSIS_LABELS`; an unparsed answer stays a string outside the labels, so it
+    counts as wrong."""
+    return M.classification_metrics([s["true"] for s in dia], [s["pred"] or "unparsed" for s in dia],
+                                    DIAGNOSIS_LABELS)
+
 
 def keypoint_section(kp: list[dict]) -> dict:
     """Keypoint errors in pixels, in % of the image width, and in mm over the samples with a spacing."""
