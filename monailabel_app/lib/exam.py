@@ -5,7 +5,7 @@ Two ways to name the views: `images` (datastore ids, the request's own image fir
 of a biometry sweep). Each view is read and capped like any infer image; views that show different sites
 (the datastore image info's `site`, or a DICOM's BodyPartExamined) are refused with the rule `umind check` uses
 (`manifest.site_conflict`). The model reads all views in one conversation: one `Job` whose image is the list
-of views, handed to the scheduler as any request's jobs (the Predictor runs it as a batch of its own); every
+of views, handed to the scheduler as any request's jobs (a row of the Predictor's batches like any image); every
 grounded object names its view, is measured with that view's spacing and comes back as markups in that view's
 geometry, so a client puts it on the right image; a segment's masks come back per view as that view's label map,
 inline (`_view_label`).

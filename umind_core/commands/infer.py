@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     # a rerun where everything is done loads no model; a model that fails to load stops the run (status 2)
     pending = args.overwrite or any(batch.existing_request(out / items[i].name) != wanted for i in mine)
     predictor = None
-    # an examination is a batch of its own, read and written while other inputs' batches run
+    # an examination is one row of the scheduler's batches, read and written while other inputs' rows run
     parallel = args.parallel > 1 and len(mine) > 1
     # with parallel inputs the model loads and runs on one thread of its own (see umind_core.inference.scheduler: torch's
     # OpenMP slows a thread that is not the first to run parallel work); alone, it all runs on this thread
