@@ -170,10 +170,6 @@ def _read_pil(p: Path, fmt: str, axis: int | None):
 
 
 def _read_dicom(p: Path, fmt: str, axis: int | None):
-    from pydicom.pixel_data_handlers.util import (
-        apply_color_lut, apply_modality_lut, convert_color_space,
-    )
-
     name = str(p)
     if axis not in (None, 0):
         raise ImageReadError(f"{name}: axis={axis} given for a DICOM image (frames are time)")
@@ -206,28 +202,7 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
         raise ImageReadError(f"{name}: DICOM pixel array shape {arr.shape} does not match "
                              f"{n} frame(s) of {rows} x {cols}")
 
-    if pi in ("MONOCHROME1", "MONOCHROME2"):
-        rescaled = "RescaleSlope" in ds or "RescaleIntercept" in ds
-        grey = apply_modality_lut(arr, ds) if rescaled else arr
-        grey = grey if grey.dtype == np.uint8 else window_uint8(grey, name)
-        if pi == "MONOCHROME1":
-            grey = 255 - grey
-        stack = _to_rgb(grey)
-    elif pi == "PALETTE COLOR":
-        rgb = apply_color_lut(arr, ds)
-        if rgb.dtype != np.uint8:
-            rgb = (rgb.astype(np.float64) / 257.0 + 0.5).astype(np.uint8) if rgb.max() > 255 \
-                else rgb.astype(np.uint8)
-        stack = _to_rgb(rgb)
-    elif pi in ("YBR_FULL", "YBR_FULL_422"):
-        # pydicom 2.x returns YBR for both (it upsamples 422 and asks Pillow not to convert)
-        ybr = arr if arr.dtype == np.uint8 else window_uint8(arr, name)
-        stack = _to_rgb(convert_color_space(ybr, "YBR_FULL", "RGB"))
-    elif pi in ("RGB", "YBR_RCT", "YBR_ICT"):
-        # JPEG 2000 decoders hand back RGB for the reversible/irreversible colour transforms
-        stack = _to_rgb(arr if arr.dtype == np.uint8 else window_uint8(arr, name))
-    else:
-        raise ImageReadError(f"{name}: unsupported PhotometricInterpretation {pi!r}")
+    stack = _dicom_rgb(arr, ds, pi, name)
 
     spacing, spacing_source, regions = _dicom_spacing(ds)
     scan_mask = _dicom_scan_mask(regions, rows, cols)
@@ -252,6 +227,38 @@ def _read_dicom(p: Path, fmt: str, axis: int | None):
                             origin=(0.0, 0.0, 0.0), direction=_identity(3), axis=0,
                             format="dicom", spacing_known=spacing is not None)
     return stack, geometry, spacing, scan_mask, meta
+
+
+def _dicom_rgb(arr: np.ndarray, ds, pi: str, name: str) -> np.ndarray:
+    """The decoded frames as uint8 RGB by their PhotometricInterpretation: the modality LUT and windowing for grey
+    (MONOCHROME1 inverted), the palette, YBR converted; anything else refused by name."""
+    from pydicom.pixel_data_handlers.util import (
+        apply_color_lut, apply_modality_lut, convert_color_space,
+    )
+
+    if pi in ("MONOCHROME1", "MONOCHROME2"):
+        rescaled = "RescaleSlope" in ds or "RescaleIntercept" in ds
+        grey = apply_modality_lut(arr, ds) if rescaled else arr
+        grey = grey if grey.dtype == np.uint8 else window_uint8(grey, name)
+        if pi == "MONOCHROME1":
+            grey = 255 - grey
+        stack = _to_rgb(grey)
+    elif pi == "PALETTE COLOR":
+        rgb = apply_color_lut(arr, ds)
+        if rgb.dtype != np.uint8:
+            rgb = (rgb.astype(np.float64) / 257.0 + 0.5).astype(np.uint8) if rgb.max() > 255 \
+                else rgb.astype(np.uint8)
+        stack = _to_rgb(rgb)
+    elif pi in ("YBR_FULL", "YBR_FULL_422"):
+        # pydicom 2.x returns YBR for both (it upsamples 422 and asks Pillow not to convert)
+        ybr = arr if arr.dtype == np.uint8 else window_uint8(arr, name)
+        stack = _to_rgb(convert_color_space(ybr, "YBR_FULL", "RGB"))
+    elif pi in ("RGB", "YBR_RCT", "YBR_ICT"):
+        # JPEG 2000 decoders hand back RGB for the reversible/irreversible colour transforms
+        stack = _to_rgb(arr if arr.dtype == np.uint8 else window_uint8(arr, name))
+    else:
+        raise ImageReadError(f"{name}: unsupported PhotometricInterpretation {pi!r}")
+    return stack
 
 
 def _dicom_regions(ds) -> list[dict]:
