@@ -242,3 +242,11 @@ def test_folders_reads_a_units_own_images_and_its_class_folders_beside_them(tmp_
     assert summary.imported == 5 and "loose" in recs
     assert [o.label for o in recs["loose"].annotations.objects] == ["set"]  # DIR's name: not a finding
     assert recs["benign-2"].annotations.diagnosis == "benign"
+
+
+def test_camus_testing_folder_in_any_case_is_the_test_split(tmp_path):
+    src = tmp_path / "camus_mha"
+    shutil.copytree(REPLICAS / "camus_mha", src)
+    (src / "testing").rename(src / "Testing")
+    summary = import_dataset("camus", src, tmp_path / "out", progress=False)
+    assert summary.per_split == {"test": 2} and summary.imported == 4

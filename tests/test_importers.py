@@ -756,3 +756,95 @@ def test_a_small_split_fraction_still_holds_out_one_whole_group():
     held = [r for r in recs if r.extra["split"] == "test"]
     assert held and len({r.extra["group"] for r in held}) == 1
     assert all(r.extra["split"] == "test" for r in recs if r.extra["group"] == held[0].extra["group"])
+
+
+# ------------------------------------------------------------------------------------------------ edges
+
+def _nnunet_one(root: Path, labels: dict, label_map: np.ndarray) -> Path:
+    d = root / "Dataset002_Edge"
+    d.mkdir(parents=True)
+    (d / "dataset.json").write_text(json.dumps({"labels": labels, "file_ending": ".png",
+                                                "channel_names": {"0": "US"}, "numTraining": 1}))
+    _png(d / "imagesTr" / "a_0000.png", _speckle(32, 32, 0))
+    _png(d / "labelsTr" / "a.png", label_map)
+    return d
+
+
+def test_nnunet_ignore_label_is_no_object(tmp_path):
+    lab = np.zeros((32, 32), np.uint8)
+    lab[4:12, 4:12] = 1
+    lab[20:28, 20:28] = 3  # the "ignore" value: unlabelled pixels, never an object
+    src = _nnunet_one(tmp_path, {"background": 0, "thyroid": 1, "ignore": 3}, lab)
+    import_dataset("nnunet", src, tmp_path / "imp", progress=False)
+    (a,) = _by_id(tmp_path / "imp" / "manifest.jsonl").values()
+    assert [(lab_, box) for lab_, _m, box in _objects(a)] == [("thyroid", (4, 4, 11, 11))]
+
+
+def test_nnunet_255_is_the_one_label_only_in_a_0_255_map(tmp_path):
+    both = np.zeros((32, 32), np.uint8)
+    both[4:12, 4:12] = 1
+    both[20:28, 20:28] = 255  # beside the label's own value, 255 is an unnamed value: dropped, not merged
+    src = _nnunet_one(tmp_path / "both", {"background": 0, "lesion": 1}, both)
+    import_dataset("nnunet", src, tmp_path / "both_imp", progress=False)
+    (a,) = _by_id(tmp_path / "both_imp" / "manifest.jsonl").values()
+    assert [(lab_, box) for lab_, _m, box in _objects(a)] == [("lesion", (4, 4, 11, 11))]
+    assert _dropped(tmp_path / "both_imp") == {"label value 255 has no name": 1}
+    only = np.where(both == 255, 255, 0).astype(np.uint8)  # a 0/255 export of the one label
+    src = _nnunet_one(tmp_path / "only", {"background": 0, "lesion": 1}, only)
+    import_dataset("nnunet", src, tmp_path / "only_imp", progress=False)
+    (a,) = _by_id(tmp_path / "only_imp" / "manifest.jsonl").values()
+    assert [(lab_, box) for lab_, _m, box in _objects(a)] == [("lesion", (20, 20, 27, 27))]
+
+
+def test_ultrabench_site_flag_wins_and_a_multiclass_beside_its_binary_is_left_out(tmp_path):
+    d = tmp_path / "stanford_thyroid_v1.0.0"
+    tumor = _rect(32, 32, (4, 12, 4, 12)).astype(np.uint8)
+    _png(d / "images" / "p0.png", _speckle(32, 32, 0))
+    _png(d / "masks" / "binary" / "p0.png", tumor)
+    _png(d / "masks" / "multi" / "p0.png", tumor * 2)  # the same pixels as a class map
+    (d / "train.json").write_text(json.dumps([{"image": "images/p0.png", "tumor_mask_binary": "masks/binary/p0.png",
+                                               "tumor_mask_multiclass": "masks/multi/p0.png"}]))
+    import_dataset("ultrabench", d, tmp_path / "a", progress=False)
+    (rec,) = _by_id(tmp_path / "a" / "manifest.jsonl").values()
+    assert [(lab, box) for lab, _m, box in _objects(rec)] == [("tumor", (4, 4, 11, 11))]
+    assert rec.site == "thyroid"  # the dataset's own site
+    import_dataset("ultrabench", d, tmp_path / "b", progress=False, site="neck")
+    (rec,) = _by_id(tmp_path / "b" / "manifest.jsonl").values()
+    assert rec.site == "neck"  # the user's --site over the dataset's
+
+
+def test_csv_zero_spacing_is_refused_and_a_merged_finding_replaces_the_old_one(tmp_path):
+    for i in range(2):
+        _png(tmp_path / "csvimg" / f"x{i}.png", _speckle(16, 16, i))
+    (tmp_path / "csvimg" / "labels.csv").write_text("image,finding,spacing\nx0.png,benign,0\nx1.png,benign,0.3\n")
+    import_dataset("csv", tmp_path / "csvimg" / "labels.csv", tmp_path / "imp", progress=False)
+    assert _reasons(tmp_path / "imp") == {"spacing must be positive": 1}
+    assert sorted(_by_id(tmp_path / "imp" / "manifest.jsonl")) == ["x1"]
+    (tmp_path / "fix.csv").write_text("image,finding\nx1.png,malignant\n")
+    import_dataset("csv", tmp_path / "fix.csv", tmp_path / "imp", merge=tmp_path / "imp", progress=False)
+    assert _by_id(tmp_path / "imp" / "manifest.jsonl")["x1"].annotations.diagnosis == "malignant"
+
+
+def test_slicer_label_volumes_longest_stem_and_the_plane_of_a_point(tmp_path):
+    d = tmp_path / "scenes"
+    _png(d / "scan.png", _speckle(30, 40, 0))
+    _png(d / "scan_2.png", _speckle(30, 40, 1))
+    _png(d / "scan_label.png", np.zeros((30, 40), np.uint8))  # Slicer's label map volume: not an image
+    line = {"type": "Line", "name": "diameter", "coordinateSystem": "LPS", "controlPoints": [
+        {"label": "1", "position": [3.0, 4.0, 0.0]}, {"label": "2", "position": [13.0, 4.0, 0.0]}]}
+    (d / "scan_2.mrk.json").write_text(json.dumps({"markups": [line]}))  # scan_2's, though "scan" prefixes it
+    def fiducial(name, z):
+        return {"type": "Fiducial", "name": name, "coordinateSystem": "LPS",
+                "controlPoints": [{"label": name, "position": [5.0, 6.0, z]}]}
+
+    # within half a slice of the image's plane, and a whole slice off it
+    (d / "scan.mrk.json").write_text(json.dumps({"markups": [fiducial("kidney", 0.4), fiducial("cyst", 1.0)]}))
+    out = tmp_path / "imp"
+    import_dataset("slicer", d, out, progress=False)
+    recs = _by_id(out / "manifest.jsonl")
+    assert sorted(recs) == ["scan", "scan_2"]
+    assert _reasons(out) == {"label map volume (export segmentations as .seg.nrrd)": 1}
+    assert [o.lines[0].name for o in recs["scan_2"].annotations.objects] == ["diameter"]
+    (kidney,) = recs["scan"].annotations.objects
+    assert kidney.label == "kidney" and [k.name for k in kidney.keypoints] == ["kidney"]
+    assert _dropped(out) == {"markup point off the image": 1}

@@ -185,3 +185,22 @@ def test_label_map_empty_uses_image_size_and_writes(tmp_path):
     assert np.array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(out))), lab2)
     with pytest.raises(ResultFormatError, match="image_size"):
         Result(task="segment").label_map()
+
+
+def test_a_mask_file_of_another_shape_than_its_json_is_refused(tmp_path):
+    path = _result().to_json(tmp_path / "r.json")
+    d = json.loads(path.read_text())
+    d["objects"][0]["mask"]["shape"] = [64, 48]  # the file holds 48 x 64: swapped, as a hand edit might
+    path.write_text(json.dumps(d))
+    with pytest.raises(ResultFormatError, match=r"r.mask0.png has shape \(48, 64\), the JSON says \(64, 48\)"):
+        Result.from_json(path)
+
+
+def test_attach_views_refuses_a_view_one_past_the_last():
+    r = Result(task="measure", prompt="kidney length", text="", answer="", objects=[
+        GroundedObject(label="kidney length", line=(0, 0, 3, 4), view=1)])
+    r.attach_views([(0.5, 0.5), (0.25, 0.25)])
+    assert r.objects[0].physical["length_mm"] == pytest.approx(1.25)  # view 1's spacing, not view 0's
+    r.objects[0].view = 2
+    with pytest.raises(ResultFormatError, match="has view 2, but 2 view"):
+        r.attach_views([(0.5, 0.5), (0.25, 0.25)])
