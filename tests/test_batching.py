@@ -105,6 +105,24 @@ def test_an_examination_job_batches_with_images_and_answers_as_predict_exam(trai
         _assert_same(res, _alone(trained_tiny, job))
 
 
+def test_examinations_batch_by_every_views_size_and_eager_batches_by_prompt(trained_tiny):
+    """A row's layout is all its views' sizes: two examinations whose first views match but whose second do not
+    encode apart and each answers as alone. Without stacking (eager) only rows of one layout and one prompt share a
+    batch, so two prompts on four same-size images are two batches."""
+    a, b = make_image(5, height=64, width=64), make_image(6, height=48, width=80)
+    exams = [Job([a, b], "report", None), Job([a, make_image(7, height=64, width=64)], "report", None)]
+    chunks: list[int] = []
+    answers = Predictor(trained_tiny, max_new_tokens=64, batch_size=8).predict_many(exams, on_chunk=chunks.append)
+    eager = Predictor(trained_tiny, max_new_tokens=64, decode="eager")
+    for job, res in zip(exams, answers):
+        _assert_same(res, eager.predict_exam(job.task, job.prompt, views=job.image))
+    frames = [make_image(s, height=64, width=64) for s in range(4)]
+    jobs = [Job(f, "segment", "lesion" if i % 2 else "thyroid nodule") for i, f in enumerate(frames)]
+    chunks = []
+    answers = Predictor(trained_tiny, max_new_tokens=8, decode="eager").predict_many(jobs, on_chunk=chunks.append)
+    assert sorted(chunks) == [2, 2] and all(res.prompt == job.prompt for job, res in zip(jobs, answers))
+
+
 def test_predict_batch_still_refuses_the_whole_call_before_any_work(trained_tiny):
     p = Predictor(trained_tiny, max_new_tokens=64)
     with pytest.raises(PredictorError, match="non-finite"):
