@@ -643,3 +643,24 @@ def test_a_closed_curve_drawn_elsewhere_measures_back_to_its_first_point(tmp_pat
 def test_windowing_rounds_so_the_brightest_value_is_255():
     out = imageio.window_uint8(np.linspace(100.0, 200.0, 1001), "x")
     assert out.min() == 0 and out.max() == 255 and out[2] == 1  # 100.2 -> 0.51 rounds to 1
+
+
+def test_label_map_edges_suffix_values_and_frame_count(tmp_path):
+    from umind_core.imageio import ImageReadError, label_map_suffix, read_label_map
+
+    eye = tuple(float(v) for v in np.eye(3).ravel())
+    vol = Geometry("volume", (4, 5, 6), (1.0, 2.0, 3.0), (0.0, 0.0, 0.0), eye, axis=0, format="nifti")
+    flat = Geometry("2d", (4, 5), (1.0, 1.0), (0.0, 0.0), (1.0, 0.0, 0.0, 1.0), format="png")
+    assert label_map_suffix(vol, ".png") == ".nii.gz"  # a PNG cannot hold a volume: the input's family instead
+    assert label_map_suffix(flat, "png") == ".png" and label_map_suffix(vol, ".nrrd") == ".nrrd"
+    with pytest.raises(ImageWriteError, match=r"0..65535, got -1..2"):
+        write_label_map(np.array([[-1, 2, 0, 0, 0]] * 4, np.int16), flat, tmp_path / "neg.png")
+    full = np.full((4, 5), 255, np.int32)
+    with Image.open(write_label_map(full, flat, tmp_path / "full.png")) as im:  # 255 still fits 8 bits
+        assert im.mode == "L" and np.asarray(im).max() == 255
+    stack = np.zeros((4, 4, 5), np.uint8)  # 4 frames of a 6-frame volume
+    short = Geometry("volume", (4, 4, 5), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), eye, axis=0, format="nrrd")
+    path = write_label_map(stack, short, tmp_path / "short.nrrd")
+    with pytest.raises(ImageReadError, match=r"does not match the image \(6 frames of 4x5\)"):
+        read_label_map(path, Geometry("volume", (6, 4, 5), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), eye, axis=0,
+                                      format="nrrd"))

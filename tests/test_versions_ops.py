@@ -322,3 +322,18 @@ def test_orthanc_helper_stops_its_server_on_sigterm(tmp_path):
     helper.send_signal(signal.SIGTERM)
     assert helper.wait(timeout=20) == 128 + signal.SIGTERM
     assert not psutil.pid_exists(child)
+
+
+def test_a_base_beside_the_workdir_is_not_read_as_inside_it(tmp_path):
+    """A sibling whose name starts with the workdir's ("work2" beside "work") is no relative of it."""
+    from umind_core.base_ref import write_ref
+
+    for name, relative in (("work/bases/b", "bases/b"), ("work2/b", None)):
+        base = tmp_path / name
+        base.mkdir(parents=True)
+        (base / "model.safetensors").write_bytes(b"w" * 10)
+        model = tmp_path / "models" / name.replace("/", "_")
+        model.mkdir(parents=True)
+        (model / "umind_config.json").write_text(json.dumps({"base_model": str(base)}))
+        ref = write_ref(model, tmp_path / "work", HashCache(None))
+        assert ref["relative_to_workdir"] == relative and ref["saved_path"] == str(base.resolve())
