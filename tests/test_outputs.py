@@ -77,3 +77,15 @@ def test_written_stack_reads_back_in_place(tmp_path):
     back = read_study(path)
     assert back.geometry.n_frames == 3
     assert back.frames[2].pixels[..., 0][1:3, 4:6].min() > 0 and back.frames[0].pixels.max() == 0
+
+
+def test_the_256th_name_widens_the_map_to_16_bits():
+    from umind_core.painter import LabelPainter
+
+    painter = LabelPainter((4, 4))
+    for k in range(256):
+        mask = np.zeros((4, 4), bool)
+        mask[k % 4, (k // 4) % 4] = True
+        value = painter.paint(f"structure {k}", mask)
+    assert value == 256 and painter.array.dtype == np.uint16
+    assert painter.array.max() == 256 and painter.values["structure 255"] == 256
