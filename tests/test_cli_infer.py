@@ -260,6 +260,7 @@ def test_bad_inputs_fail_alone_with_one_line_each(tmp_path, capsys, model_dir):
 @pytest.mark.parametrize("argv, words", [
     (["--task", "classify"], "unknown task 'classify'"),
     (["--task", "ask", "--prompt", ""], "--prompt is empty"),
+    (["--task", "segment", "--prompt", "   "], "--prompt is empty"),
     (["--task", "ask", "--prompt", "x" * 10000], "too long"),
     (["--task", "ask"], "needs a non-empty prompt"),
     (["--task", "segment", "--points", "10", "20"], "no --labels"),

@@ -174,6 +174,7 @@ def test_too_few_selected_frames_fail(tmp_path, capsys, model_dir):
 @pytest.mark.parametrize("argv, words", [
     (["--task", "explain"], "unknown task 'explain'"),
     (["--task", "detect", "--box", "1", "2", "30", "40"], "--exam takes no --box or --points"),
+    (["--task", "segment", "--points", "10", "20", "--labels", "1"], "--exam takes no --box or --points"),
     (["--task", "ask"], "needs a non-empty prompt"),
 ])
 def test_bad_exam_requests_exit_2_before_loading_a_model(tmp_path, capsys, argv, words):
@@ -208,3 +209,21 @@ def test_a_degenerate_exam_answer_writes_no_label_map_for_any_view(tmp_path, cap
     for k in (1, 2):  # as for one image: an unreadable answer is not a result, not even an empty label map
         assert not list((tmp_path / "out" / "exam1" / f"view-{k}").glob("labels.*"))
         assert _doc(tmp_path / "out" / "exam1" / f"view-{k}" / "results.json")["outputs"]["labels"] is None
+
+
+def test_a_rerun_clears_the_views_an_examination_no_longer_has_and_keeps_every_views_note(tmp_path, capsys,
+                                                                                          model_dir, monkeypatch):
+    exam = _exam_folder(tmp_path / "exam1", n=3)
+    force_answer(monkeypatch, "Normal study.")
+    assert _infer(capsys, model_dir, exam, "--exam", "--task", "report", "--out", tmp_path / "out")[0] == 0
+    assert (tmp_path / "out" / "exam1" / "view-3").is_dir()
+    (exam / "v3.dcm").unlink()
+    dicom_mono_multiframe(exam / "v3.dcm", n=3)  # the third view is now a clip, read at one frame
+    (exam / "v2.dcm").unlink()
+    rc, _, err = _infer(capsys, model_dir, exam, "--exam", "--task", "report", "--out", tmp_path / "out",
+                        "--overwrite")
+    assert rc == 0, err
+    doc = _doc(tmp_path / "out" / "exam1" / "results.json")
+    assert [v["folder"] for v in doc["views"]] == ["view-1", "view-2"]
+    assert sorted(p.name for p in (tmp_path / "out" / "exam1").glob("view*")) == ["view-1", "view-2"]
+    assert any("a clip of 3 frames" in w for w in doc["warnings"]), doc["warnings"]

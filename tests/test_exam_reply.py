@@ -1,5 +1,6 @@
-"""The server's examination reply and request reading in-process (`lib/exam.py`), and the error names an infer
-reply carries (`lib/infers/base._named`): what a client reads without a model run."""
+"""The server's examination reply and request reading in-process (`lib/exam.py`), the error names an infer reply
+carries (`lib/infers/base._named`) and the params a request may not set (`lib/offloop.py`): what a client sends and
+reads, without a model run."""
 
 from __future__ import annotations
 
@@ -71,3 +72,17 @@ def test_an_error_names_the_image_file_never_its_server_path():
     err = _named(HTTPException(400, f"segment on {{image}}: cannot read {path}"), path)
     assert err.detail == "segment on 'patient7.dcm': cannot read patient7.dcm"
     assert _named(HTTPException(400, "x on {image}"), "img0").detail == "x on 'img0'"
+
+
+def test_a_label_param_is_a_segment_name_never_a_path_or_a_control_string():
+    """The stock extension names the segment it edits in `label`; anything that is not a plain name is refused
+    like the other keys the server sets."""
+    import json
+
+    from lib.offloop import _check_request
+
+    _check_request("img0", "", json.dumps({"label": "breast lesion"}), None, None)
+    for bad in ("../../etc/passwd", "lesion\x00", "a\u202eb"):
+        with pytest.raises(HTTPException) as info:
+            _check_request("img0", "", json.dumps({"label": bad}), None, None)
+        assert info.value.status_code == 400 and "may not set label" in info.value.detail

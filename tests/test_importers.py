@@ -848,3 +848,25 @@ def test_slicer_label_volumes_longest_stem_and_the_plane_of_a_point(tmp_path):
     (kidney,) = recs["scan"].annotations.objects
     assert kidney.label == "kidney" and [k.name for k in kidney.keypoints] == ["kidney"]
     assert _dropped(out) == {"markup point off the image": 1}
+
+
+def test_cli_import_reads_spaced_task_lists_and_its_own_split_seed(tmp_path, capsys):
+    for i in range(6):
+        _png(tmp_path / "csvimg" / f"x{i}.png", _speckle(16, 16, i))
+    src = tmp_path / "csvimg" / "labels.csv"
+    src.write_text("image,finding\n" + "".join(f"x{i}.png,{['benign', 'malignant'][i % 2]}\n" for i in range(6)))
+
+    def split_of(out: Path) -> dict:
+        return {rid: r.extra.get("split") for rid, r in _by_id(out / "manifest.jsonl").items()}
+
+    by_seed = {}
+    for seed in range(8):
+        import_dataset("csv", src, tmp_path / f"api{seed}", progress=False, split="val=0.5", split_seed=seed)
+        by_seed[seed] = split_of(tmp_path / f"api{seed}")
+    other = next(s for s in range(1, 8) if by_seed[s] != by_seed[0])
+    code, _, err = _run_cli(["import", "csv", str(src), "--out", str(tmp_path / "cli"), "--split", "val=0.5",
+                             "--split-seed", str(other), "--tasks", " diagnose , segment ", "--no-progress"], capsys)
+    assert code == 0, err
+    assert split_of(tmp_path / "cli") == by_seed[other]
+    tasks = {c.task for r in _by_id(tmp_path / "cli" / "manifest.jsonl").values() for c in r.conversations}
+    assert tasks == {"diagnose"}  # segment asked, but no record has a mask

@@ -337,3 +337,21 @@ def test_a_base_beside_the_workdir_is_not_read_as_inside_it(tmp_path):
         (model / "umind_config.json").write_text(json.dumps({"base_model": str(base)}))
         ref = write_ref(model, tmp_path / "work", HashCache(None))
         assert ref["relative_to_workdir"] == relative and ref["saved_path"] == str(base.resolve())
+
+
+def test_umind_versions_takes_version_0_and_searches_the_model_folder_first(tmp_path):
+    """Version 0 is the configured model (a rollback to it is valid); `--model` is searched for a moved base
+    before the bundled demo model."""
+    import argparse
+
+    from umind_core.commands.versions import _store, _version
+    from umind_core.demo import DEMO_MODEL_DIR
+
+    assert _version("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 0, got -1"):
+        _version("-1")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "versions.json").write_text("{}")
+    (tmp_path / "conf_model").mkdir()
+    store = _store(argparse.Namespace(workdir=str(tmp_path / "work"), model=str(tmp_path / "conf_model")))
+    assert list(store.search_paths) == [(tmp_path / "conf_model").resolve(), DEMO_MODEL_DIR]
