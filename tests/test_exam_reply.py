@@ -86,3 +86,15 @@ def test_a_label_param_is_a_segment_name_never_a_path_or_a_control_string():
         with pytest.raises(HTTPException) as info:
             _check_request("img0", "", json.dumps({"label": bad}), None, None)
         assert info.value.status_code == 400 and "may not set label" in info.value.detail
+
+
+@pytest.mark.parametrize("value, flagged", [(True, True), ("true", True), ("YES", True), ("1", True), (1, True),
+                                            (False, False), ("false", False), ("", False), (None, False)])
+def test_save_label_is_read_in_every_spelling_the_task_reads_it(value, flagged):
+    """Whether a request saves a label (and so needs the annotator role) is read as the infer task reads the
+    flag: a string "true" is a save, and must not pass the role check as "not a bool"."""
+    import json
+
+    from lib.offloop import _flag
+
+    assert _flag(json.dumps({"save_label": value}), "save_label") is flagged
