@@ -330,3 +330,13 @@ def test_an_examinations_sections_are_a_single_images_sections():
     section, _ = aggregate_exams(as_exam(dia, "exam") + as_exam(dia[:1], "best_view"))
     assert section["exam"]["diagnosis"] == image["diagnosis"]
     assert section["best_view"]["diagnosis"] != image["diagnosis"]
+
+
+def test_the_object_table_counts_the_calipers_drawn_and_report_cells_scale_integers():
+    from umind_core.evaluation.exam_objects import object_table
+    from umind_core.evaluation.report import _cell
+
+    part = {"measurement": {"mean_rel": 0.1, "n": 4, "n_missing": 1}}
+    table = object_table({"exam": part, "view_alone": {}})
+    assert table["exam reading (all views)"]["calipers drawn"] == "3 of 4"
+    assert _cell(1, 100.0, 1) == "100.0" and _cell(np.int64(3), 1, 2) == "3" and _cell(0.25, 100.0, 1) == "25.0"

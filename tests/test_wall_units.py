@@ -147,3 +147,15 @@ def test_a_tasks_own_parameters_are_checked_by_name():
 def test_a_conflict_is_409():
     err = to_http(Conflict("image id 'a' exists"), "upload image")
     assert err.status_code == 409 and "image id 'a' exists" in err.detail
+
+
+def test_params_must_be_an_object_and_too_deep_json_is_the_callers_400():
+    from lib.wall.errors import check_params_json
+
+    check_params_json('{"prompt": "lesion"}', "infer")
+    for text in ("[1, 2]", '"lesion"', "3"):
+        with pytest.raises(Exception) as info:
+            check_params_json(text, "infer")
+        assert info.value.status_code == 400 and "JSON object" in info.value.detail, text
+    err = to_http(RecursionError("maximum recursion depth exceeded"), "infer")
+    assert err.status_code == 400 and "nested too deep" in err.detail
