@@ -346,3 +346,24 @@ def test_exam_record_helper_keeps_exam_level_findings(tmp_path):
     rec = exam_record(exam, tmp_path, SIZE)
     assert rec.annotations.diagnosis == exam.diagnosis and rec.annotations.report == exam.report
     assert [v.name for v in rec.views] == exam.view_names
+
+
+def test_biometry_and_thyroid_wording_follow_their_rules():
+    """FL lies in 0.72 .. 0.82 of the BPD (the generator's stated range); a thyroid report's finding is worded from
+    the transverse view, the one whose own report describes the nodule."""
+    import re
+
+    from umind_core.data.exams import generate_exam
+
+    ratios = [generate_exam(seed, site="fetal_head", n_views=2).measurements for seed in range(12)]
+    ratios = [m["FL mm"] / m["BPD mm"] for m in ratios]
+    assert all(0.719 <= r <= 0.821 for r in ratios), ratios
+    checked = 0
+    for seed in range(6):
+        exam = generate_exam(seed, site="thyroid", n_views=2)
+        finding = re.search(r"Finding: (.*?)\. Size:", exam.report)
+        if finding is None:  # no nodule in this exam
+            continue
+        assert f"Finding: {finding.group(1)}." in exam.views[1].report
+        checked += 1
+    assert checked >= 2
