@@ -1126,3 +1126,64 @@ def test_only_a_calibration_hidden_in_ultrasound_regions_is_given_to_the_volume(
     assert hidden_calibration({**regions, "calibrated": False}) is None
     with pytest.raises(ReplyError, match="frame_spacing"):
         hidden_calibration({**regions, "frame_spacing": [0.2, -1]})
+
+
+# rules a planted-bug round found untested -------------------------------------------------------------------
+
+def test_the_client_quotes_file_names_reads_the_servers_id_and_treats_401_as_an_error(monkeypatch):
+    from UMindLib.client import _Response, encode_multipart
+
+    body, _ = encode_multipart({"file": MultipartFile('a"b.nrrd', b"x")})
+    assert b'filename="a_b.nrrd"' in body and b'a"b' not in body
+    c = UMindClient("http://127.0.0.1:9", timeout=5)
+    monkeypatch.setattr(c, "_send", lambda *a, **k: _Response(200, {}, b'{"image": "img-3f2a"}'))
+    assert c.upload_image(MultipartFile("x.nrrd", b"x"), "img") == "img-3f2a"  # the server's id, not the asked one
+
+    def refuse(status):
+        def send(*a, **k):
+            raise UMindServerError("no", status, "/auth/")
+        return send
+
+    monkeypatch.setattr(c, "_send", refuse(404))
+    assert c.auth_enabled() is False  # no /auth/ route: auth is off
+    monkeypatch.setattr(c, "_send", refuse(401))
+    with pytest.raises(UMindServerError):  # refused: auth is on, not off
+        c.auth_enabled()
+
+
+def test_label_info_takes_a_finding_in_any_case_and_a_report_alone_is_a_submission(scene):
+    assert submit.label_info({}, finding=" Benign ")["finding"] == "benign"
+    with pytest.raises(submit.SubmitError, match="finding must be one of"):
+        submit.label_info({}, finding="suspicious")
+    single = make_volume(scene, dims=(60, 40, 1), name="frame")
+    sub = submit.prepare_submission(scene, single, "img7", report="Site: breast. Finding: none.")
+    assert sub.info["report"] == "Site: breast. Finding: none."
+
+
+def test_two_segments_of_one_name_are_refused(scene):
+    single = make_volume(scene, dims=(60, 40, 1), name="frame")
+    seg = mrml.label_map_to_segmentation(scene, single, frame_labels(), {"nodule": 1, "cyst": 2})
+    seg.GetSegmentation().GetNthSegment(1).SetName("nodule")
+    with pytest.raises(submit.SubmitError, match="two segments are named 'nodule'"):
+        submit.prepare_submission(scene, single, "img7", seg)
+
+
+def test_an_uploaded_images_name_never_starts_with_a_dot(scene):
+    vol = make_volume(scene, dims=(60, 40, 1), name="..hidden scan")
+    assert UMindSession(scene, client=None).image_file(vol).filename == "hidden_scan.nrrd"
+
+
+def test_an_exam_reply_about_other_frames_than_those_asked_places_nothing(scene):
+    from UMindLib.requests import InferRequest
+
+    class Client:
+        def infer(self, *a, **k):
+            views = [{"view": k, "image": "clip", "frame": f, "geometry": {}, "markups": []}
+                     for k, f in enumerate((0, 2))]
+            return ParsedReply({"task": "report", "answer": "x", "exam": {"views": views}, "objects": []})
+
+    session = UMindSession(scene, Client())
+    req = InferRequest("umind_interpret", "clip", {"task": "report"})
+    assert [v.frame for v in session._ask_exam(req, ["clip", "clip"], [0, 2]).views] == [0, 2]
+    with pytest.raises(mrml.MRMLBuildError, match=r"not those asked: \['clip', 'clip'\] \(frames \[0, 1\]\)"):
+        session._ask_exam(req, ["clip", "clip"], [0, 1])
