@@ -12,7 +12,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
 import zipfile
@@ -347,8 +349,10 @@ def test_a_subprocess_gets_neither_bundle_path_nor_the_request_on_its_command_li
         def __init__(self, cmd, env=None, **kwargs):
             seen["cmd"], seen["env"] = cmd, env
             seen["request"] = json.loads(Path(cmd[-1]).read_text())
-            self.stdout = io.StringIO("[x] working\nTraceback (most recent call last):\n  File \"/srv/a.py\"\n"
-                                      "ValueError: bad thing in /srv/a.py\n")
+            seen["mode"] = Path(cmd[-1]).stat().st_mode & 0o777
+            self.stdout = io.StringIO("[x] working\nKeyError: an earlier, handled one\n"
+                                      "Traceback (most recent call last):\n  File \"/srv/a.py\"\n"
+                                      "ValueError: bad thing in /srv/a.py " + "z" * 2000 + "\n")
             self.returncode = 1
 
         def wait(self):
@@ -362,10 +366,36 @@ def test_a_subprocess_gets_neither_bundle_path_nor_the_request_on_its_command_li
     task_process.run_task(task, "train")
     assert "/evil.zip" not in seen["env"].get("PYTHONPATH", "") and "CUDA_VISIBLE_DEVICES" not in seen["env"]
     assert all(big not in part and "evil" not in part for part in seen["cmd"])
-    assert "bundle_path" not in seen["request"] and seen["request"]["note"] == big
-    assert task["status"] == "ERROR" and task["error"].startswith("ValueError: bad thing")
+    assert "bundle_path" not in seen["request"] and "gpus" not in seen["request"] and seen["request"]["note"] == big
+    assert seen["mode"] == 0o600  # the request file is the server's alone
+    assert task["status"] == "ERROR" and task["error"].startswith("ValueError: bad thing")  # the last exception
+    assert len(task["error"]) <= 500
     assert not any("Traceback" in d or 'File "' in d for d in task["details"])
     assert not list(tmp_path.glob("tasks/*.json"))
+
+
+def test_the_child_reads_and_deletes_its_request_file_before_monai_label_runs(tmp_path):
+    """CHILD_CODE run for real, with a stand-in for MONAI Label's runner: the request reaches it as -r, and the
+    file holding it is gone by then (a request may carry paths and settings nobody else should read)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monailabel_app"))
+    from lib.wall.task_process import CHILD_CODE
+
+    app = tmp_path / "fake" / "monailabel" / "interfaces" / "utils"
+    app.mkdir(parents=True)
+    for folder in (app.parent.parent, app.parent, app):
+        (folder / "__init__.py").write_text("")
+    (app / "app.py").write_text("import sys, json, os\n"
+                                "def run_main():\n"
+                                "    print(json.dumps({'argv': sys.argv[1:], 'left': os.listdir(os.environ['TASKS'])}))\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    request = tasks / "r.json"
+    request.write_text('{"model": "umind_lora"}')
+    out = subprocess.run([sys.executable, "-c", CHILD_CODE, "train", str(request)], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "TASKS": str(tasks)})
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["argv"] == ["-m", "train", "-r", '{"model": "umind_lora"}'] and seen["left"] == []
 
 
 def test_a_task_that_cannot_start_fails_with_its_reason(monkeypatch, tmp_path):
